@@ -1,0 +1,63 @@
+"""The command line: parse options, call the library, render. Nothing else lives here.
+
+Set AUTOKERNEL_DEBUG=1 to see full tracebacks instead of one-line errors.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from autokernel.errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Profile a PyTorch model and search for faster Triton/CUDA kernels for its bottlenecks.")
+err = Console(stderr=True)
+
+
+def main() -> None:
+    """Entry point: turns our exceptions into `Error: ...` lines with a hint and an exit status."""
+    try:
+        app(standalone_mode=False)
+    except UserError as e:
+        if os.environ.get("AUTOKERNEL_DEBUG"):
+            raise
+        err.print(f"[bold red]Error:[/] {e.message}", highlight=False)
+        if e.hint:
+            err.print(f"  hint: {e.hint}", highlight=False)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        err.print("Interrupted.")
+        sys.exit(130)
+    except Exception as e:  # click's own usage errors and aborts
+        import click
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if isinstance(e, click.exceptions.Exit):
+            sys.exit(e.exit_code)
+        if isinstance(e, click.exceptions.Abort):
+            err.print("Aborted.")
+            sys.exit(130)
+        raise
+
+
+# ---- bench (the judge) ----------------------------------------------------------------------
+@app.command()
+def bench(
+    file: Optional[Path] = typer.Argument(None, help="A kernel file (see DESIGN: KERNEL_TYPE, BACKEND, kernel_fn)."),
+    json_out: bool = typer.Option(False, "--json", help="Print exactly one verdict JSON object on stdout."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Wall-clock limit in seconds (default per device)."),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)."),
+    arch: str = typer.Option("sm_90", "--arch", help="Target architecture for compile-for-target checks."),
+    suite: Optional[str] = typer.Option(None, "--suite", help="'starters': judge every starter kernel."),
+) -> None:
+    """Judge a kernel file: correctness stages, integrity checks, then timing."""
+    from autokernel import bench as bench_cmd
+    code = bench_cmd.run(file, json_out=json_out, timeout_s=timeout, device=device, arch=arch, suite=suite)
+    raise typer.Exit(code)
+# ---- end bench ------------------------------------------------------------------------------
