@@ -1,0 +1,174 @@
+"""The judge's parent side: `judge(kernel_file) -> verdict`, a pure function of (file, target, device).
+
+It starts harness.worker in an isolated subprocess, then decides everything itself from what the
+worker saved: it rebuilds the stage plan and every case's inputs from their seeds, computes float64
+references without ever importing the candidate, compares, and checks the integrity observations.
+What the candidate's process says about its own correctness is never taken on trust.
+
+Threat model, for the record: code in the worker can, with deliberate effort, tamper with the
+worker's own records (it shares the process). Forging a record is pointless for correctness, since
+every output is recomputed here against a plan built here; the residual risk is an attack on the
+in-process observers (launch counting, the aten-op recorder), which no wrong answer survives anyway.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import harness
+from harness import registry
+from harness.candidate import ContractError, check_header, read_header
+from harness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
+from harness.isolation import ChildResult, run_isolated, scrubbed_env
+from harness.registry import Case
+from harness.verdict_checks import Assessment, assess
+
+DEFAULT_TIMEOUT_S = {"cpu": 600.0, "cuda": 180.0}
+
+
+class JudgeUsageError(Exception):
+    """The request cannot be judged at all (missing file, unknown device): exit status 2."""
+
+
+def resolve_device(device: str | None) -> str:
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise JudgeUsageError(f"unknown device {device!r}: use cuda or cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise JudgeUsageError("--device cuda but no CUDA device is visible: use --device cpu")
+    return device
+
+
+def _child_env(device: str) -> dict[str, str]:
+    root = str(Path(harness.__file__).resolve().parent.parent)
+    extra = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
+             "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    if device == "cpu":
+        extra["TRITON_INTERPRET"] = "1"  # before anything is jitted: the worker imports triton after this
+    return scrubbed_env(extra)
+
+
+def read_events(out_dir: Path) -> list[dict]:
+    events = []
+    path = out_dir / "events.jsonl"
+    if not path.exists():
+        return events
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line cut short by a crash ends the record
+    return events
+
+
+def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | None = None,
+          arch: str = "sm_90", timeout_s: float | None = None) -> dict[str, Any]:
+    """Judge one kernel file; always returns the verdict JSON of DESIGN.md (as a dict)."""
+    path = Path(kernel_file)
+    if not path.is_file():
+        raise JudgeUsageError(f"no such kernel file: {path}")
+    device = resolve_device(device)
+    verdict = _skeleton(path, device)
+    try:
+        header = read_header(path)
+        check_header(header)
+    except ContractError as e:
+        return _usage_failure(verdict, str(e))
+    except SyntaxError as e:
+        header = {}
+        early_failure = f"syntax error: {e}"
+    else:
+        early_failure = None
+    verdict["kernel_type"] = header.get("KERNEL_TYPE")
+    verdict["backend"] = header.get("BACKEND", "triton")
+    if early_failure:
+        return _finish(verdict, Assessment.failed("compile", early_failure))
+    timeout_s = timeout_s or DEFAULT_TIMEOUT_S[device]
+    with tempfile.TemporaryDirectory(prefix="ak-judge-") as tmp:
+        out_dir, cwd = Path(tmp, "out"), Path(tmp, "cwd")
+        out_dir.mkdir()
+        cwd.mkdir()
+        argv = [sys.executable, "-m", "harness.worker", str(path.resolve()), str(out_dir),
+                "--device", device, "--arch", arch]
+        if target is not None:
+            argv += ["--target", json.dumps(target.to_json())]
+        child = run_isolated(argv, timeout_s, env=_child_env(device), cwd=cwd)
+        events = read_events(out_dir)
+        bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
+        plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)
+        assessment = assess(events, out_dir, plan, device)
+    assessment = _account_for_child(assessment, child, timeout_s)
+    verdict["device"] = _device_info(device, events)
+    return _finish(verdict, assessment)
+
+
+def _account_for_child(a: Assessment, child: ChildResult, timeout_s: float) -> Assessment:
+    """A worker that hung or died decides the verdict, whatever it recorded before."""
+    if a.complete and not child.timed_out and child.returncode == 0:
+        return a
+    running = a.running_stage or "compile"
+    if child.timed_out:
+        return a.with_end("TIMEOUT", running, f"no result after {timeout_s:.0f} s during {running}; "
+                                               "the worker's whole process group was killed")
+    if child.returncode != 0:
+        how = child.signal_name or f"exit status {child.returncode}"
+        tail = child.stderr_tail()
+        return a.with_end("CRASH", running, f"the worker died ({how}) during {running}"
+                                            + (f":\n{tail}" if tail else ""))
+    if not a.complete and a.verdict == "PASS":
+        return a.with_end("CRASH", running, f"the worker exited during {running} without finishing"
+                                            + (f":\n{child.stderr_tail()}" if child.stderr else ""))
+    return a
+
+
+def _skeleton(path: Path, device: str) -> dict[str, Any]:
+    return {"kernel_file": str(path), "kernel_type": None, "backend": None, "verdict": "FAIL",
+            "failed_stage": None, "stages": [], "timing": None, "roofline": None, "resources": None,
+            "device": {"type": device}, "versions": versions()}
+
+
+def _usage_failure(verdict: dict, message: str) -> dict:
+    a = Assessment.failed("compile", message)
+    verdict = _finish(verdict, a)
+    verdict["usage_error"] = message
+    return verdict
+
+
+def _finish(verdict: dict, a: Assessment) -> dict:
+    verdict.update(verdict=a.verdict, failed_stage=a.failed_stage, stages=a.stage_list(),
+                   timing=a.timing, roofline=a.roofline, resources=a.resources)
+    if a.usage_error:
+        verdict["usage_error"] = a.usage_error
+    if a.notes:
+        verdict["notes"] = a.notes
+    return verdict
+
+
+def versions() -> dict[str, Any]:
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {"torch": torch.__version__, "triton": triton_version, "cuda": torch.version.cuda,
+            "python": platform.python_version()}
+
+
+def _device_info(device: str, events: list[dict]) -> dict[str, Any]:
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        return {"type": "cuda", "name": props.name, "capability": f"sm_{props.major}{props.minor}",
+                "sms": props.multi_processor_count, "memory_gb": round(props.total_memory / 2**30, 1)}
+    return {"type": "cpu", "name": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(), "triton_interpreter": True}
+
+
+__all__ = ["judge", "JudgeUsageError", "resolve_device", "STAGES", "CORRECTNESS_STAGES"]

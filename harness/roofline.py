@@ -1,0 +1,61 @@
+"""Turning a measured time into throughput and a position against the device's measured peaks."""
+from __future__ import annotations
+
+from typing import Any
+
+from harness import registry
+from harness.registry import Case
+
+
+def timing_summary(end: dict) -> dict[str, Any]:
+    kernel, eager = end["kernel"], end["eager"]
+    speedup = eager["median_us"] / kernel["median_us"] if kernel["median_us"] > 0 else None
+    return {"median_us": kernel["median_us"], "iqr_us": kernel["iqr_us"], "reps": kernel["reps"],
+            "baseline_median_us": eager["median_us"], "baseline_iqr_us": eager["iqr_us"],
+            "speedup_vs_eager": speedup, "method": kernel["method"],
+            "representative_of_gpu": kernel["representative_of_gpu"],
+            "shape": Case.from_json(end["case"]).label(),
+            "samples_us": kernel["samples_us"], "baseline_samples_us": eager["samples_us"]}
+
+
+def work(case: Case) -> tuple[float, float]:
+    """(flops, bytes) of one call; causal attention does half the score work."""
+    kt = registry.get(case.kernel_type)
+    flops = kt.flops(case.dims)
+    if case.options.get("causal"):
+        flops /= 2
+    return flops, kt.bytes(case.dims, case.torch_dtype.itemsize)
+
+
+def roofline_for(case: Case, end: dict, device: str) -> dict[str, Any] | None:
+    median_s = end["kernel"]["median_us"] * 1e-6
+    if median_s <= 0:
+        return None
+    flops, nbytes = work(case)
+    gbps, tflops = nbytes / median_s / 1e9, flops / median_s / 1e12
+    result: dict[str, Any] = {"gbps": gbps, "tflops": tflops, "pct_of_peak": None, "bound": None,
+                              "cpu_figures": device == "cpu"}
+    peaks = _peaks(device)
+    if not peaks:
+        return result
+    peak_gbps = peaks.get("copy_gbps")
+    peak_tflops = (peaks.get("matmul_tflops") or {}).get(case.dtype) or \
+        (peaks.get("matmul_tflops") or {}).get("float32")
+    if not peak_gbps or not peak_tflops:
+        return result
+    ridge = peak_tflops * 1e12 / (peak_gbps * 1e9)  # flops per byte where the roofs meet
+    bound = "compute" if flops / max(nbytes, 1.0) >= ridge else "memory"
+    pct = tflops / peak_tflops if bound == "compute" else gbps / peak_gbps
+    result.update(bound=bound, pct_of_peak=pct, peak_gbps=peak_gbps, peak_tflops=peak_tflops)
+    return result
+
+
+def _peaks(device: str) -> dict | None:
+    try:
+        from harness.peaks import measured_peaks
+    except ImportError:
+        return None
+    try:
+        return measured_peaks(device)
+    except Exception:  # a failed probe costs the roofline figures, never the verdict
+        return None

@@ -1,0 +1,284 @@
+"""The judge's child process: runs one candidate through the stages and records what it saw.
+
+Everything here runs beside untrusted code, so nothing here decides the verdict: outputs are saved
+to files and the parent (harness/judge.py), which never imports the candidate, recomputes the
+float64 references and compares. The child's own comparisons only decide when to stop early.
+
+Usage (the parent does this): python -m harness.worker KERNEL_FILE OUT_DIR --device cpu [--target JSON]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from harness import registry
+from harness.candidate import (ContractError, check_header, check_signature, error_text, import_candidate,
+                               observed_call, read_header)
+from harness.cases import Capabilities, Plan, build_plan
+from harness.compare import bitwise_equal, compare
+from harness.launches import LaunchMonitor
+from harness.registry import Case
+
+DETERMINISM_CALLS = 3
+
+
+class Log:
+    """Append-only event log, flushed per line so a crash keeps everything before it."""
+
+    def __init__(self, out_dir: Path):
+        self.dir = out_dir
+        (out_dir / "tensors").mkdir(parents=True, exist_ok=True)
+        self._f = open(out_dir / "events.jsonl", "a", encoding="utf-8")
+        self._n = 0
+        self._stage_start = 0.0
+
+    def event(self, **fields) -> None:
+        self._f.write(json.dumps(fields, default=str) + "\n")
+        self._f.flush()
+
+    def start(self, stage: str) -> None:
+        self._stage_start = time.perf_counter()
+        self.event(event="stage_start", stage=stage)
+
+    def end(self, stage: str, status: str, detail: str, **extra) -> None:
+        self.event(event="stage_end", stage=stage, status=status, detail=detail,
+                   seconds=time.perf_counter() - self._stage_start, **extra)
+
+    def save(self, tensor) -> str | None:
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        self._n += 1
+        name = f"t{self._n:04d}.pt"
+        torch.save(tensor.detach().to("cpu").clone(), self.dir / "tensors" / name)
+        return name
+
+
+class Worker:
+    def __init__(self, path: Path, log: Log, device: str, arch: str, target: Case | None):
+        self.path, self.log, self.device, self.arch, self.target = path, log, device, arch, target
+        bf16 = device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        self.caps = Capabilities(device, bf16)
+        self.monitor = LaunchMonitor()
+        self.module = None
+        self.kt: registry.KernelType | None = None
+
+    # -- compile ----------------------------------------------------------------------------
+    def compile(self) -> tuple[bool, Plan | None]:
+        self.log.start("compile")
+        try:
+            header = read_header(self.path)
+            check_header(header)
+        except ContractError as e:
+            self.log.end("compile", "fail", str(e), usage_error=True)
+            return False, None
+        except SyntaxError as e:
+            self.log.end("compile", "fail", f"syntax error: {e}")
+            return False, None
+        self.kt = registry.get(header["KERNEL_TYPE"])
+        plan = build_plan(self.kt.name, self.caps, self.target)
+        try:
+            with self.monitor:
+                self.module = import_candidate(self.path)
+        except Exception as e:
+            self.log.end("compile", "fail", f"importing the file failed:\n{error_text(e)}")
+            return False, None
+        problem = check_signature(getattr(self.module, "kernel_fn", None), self.kt)
+        if problem:
+            self.log.end("compile", "fail", problem, usage_error=True)
+            return False, None
+        backend = getattr(self.module, "BACKEND", "triton")
+        return (self._compile_cuda(plan) if backend == "cuda" else self._compile_triton(plan)), plan
+
+    def _compile_triton(self, plan: Plan) -> bool:
+        case = plan.stages["smoke"][0]
+        args, kwargs = registry.build_inputs(case, self.device)
+        with LaunchMonitor(record=True) as rec:
+            result = observed_call(self.module.kernel_fn, args, kwargs, rec)
+        if result.error:
+            self.log.end("compile", "fail", f"the first call failed:\n{result.error}")
+            return False
+        how = "ran under the Triton interpreter" if self.device == "cpu" else "compiled and ran on the GPU"
+        resources, detail = None, f"{len(rec.records)} Triton launch(es); {how}"
+        target = _target_compile()
+        if target is not None and rec.records:
+            tc = target.compile_triton(rec.records, self.arch)
+            if not tc.ok:
+                self.log.end("compile", "fail", tc.detail)
+                return False
+            resources, detail = tc.resources, f"{detail}; {tc.detail}"
+        self.log.end("compile", "pass", detail, resources=resources)
+        return True
+
+    def _compile_cuda(self, plan: Plan) -> bool:
+        target = _target_compile()
+        if target is None:
+            self.log.end("compile", "fail", "CUDA C++ compile-for-target support is not installed")
+            return False
+        tc = target.compile_cuda(self.module, self.arch)
+        if not tc.ok:
+            self.log.end("compile", "fail", tc.detail)
+            return False
+        if self.device == "cpu":
+            self.log.end("compile", "pass", f"{tc.detail}; no GPU here: compiled for {self.arch}, not run",
+                         resources=tc.resources, compile_only=True)
+            return False
+        self.log.end("compile", "pass", tc.detail, resources=tc.resources)
+        return True
+
+    # -- running cases ----------------------------------------------------------------------
+    def run_case(self, stage: str, case: Case, role: str = "check") -> tuple[bool, str]:
+        args, kwargs = registry.build_inputs(case, self.device)
+        with self.monitor:
+            result = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        self.log.event(event="case", stage=stage, role=role, case=case.to_json(), label=case.label(),
+                       output=self.log.save(result.output), error=result.error,
+                       obs=result.observations(), seconds=result.seconds)
+        if result.error:
+            return False, f"{case.label()}: kernel_fn raised\n{result.error}"
+        cmp = compare(result.output, registry.reference_output(case), case)
+        return cmp.ok, f"{case.label()}: {cmp.detail}"
+
+    def correctness_stage(self, stage: str, cases: list[Case]) -> bool:
+        self.log.start(stage)
+        for case in cases:
+            ok, detail = self.run_case(stage, case)
+            if not ok:
+                self.log.end(stage, "fail", detail)
+                return False
+        self.log.end(stage, "pass", f"{len(cases)} cases")
+        return True
+
+    def determinism(self, cases: list[Case]) -> bool:
+        self.log.start("determinism")
+        for case in cases:
+            outputs = []
+            for _ in range(DETERMINISM_CALLS):
+                args, kwargs = registry.build_inputs(case, self.device)
+                with self.monitor:
+                    result = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+                if result.error:
+                    self.log.end("determinism", "fail", f"{case.label()}: kernel_fn raised\n{result.error}")
+                    return False
+                outputs.append(result.output)
+                self.log.event(event="case", stage="determinism", role="repeat", case=case.to_json(),
+                               label=case.label(), output=self.log.save(result.output), error=None,
+                               obs=result.observations(), seconds=result.seconds)
+            if not all(isinstance(o, torch.Tensor) and bitwise_equal(o.cpu(), outputs[0].cpu()) for o in outputs):
+                self.log.end("determinism", "fail", f"{case.label()}: repeated calls on identical inputs differ")
+                return False
+        self.log.end("determinism", "pass", f"{DETERMINISM_CALLS} identical calls bitwise equal")
+        return True
+
+    def integrity(self, cases: list[Case]) -> bool:
+        """Replay: the same input buffers refilled in place with new values must give new results."""
+        self.log.start("integrity")
+        first, second = cases[0], cases[1]
+        args, kwargs = registry.build_inputs(first, self.device)
+        with self.monitor:
+            a = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        self.log.event(event="case", stage="integrity", role="replay_first", case=first.to_json(),
+                       label=first.label(), output=self.log.save(a.output), error=a.error,
+                       obs=a.observations(), seconds=a.seconds,
+                       inputs_after=[self.log.save(t) for t in args])
+        new_args, _ = registry.build_inputs(second, self.device)
+        with torch.no_grad():
+            for old, new in zip(args, new_args):
+                if isinstance(old, torch.Tensor):
+                    old.copy_(new)
+        with self.monitor:
+            b = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        self.log.event(event="case", stage="integrity", role="replay_second", case=second.to_json(),
+                       label=second.label(), output=self.log.save(b.output), error=b.error,
+                       obs=b.observations(), seconds=b.seconds)
+        self.log.end("integrity", "pass" if not (a.error or b.error) else "fail",
+                     "observations recorded" if not (a.error or b.error) else (a.error or b.error))
+        return not (a.error or b.error)
+
+
+def run_stages(w: Worker) -> None:
+    ok, plan = w.compile()
+    if not ok:
+        return
+    for stage in ("smoke", "shape_sweep", "stability"):
+        if not w.correctness_stage(stage, plan.stages[stage]):
+            return
+    if not w.determinism(plan.stages["determinism"]):
+        return
+    if not w.correctness_stage("edge_cases", plan.stages["edge_cases"]):
+        return
+    if not w.integrity(plan.stages["integrity"]):
+        return
+    time_candidate(w, plan.timing)
+
+
+def time_candidate(w: Worker, case: Case) -> None:
+    """Time kernel_fn and PyTorch's eager op on the same buffers, refilled with fresh values
+    before every rep (outside the timed region), then check the last timed output."""
+    from harness.timing import time_fn
+    kt = w.kt
+    args, kwargs = registry.build_inputs(case, w.device)
+    refills = [registry.build_inputs(case.replace(seed=case.seed + 1 + r), w.device)[0] for r in range(3)]
+    last = {"set": None, "out": None}
+
+    def refill(i: int) -> None:
+        r = i % len(refills)
+        with torch.no_grad():
+            for dst, src in zip(args, refills[r]):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
+        last["set"] = r
+
+    def run_kernel():
+        last["out"] = w.module.kernel_fn(*args, **kwargs)
+
+    on_cpu = w.device == "cpu"
+    budget = dict(budget_ms=1000.0, warmup=1, min_reps=3, max_reps=20) if on_cpu else \
+        dict(budget_ms=300.0, warmup=5, min_reps=10, max_reps=500)
+    w.log.start("timing")
+    try:
+        with w.monitor:
+            kernel = time_fn(run_kernel, device=w.device, before_each=refill, **budget)
+    except Exception as e:
+        w.log.end("timing", "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
+        return
+    checked = case.replace(seed=case.seed + 1 + last["set"])
+    w.log.event(event="case", stage="timing", role="timed_output", case=checked.to_json(),
+                label=checked.label(), output=w.log.save(last["out"]), error=None, obs={}, seconds=0.0)
+    with torch.no_grad():
+        eager = time_fn(lambda: kt.eager(*args, **kwargs), device=w.device, before_each=refill, **budget)
+    w.log.end("timing", "pass", "timed", case=case.to_json(), kernel=kernel.to_json(), eager=eager.to_json())
+
+
+def _target_compile():
+    try:
+        from harness import target_compile
+    except ImportError:
+        return None
+    return target_compile
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.worker")
+    p.add_argument("kernel_file", type=Path)
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--arch", default="sm_90")
+    p.add_argument("--target", default=None, help="a Case as JSON: the shapes and dtype to time")
+    ns = p.parse_args(argv)
+    if ns.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise SystemExit("the judge's worker must run with TRITON_INTERPRET=1 on the CPU")
+    target = Case.from_json(json.loads(ns.target)) if ns.target else None
+    log = Log(ns.out_dir)
+    worker = Worker(ns.kernel_file.resolve(), log, ns.device, ns.arch, target)
+    run_stages(worker)
+    log.event(event="done")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
