@@ -132,3 +132,30 @@ def test_timeout_is_retried(fake_openai, client_for, monkeypatch):
     client.timeout_s = 0.2
     assert client.query(MESSAGES).text == "on time"
     assert "Timeout" in lines[0] and len(clock.sleeps) == 1
+
+
+# ------------------------------------------------------------------ LLMProposer
+def _ctx():
+    from autokernel.proposer import SearchContext
+    source = "KERNEL_TYPE = \"softmax\"\n"
+    return SearchContext("softmax", {"M": 8, "N": 128}, "float32", "softmax[8x128:float32]", source,
+                         device={"type": "cpu"}, experiment=1)
+
+
+def test_llm_proposer_takes_the_last_python_block(fake_openai, client_for):
+    from autokernel.proposer import LLMProposer, Proposer
+    fake_openai.script(reply("Use **one block** per row.\n```python\nA = 1\n```\n```python\nB = 2\n```",
+                             prompt_tokens=900, completion_tokens=40),
+                       reply("I am not sure what to change."))
+    client, _, _ = client_for(fake_openai)
+    proposer = LLMProposer(client)
+    assert isinstance(proposer, Proposer) and proposer.name == "llm"
+    first = proposer.propose(_ctx())
+    assert first.source == "B = 2\n" and not first.parse_error
+    assert first.description == "Use one block per row."
+    assert (first.prompt_tokens, first.completion_tokens) == (900, 40)
+    assert "softmax[8x128:float32]" in first.prompt and first.response.startswith("Use **one")
+    assert fake_openai.requests[0]["messages"][1]["content"] in first.prompt
+    second = proposer.propose(_ctx())
+    assert second.parse_error and second.source is None
+    assert second.response == "I am not sure what to change."
