@@ -61,3 +61,31 @@ def bench(
     code = bench_cmd.run(file, json_out=json_out, timeout_s=timeout, device=device, arch=arch, suite=suite)
     raise typer.Exit(code)
 # ---- end bench ------------------------------------------------------------------------------
+
+
+# ---- leaderboard ----------------------------------------------------------------------------
+@app.command()
+def leaderboard(
+    run: Optional[str] = typer.Argument(None, help="A run id under --runs-dir, or a run folder. "
+                                                   "Without it: the best result per target across every run."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+) -> None:
+    """Show a run's experiments, or the best kernel per target across all runs."""
+    from rich.console import Console as _Console
+
+    from autokernel import leaderboard as board
+    out = _Console()
+    if run is None:
+        best = board.best_per_target(runs_dir)
+        if best.empty:
+            raise UserError(f"no passing experiments in any run under {runs_dir}",
+                            "run `autokernel optimize MODEL` first, or point --runs-dir at your runs")
+        out.print(board.rich_table(best, board.BEST_VIEW, f"Best per target under {runs_dir}"))
+        return
+    folder = Path(run) if Path(run).is_dir() else runs_dir / run
+    path = folder / board.FILENAME
+    if not path.exists():
+        known = ", ".join(p.name for p in board.run_dirs(runs_dir)[-5:]) or "none"
+        raise UserError(f"no leaderboard at {path}", f"runs under {runs_dir}: {known}")
+    out.print(board.rich_table(board.read(path), board.RUN_VIEW, f"Run {folder.name}"))
+# ---- end leaderboard ------------------------------------------------------------------------
