@@ -1,0 +1,443 @@
+"""The child side of `autokernel kernelbench eval`: one mode per isolated subprocess.
+
+    reference  the problem's Model alone; never imports a solution. Outputs of the correctness
+               trials and of the checked timed reps, Model's own aten compute ops, whether it
+               aliases or mutates its inputs, FLOPs and bytes, eager timing, measured peaks.
+    compile    torch.compile(Model) timed, in its own process so a slow compile has its own deadline.
+    check      the solution's ModelNew on the same trials: outputs and integrity observations.
+    time       ModelNew timed; the outputs of its first and last timed reps are kept.
+
+Each mode writes tensors.pt and then result.json into --out; the file `stage` names the stage in
+progress, so the parent can say where a crash or a hang happened. The parent compares outputs and
+decides: a solution never sees a reference output, and no comparison runs in its process. What a
+solution can still do, with deliberate effort, is tamper with this process's own observers (launch
+counting, the aten-op recorder, input fingerprints); no wrong output survives that, since outputs
+are checked in the parent against a process that never imported the solution.
+
+Protocol (KernelBench's): torch.manual_seed(42) before get_init_inputs() and before building each
+model; trial seeds drawn from torch.manual_seed(42) then randint(0, 2**32 - 1); the seed is set
+again before each input set and each forward. Every forward runs under torch.no_grad().
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.candidate import error_text, observed_call
+
+SEED = 42
+TIME_SEED = 10_000  # timed reps get seeds TIME_SEED + i, far from the trial seeds
+SHIP_MAX_ELEMS = 2 ** 25  # larger outputs travel to the parent as a strided sample
+REFILL_BUDGET_S = 10.0  # seconds of get_inputs() calls one timing run may spend on fresh values
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class ProblemError(Exception):
+    """The problem file itself does not load or run: not the solution's fault."""
+
+
+class SolutionError(Exception):
+    """The solution file has no usable ModelNew."""
+
+
+def trial_seeds(n: int) -> list[int]:
+    torch.manual_seed(SEED)
+    return [int(torch.randint(0, 2 ** 32 - 1, (1,)).item()) for _ in range(n)]
+
+
+def load_module(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # @triton.jit reads the source through the module
+    spec.loader.exec_module(module)
+    return module
+
+
+class Bench:
+    """The problem's functions with KernelBench's seeding and casting, captured before any
+    solution code runs (a solution cannot swap get_inputs for a friendlier one)."""
+
+    def __init__(self, path: str, device: str, precision: str):
+        try:
+            self.module = load_module(path, "kb_problem")
+        except Exception as e:
+            raise ProblemError(f"the problem file failed to load:\n{error_text(e)}") from e
+        missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(self.module, n)]
+        if missing:
+            raise ProblemError(f"the problem file lacks {', '.join(missing)}")
+        self.Model, self.get_inputs = self.module.Model, self.module.get_inputs
+        self.get_init_inputs = self.module.get_init_inputs
+        self.device, self.dtype = torch.device(device), PRECISIONS[precision]
+
+    def prepare(self, values) -> list:
+        out = []
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                v = v.to(self.device)
+                v = v.to(self.dtype) if v.is_floating_point() else v
+            out.append(v)
+        return out
+
+    def inputs(self, seed: int) -> list:
+        torch.manual_seed(seed)
+        return self.prepare(list(self.get_inputs()))
+
+    def build(self, cls) -> torch.nn.Module:
+        torch.manual_seed(SEED)
+        init = self.prepare(list(self.get_init_inputs()))
+        torch.manual_seed(SEED)
+        with torch.no_grad():
+            model = cls(*init)
+        return model.to(device=self.device, dtype=self.dtype)
+
+
+def forward(model, inputs: list, seed: int):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        return model(*inputs)
+
+
+def as_outputs(result) -> list[torch.Tensor]:
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)) and result and all(isinstance(r, torch.Tensor) for r in result):
+        return list(result)
+    raise TypeError(f"forward returned {type(result).__name__}, expected a tensor or a tuple of tensors")
+
+
+def ship(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy to hand to the parent; huge outputs as a deterministic strided sample."""
+    t = t.detach()
+    if t.numel() > SHIP_MAX_ELEMS:
+        t = t.reshape(-1)[:: -(-t.numel() // SHIP_MAX_ELEMS)]
+    return t.to("cpu", copy=True)
+
+
+def store(tensors: dict, key: str, outputs: list[torch.Tensor]) -> list[dict]:
+    meta = []
+    for k, t in enumerate(outputs):
+        tensors[f"{key}.{k}"] = ship(t)
+        meta.append({"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+                     "numel": t.numel(), "sampled": t.numel() > SHIP_MAX_ELEMS})
+    return meta
+
+
+def fingerprint(values: list) -> str:
+    """A hash of the input values (a strided sample of huge tensors): both processes must have
+    judged the same inputs."""
+    h = hashlib.sha256()
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            flat = v.detach().reshape(-1)
+            flat = flat[:: max(1, -(-flat.numel() // 2 ** 22))].to("cpu").contiguous()
+            h.update(f"{tuple(v.shape)}{v.dtype}".encode())
+            h.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+        else:
+            h.update(repr(v).encode())
+    return h.hexdigest()[:16]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Refill:
+    """Fresh values written in place into the timed buffers before each call (outside the timed
+    region): a result cache keyed on buffer addresses returns stale answers, which the parent
+    catches in the checked reps. When get_inputs() is slow, the values cycle through a pool sized
+    to REFILL_BUDGET_S; the first and last reps always get their own seeds."""
+
+    def __init__(self, bench: Bench, bufs: list, reps: int, warmup: int):
+        self.bench, self.bufs, self.last = bench, bufs, reps - 1
+        self.unique, self.pool, self.fingerprints = reps + warmup, {}, {}
+
+    def seed_of(self, i: int) -> int:
+        return TIME_SEED + (i if i in (0, self.last) else i % self.unique)
+
+    def __call__(self, i: int) -> None:
+        seed = self.seed_of(i)
+        values = self.pool.get(seed)
+        if values is None:
+            start = time.perf_counter()
+            values = self.bench.inputs(seed)
+            spent_s = time.perf_counter() - start
+            self.unique = max(2, min(self.unique, int(REFILL_BUDGET_S / max(spent_s, 1e-9))))
+            if i in (0, self.last):
+                self.fingerprints[i] = fingerprint(values)
+            if self.unique < self.last + 1:
+                self.pool[seed] = values
+        with torch.no_grad():
+            for dst, src in zip(self.bufs, values):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
+        torch.manual_seed(seed)  # the rep's forward sees the RNG state the reference used
+
+
+def time_model(bench: Bench, model, reps: int, warmup: int, keep_outputs: bool = False) -> dict:
+    """Time model(*bufs) with time_fn: fixed rep count, refilled inputs, raw samples kept."""
+    from harness.timing import time_fn
+    bufs = bench.inputs(TIME_SEED)
+    refill = Refill(bench, bufs, reps, warmup)
+    state: dict[str, Any] = {}
+    kept: dict[int, list] = {}
+
+    def call() -> None:
+        state["out"] = model(*bufs)
+
+    def before_each(i: int) -> None:
+        if keep_outputs and i == 1:  # rep 0's output, before rep 1 can overwrite a reused buffer
+            kept[0] = as_outputs(state["out"])
+            kept[0] = [ship(t) for t in kept[0]]
+        refill(i)
+
+    with torch.no_grad():
+        timing = time_fn(call, device=str(bench.device), warmup=warmup, min_reps=reps, max_reps=reps,
+                         before_each=before_each)
+        if keep_outputs:
+            kept[reps - 1] = [ship(t) for t in as_outputs(state["out"])]
+            kept.setdefault(0, kept[reps - 1])
+    result = {"timing": timing.to_json(), "kept": kept, "fingerprints": refill.fingerprints,
+              "fresh_sets": refill.unique}
+    if bench.device.type == "cuda":
+        result["host_wall_median_us"] = _host_wall_median_us(call, refill, bench.device)
+    return result
+
+
+def _host_wall_median_us(call, refill: Refill, device: torch.device, reps: int = 10) -> float:
+    """Wall time from launch to a device-wide synchronize: work hidden on a side stream, which
+    CUDA events on the current stream do not see, shows up here."""
+    samples = []
+    with torch.no_grad():
+        for i in range(reps):
+            refill(i)
+            torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            call()
+            torch.cuda.synchronize(device)
+            samples.append((time.perf_counter() - start) * 1e6)
+    return sorted(samples)[len(samples) // 2]
+
+
+def output_observations(outs: list[torch.Tensor], inputs: list) -> dict:
+    """Per output: exactly a strided torch.Tensor (a subclass or lazy object could fake its values
+    later), and not sharing storage with an input (it would change when the caller reuses it)."""
+    ptrs = {_storage_ptr(x) for x in inputs if isinstance(x, torch.Tensor)} - {0, -1}
+    return {"plain": all(type(t) is torch.Tensor and t.layout == torch.strided for t in outs),
+            "aliased": any(_storage_ptr(t) in ptrs for t in outs)}
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # sparse or meta tensors have no plain storage
+        return -1
+
+
+def copy_matching_state(src: torch.nn.Module, dst: torch.nn.Module) -> dict:
+    """Parameters and buffers of Model copied into ModelNew where names and shapes match, so a
+    randomly initialised layer compares fairly whatever order the solution creates it in."""
+    theirs, copied, unmatched = src.state_dict(), [], []
+    with torch.no_grad():
+        for name, t in dst.state_dict().items():
+            s = theirs.get(name)
+            if s is not None and tuple(s.shape) == tuple(t.shape):
+                t.copy_(s)
+                copied.append(name)
+            else:
+                unmatched.append(name)
+    return {"copied": copied, "unmatched": unmatched, "model_state": len(theirs)}
+
+
+def load_candidate(bench: Bench, solution: str, out: Path):
+    """Model (for its weights) and the solution's ModelNew with Model's matching state."""
+    model = bench.build(bench.Model)
+    stage(out, "load")
+    module = load_module(solution, "kb_solution")
+    cls = getattr(module, "ModelNew", None)
+    if not isinstance(cls, type):
+        raise SolutionError("the solution file defines no class ModelNew")
+    new = bench.build(cls)
+    state = copy_matching_state(model, new)
+    del model
+    return new, state
+
+
+# ---------------------------------------------------------------------------------- the modes
+def run_reference(a, bench: Bench, out: Path, tensors: dict) -> dict:
+    stage(out, "reference")
+    model = bench.build(bench.Model)
+    trials = []
+    for t, seed in enumerate(trial_seeds(a.trials)):
+        inputs = bench.inputs(seed)
+        meta = store(tensors, f"trial{t}", as_outputs(forward(model, inputs, seed)))
+        trials.append({"seed": seed, "fingerprint": fingerprint(inputs), "outputs": meta})
+    checked = {}
+    for rep in sorted({0, a.reps - 1}):
+        inputs = bench.inputs(TIME_SEED + rep)
+        store(tensors, f"rep{rep}", as_outputs(forward(model, inputs, TIME_SEED + rep)))
+        checked[str(rep)] = fingerprint(inputs)
+    inputs = bench.inputs(trials[0]["seed"])
+    from torch.utils.flop_counter import FlopCounterMode
+    flops = FlopCounterMode(display=False)
+    with flops:
+        observed = observed_call(lambda *x: forward(model, list(x), trials[0]["seed"]), inputs, {}, _NoLaunches())
+    outs = as_outputs(observed.output)
+    result = {"trials": trials, "checked_reps": checked, "model_ops": sorted(set(observed.forbidden)),
+              "aliases_input": output_observations(outs, inputs)["aliased"],
+              "mutates_input": bool(observed.mutated),
+              "flops": flops.get_total_flops(),
+              "bytes": sum(x.numel() * x.element_size() for x in list(inputs) + outs if isinstance(x, torch.Tensor)),
+              "device": device_info(bench.device), "versions": versions()}
+    stage(out, "timing")
+    timed = time_model(bench, model, a.reps, a.warmup)
+    result.update(timing=timed["timing"], fresh_sets=timed["fresh_sets"])
+    result.update(peaks_for(bench.device))
+    return result
+
+
+class _NoLaunches:
+    """A stand-in monitor for Model: every aten compute op it runs is recorded."""
+    paused = False
+    launches = 0
+
+
+def run_compile(a, bench: Bench, out: Path, tensors: dict) -> dict:
+    stage(out, "compile")
+    model = bench.build(bench.Model)
+    start = time.perf_counter()
+    compiled = torch.compile(model)
+    forward(compiled, bench.inputs(TIME_SEED), TIME_SEED)
+    compile_s = time.perf_counter() - start
+    stage(out, "timing")
+    timed = time_model(bench, compiled, a.reps, a.warmup)
+    return {"timing": timed["timing"], "compile_s": compile_s}
+
+
+def run_check(a, bench: Bench, out: Path, tensors: dict) -> dict:
+    from harness.launches import LaunchMonitor
+    with LaunchMonitor() as monitor:  # active at import: load_inline'd extensions are wrapped
+        new, state = load_candidate(bench, a.solution, out)
+        monitor.reset()
+        stage(out, "correctness")
+        trials, ops, kept = [], set(), None
+        for t, seed in enumerate(trial_seeds(a.trials)):
+            inputs = bench.inputs(seed)
+            fp = fingerprint(inputs)
+            call = observed_call(lambda *x: forward(new, list(x), seed), inputs, {}, monitor)
+            if call.error:
+                return {"error": f"ModelNew.forward raised on trial {t}:\n{call.error}", "stage": "correctness"}
+            sync(bench.device)
+            obs = {**call.observations(), **output_observations(as_outputs(call.output), inputs)}
+            ops |= set(obs.pop("forbidden"))
+            trials.append({"seed": seed, "fingerprint": fp, **obs,
+                           "outputs": store(tensors, f"trial{t}", as_outputs(call.output))})
+            kept = inputs if t == 0 else kept
+        stage(out, "replay")
+        # the trial-0 buffers refilled in place with trial 1's values: a cache keyed on buffer
+        # addresses (or on the tensor objects) answers with trial 0's output here
+        fresh = bench.inputs(trials[min(1, len(trials) - 1)]["seed"])
+        for dst, src in zip(kept, fresh):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+        store(tensors, "refill", as_outputs(forward(new, kept, trials[min(1, len(trials) - 1)]["seed"])))
+    return {"trials": trials, "pytorch_ops": sorted(ops), "state": state, "refill_fingerprint": fingerprint(kept)}
+
+
+def run_time(a, bench: Bench, out: Path, tensors: dict) -> dict:
+    new, _ = load_candidate(bench, a.solution, out)
+    stage(out, "timing")
+    timed = time_model(bench, new, a.reps, a.warmup, keep_outputs=True)
+    for rep, outs in timed.pop("kept").items():
+        for k, t in enumerate(outs):
+            tensors[f"rep{rep}.{k}"] = t
+    timed["fingerprints"] = {str(k): v for k, v in timed["fingerprints"].items()}
+    return timed
+
+
+MODES = {"reference": run_reference, "compile": run_compile, "check": run_check, "time": run_time}
+
+
+# ---------------------------------------------------------------------------------- plumbing
+def stage(out: Path, name: str) -> None:
+    (out / "stage").write_text(name)
+
+
+def versions() -> dict:
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {"torch": torch.__version__, "triton": triton_version, "cuda": torch.version.cuda,
+            "python": platform.python_version()}
+
+
+def device_info(device: torch.device) -> dict:
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return {"type": "cuda", "name": props.name, "capability": f"sm_{props.major}{props.minor}",
+                "memory_gb": round(props.total_memory / 2 ** 30, 1)}
+    return {"type": "cpu", "name": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "triton_interpreter": os.environ.get("TRITON_INTERPRET") == "1"}
+
+
+def peaks_for(device: torch.device) -> dict:
+    if device.type != "cuda":
+        return {"peaks": None, "peaks_note": "no roofline on the CPU: interpreter timings say nothing about a GPU"}
+    try:
+        from harness.peaks import measured_peaks
+        return {"peaks": measured_peaks(str(device))}
+    except Exception as e:  # a failed probe costs the roofline flag, never the verdict
+        return {"peaks": None, "peaks_note": f"peaks not measured: {type(e).__name__}: {e}"}
+
+
+def write_result(out: Path, result: dict, tensors: dict) -> None:
+    torch.save(tensors, out / "tensors.pt")
+    tmp = out / "result.json.tmp"
+    tmp.write_text(json.dumps(result, default=str))
+    os.replace(tmp, out / "result.json")  # its presence means the child finished
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.kb_worker")
+    p.add_argument("mode", choices=sorted(MODES))
+    p.add_argument("--problem", required=True)
+    p.add_argument("--solution")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS))
+    p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--reps", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=3)
+    a = p.parse_args(argv)
+    tensors: dict[str, torch.Tensor] = {}
+    stage(a.out, "load_problem")
+    try:
+        bench = Bench(a.problem, a.device, a.precision)
+        result = MODES[a.mode](a, bench, a.out, tensors)
+    except ProblemError as e:
+        result = {"problem_error": str(e)}
+    except SolutionError as e:
+        result = {"error": str(e), "stage": "load", "no_model_new": True}
+    except Exception as e:  # the solution's (or the problem's) exception, reported, not raised
+        where = (a.out / "stage").read_text()
+        result = {"error": error_text(e), "stage": where}
+        if a.mode == "reference":  # only Model ran: the problem is broken, not a solution
+            result = {"problem_error": f"the problem's Model failed during {where}:\n{error_text(e)}"}
+    write_result(a.out, {"mode": a.mode, **result}, tensors)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
