@@ -89,3 +89,46 @@ def leaderboard(
         raise UserError(f"no leaderboard at {path}", f"runs under {runs_dir}: {known}")
     out.print(board.rich_table(board.read(path), board.RUN_VIEW, f"Run {folder.name}"))
 # ---- end leaderboard ------------------------------------------------------------------------
+
+
+# ---- profile --------------------------------------------------------------------------------
+from autokernel.modelfile import ModelOptions, model_options  # noqa: E402  (shared by model commands)
+
+
+@app.command()
+@model_options
+def profile(
+    model: Path = typer.Argument(..., help="A KernelBench-format file, or any file with an nn.Module class."),
+    json_path: Optional[str] = typer.Option(None, "--json", help="Write the profile JSON here ('-': stdout)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (chrome://tracing, Perfetto)."),
+    iters: int = typer.Option(10, "--iters", min=1, help="Profiled forwards."),
+    warmup: int = typer.Option(3, "--warmup", min=0, help="Plain forwards before profiling."),
+    model_opts: ModelOptions = None,
+) -> None:
+    """Where the model's time goes, by kernel type, and what each bottleneck could be worth."""
+    import json as _json
+
+    from autokernel import plan as plan_mod
+    from autokernel.modelfile import load_model
+    from autokernel.profiler import profile_model
+    from harness.peaks import measured_peaks
+
+    spec = model_opts.spec(model)
+    loaded = load_model(spec)
+    err.print(f"profiling {model} on {spec.device}: {warmup} warm-up + {iters} profiled forwards", highlight=False)
+    prof = profile_model(loaded, iters=iters, warmup=warmup, trace_path=str(trace) if trace else None)
+    plan = plan_mod.make_plan(prof, measured_peaks(spec.device), model=spec.to_json())
+    shown = Console(stderr=json_path == "-")
+    if not shown.is_terminal:  # a pipe or a file: wide enough that target names stay whole
+        shown = Console(stderr=json_path == "-", width=120)
+    shown.print(plan_mod.table(plan))
+    text = _json.dumps(plan, indent=2)
+    if json_path == "-":
+        sys.stdout.write(text + "\n")
+    elif json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(text + "\n")
+        err.print(f"wrote {json_path}", highlight=False)
+    if trace:
+        err.print(f"wrote {trace}", highlight=False)
+# ---- end profile ----------------------------------------------------------------------------
