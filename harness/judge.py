@@ -17,6 +17,7 @@ import os
 import platform
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,14 +101,30 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
                 "--device", device, "--arch", arch]
         if target is not None:
             argv += ["--target", json.dumps(target.to_json())]
+        spawned = time.time()
         child = run_isolated(argv, timeout_s, env=_child_env(device), cwd=cwd)
         events = read_events(out_dir)
         bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
         plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)
+        checks_start = time.time()
         assessment = assess(events, out_dir, plan, device)
+        checks_s = time.time() - checks_start
     assessment = _account_for_child(assessment, child, timeout_s)
     verdict["device"] = _device_info(device, events)
-    return _finish(verdict, assessment)
+    verdict = _finish(verdict, assessment)
+    verdict["judge_seconds"] = wall_time_split(events, spawned, child.seconds, checks_s)
+    return verdict
+
+
+def wall_time_split(events: list[dict], spawned: float, child_s: float, checks_s: float) -> dict:
+    """Where the judge's time went: the worker's start-up (interpreter, torch, triton), compile,
+    the kernel's own calls, timing, and the parent's rechecking."""
+    started = next((e["t"] for e in events if e.get("event") == "started"), None)
+    ends = {e["stage"]: e.get("seconds", 0.0) for e in events if e.get("event") == "stage_end"}
+    calls = sum(e.get("seconds", 0.0) for e in events if e.get("event") == "case")
+    return {"startup": (started - spawned) if started else None, "compile": ends.get("compile"),
+            "kernel_calls": calls, "stages": sum(v for k, v in ends.items() if k not in ("compile", "timing")),
+            "timing": ends.get("timing"), "worker_total": child_s, "parent_checks": checks_s}
 
 
 def _account_for_child(a: Assessment, child: ChildResult, timeout_s: float) -> Assessment:

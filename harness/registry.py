@@ -13,6 +13,7 @@ references without trusting the candidate's process.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -123,6 +124,8 @@ class KernelType:
 
 
 _REGISTRY: dict[str, KernelType] = {}
+_LOAD_LOCK = threading.Lock()
+_loaded = False
 
 
 def register(kt: KernelType) -> KernelType:
@@ -131,8 +134,11 @@ def register(kt: KernelType) -> KernelType:
 
 
 def _load() -> None:
-    if not _REGISTRY:
-        from harness.types import attention, matmuls, rowwise  # noqa: F401  (they register)
+    global _loaded
+    with _LOAD_LOCK:  # judges run from threads; a half-filled registry would reject known types
+        if not _loaded:
+            from harness.types import attention, matmuls, rowwise  # noqa: F401  (they register)
+            _loaded = True
 
 
 def get(name: str) -> KernelType:

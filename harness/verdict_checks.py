@@ -13,7 +13,7 @@ import torch
 
 from harness import registry
 from harness.cases import STAGES, Plan
-from harness.compare import bitwise_equal, compare, trivial_output_passes
+from harness.compare import bitwise_equal, compare
 from harness.registry import Case
 
 _LOADED: dict[str, Any] = {}
@@ -107,13 +107,12 @@ class _Checker:
             return f"{case.label()}: kernel_fn returned no tensor"
         args, _ = registry.build_inputs(case, "cpu")
         ref = registry.reference_output(case)
-        cmp = compare(out, ref, case, args)
+        cmp = compare(out, ref, case, args, trivial=True)
         if not cmp.ok:
             return f"{case.label()}: {cmp.detail}"
-        trivial = trivial_output_passes(ref, case, args, registry.get(case.kernel_type).out_dtype(case))
-        if trivial:
+        if cmp.trivial:
             # a case that zeros or a constant would pass proves nothing: not counted
-            self.dropped.append(f"{case.label()} ({trivial} would pass)")
+            self.dropped.append(f"{case.label()} ({cmp.trivial} would pass)")
         else:
             self.counted += 1
         return None
@@ -158,6 +157,9 @@ class _Checker:
             return problem
         if b.get("error"):
             return f"{second_case.label()}: kernel_fn raised\n{b['error']}"
+        # a reused output buffer: the caller's earlier result changes under its feet
+        if b.get("earlier_output_changed"):
+            return "an earlier output changed when kernel_fn was called again (is an output buffer reused?)"
         # result replay: a kernel that caches by buffer address returns the old answer here
         if self.check_output(b, second_case):
             return ("result replay: after the same input buffers were refilled in place with new values, "

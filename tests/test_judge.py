@@ -1,0 +1,133 @@
+"""The judge, both directions: wrong and cheating kernels are rejected at the right stage, and
+correct kernels written differently from the starters are accepted. All on the CPU."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import judge_kernels
+from harness.cases import STAGES
+from harness.judge import judge
+
+GOOD = Path(__file__).parent / "kernels" / "good"
+VERDICT_KEYS = {"kernel_file", "kernel_type", "backend", "verdict", "failed_stage", "stages", "timing",
+                "roofline", "resources", "device", "versions"}
+TIMING_KEYS = {"median_us", "iqr_us", "reps", "baseline_median_us", "speedup_vs_eager", "method",
+               "representative_of_gpu"}
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory):
+    """Judge every variant once, two at a time (the machine has two cores)."""
+    folder = tmp_path_factory.mktemp("variants")
+    paths = judge_kernels.write_variants(folder)
+    paths.update({f"good/{p.stem}": p for p in GOOD.glob("*.py")})
+    os.environ["AK_TEST_FAKE_API_KEY"] = "sk-must-not-leak"
+    os.environ["HF_TOKEN"] = "hf-must-not-leak"
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            results = dict(zip(paths, pool.map(
+                lambda item: judge(item[1], device="cpu", timeout_s=10 if item[0] == "hang" else 180),
+                paths.items())))
+    finally:
+        del os.environ["AK_TEST_FAKE_API_KEY"], os.environ["HF_TOKEN"]
+    return results
+
+
+def _detail(verdict: dict) -> str:
+    return next((s["detail"] for s in verdict["stages"] if s["name"] == verdict["failed_stage"]), "")
+
+
+@pytest.mark.parametrize("name", list(judge_kernels.VARIANTS))
+def test_variant_gets_its_verdict(verdicts, name):
+    _, want_verdict, want_stage = judge_kernels.VARIANTS[name]
+    v = verdicts[name]
+    assert (v["verdict"], v["failed_stage"]) == (want_verdict, want_stage), _detail(v)
+    if want_stage:
+        assert _detail(v).strip(), "a failure must say why"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in GOOD.glob("*.py")))
+def test_correct_kernels_written_differently_pass(verdicts, name):
+    v = verdicts[f"good/{name}"]
+    assert v["verdict"] == "PASS", _detail(v)
+
+
+def test_verdict_json_has_the_design_shape(verdicts):
+    v = verdicts["correct"]
+    assert VERDICT_KEYS <= set(v)
+    assert [s["name"] for s in v["stages"]] == list(STAGES)
+    assert all(s["status"] == "pass" for s in v["stages"])
+    assert TIMING_KEYS <= set(v["timing"])
+    assert v["timing"]["representative_of_gpu"] is False
+    assert "interpreter" in v["timing"]["method"].lower()
+    assert v["timing"]["median_us"] > 0 and v["timing"]["reps"] >= 3
+    assert v["roofline"]["cpu_figures"] is True
+    sweep = next(s for s in v["stages"] if s["name"] == "shape_sweep")
+    assert "bfloat16: skip" in sweep["detail"], "bf16 on the interpreter is a skip, never a pass"
+
+
+def test_failure_messages_name_the_hack(verdicts):
+    assert "PyTorch compute" in _detail(verdicts["calls_reference"])
+    assert "aten::_softmax" in _detail(verdicts["calls_reference"])
+    assert "replay" in _detail(verdicts["result_cache"])
+    assert "no Triton or CUDA kernel" in _detail(verdicts["numpy_no_launch"])
+    assert "earlier output changed" in _detail(verdicts["reused_output_buffer"])
+    assert "SIGSEGV" in _detail(verdicts["segfault"])
+    assert "bitwise" in _detail(verdicts["jitter"])
+    assert "process group was killed" in _detail(verdicts["hang"])
+
+
+def test_later_stages_are_skipped_after_a_failure(verdicts):
+    stages = verdicts["wrong_math"]["stages"]
+    assert [s["status"] for s in stages] == ["pass", "fail"] + ["skip"] * (len(STAGES) - 2)
+    assert verdicts["wrong_math"]["timing"] is None
+
+
+def _bench(*args: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autokernel", "bench", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_bench_json_is_one_object_and_exit_codes(tmp_path):
+    paths = judge_kernels.write_variants(tmp_path, {"wrong_math"})
+    wrong = _bench(str(paths["wrong_math"]), "--json", "--device", "cpu")
+    assert wrong.returncode == 1
+    assert json.loads(wrong.stdout)["failed_stage"] == "smoke"
+    missing = _bench(str(tmp_path / "nope.py"), "--json")
+    assert missing.returncode == 2 and "no such kernel file" in missing.stderr
+    unknown = tmp_path / "unknown.py"
+    unknown.write_text("KERNEL_TYPE = 'conv9d'\nBACKEND = 'triton'\ndef kernel_fn(x):\n    return x\n")
+    bad_type = _bench(str(unknown), "--json", "--device", "cpu")
+    assert bad_type.returncode == 2 and "unknown KERNEL_TYPE 'conv9d'" in bad_type.stderr
+    assert json.loads(bad_type.stdout)["failed_stage"] == "compile"
+    no_fn = tmp_path / "no_fn.py"
+    no_fn.write_text("KERNEL_TYPE = 'softmax'\nBACKEND = 'triton'\n")
+    assert _bench(str(no_fn), "--device", "cpu").returncode == 2
+
+
+def test_bench_table_labels_cpu_timing():
+    out = _bench(str(GOOD / "softmax_rows.py"), "--device", "cpu")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "PASS" in out.stdout and "CPU interpreter time" in out.stdout
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    kernel = tmp_path / "spawns.py"
+    kernel.write_text(judge_kernels.source(wrapper=(
+        "    import subprocess\n"
+        "    p = subprocess.Popen(['sleep', '600'])\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "    while True:\n        pass")))
+    v = judge(kernel, device="cpu", timeout_s=8)
+    assert v["verdict"] == "TIMEOUT"
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
