@@ -1,0 +1,192 @@
+"""CUDA C++ kernel files: their contract, the source the compiler sees, and the loader.
+
+The contract of a kernel file with BACKEND = "cuda"
+----------------------------------------------------
+A CUDA C++ kernel is one Python file, like a Triton one (DESIGN.md, "The kernel file"), whose
+kernels are C++ text in two literals:
+
+    KERNEL_TYPE = "softmax"
+    BACKEND = "cuda"
+    TUNABLES = {"THREADS": [128, 256, 512, 1024]}     # optional: the space the offline tuner explores
+    CONSTRAINTS = ["THREADS % 32 == 0"]                # optional: Python boolean expressions
+    CONFIG = {"THREADS": 256}                          # the values in use; each one a C++ macro
+    CUDA_KERNELS = r'''
+    #include <cuda_fp16.h>
+    template <typename T> __global__ void softmax_kernel(const T* x, T* y, int n_cols) { ... }
+    void softmax_launch_f16(const __half* x, __half* y, int rows, int n_cols, cudaStream_t s) {
+        softmax_kernel<__half><<<rows, THREADS, 0, s>>>(x, y, n_cols);
+    }
+    '''
+    CUDA_HOST = r'''
+    #include <torch/extension.h>
+    #include <ATen/cuda/CUDAContext.h>
+    torch::Tensor softmax_fwd(torch::Tensor x) { ...checks, x.contiguous(), allocate, launch... }
+    '''
+    FUNCTIONS = ["softmax_fwd"]
+
+    def kernel_fn(x):
+        return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).softmax_fwd(x)
+
+- `CUDA_KERNELS` holds the device code and plain C++ launch functions taking raw pointers, sizes
+  and a `cudaStream_t`. It includes CUDA headers only (cuda_runtime.h, cuda_fp16.h, cuda_bf16.h,
+  mma.h...), never torch's: the compile stage compiles exactly this text with `nvcc -cubin
+  -Xptxas -v` for the target architecture, without a GPU, in about a second, and torch's headers
+  would make that a minute. Errors are reported against its own line numbers (`CUDA_KERNELS(12)`).
+- `CONFIG` values (int, float or bool) reach the text as `#define NAME value` lines placed before
+  it, so the tuner changes a kernel by rewriting the CONFIG line only. Use them as macros or as
+  template arguments; every CONFIG the CONSTRAINTS admit must give correct results.
+- `CUDA_HOST` is the torch side: input checks, `.contiguous()`, output allocation, the launcher
+  call on `at::cuda::getCurrentCUDAStream()`. It is appended to CUDA_KERNELS in one .cu file, so
+  it sees the launchers without prototypes. It is only built where a GPU is, by `load_cuda`.
+- `FUNCTIONS` names the CUDA_HOST functions Python may call (plain, not overloaded or templated).
+- Built as torch builds extensions: with `-O3`, without `--use_fast_math` (fp32 means IEEE fp32),
+  and with torch's `__CUDA_NO_HALF_OPERATORS__`-style defines in force in both compiles, so
+  convert `__half` and `__nv_bfloat16` explicitly (`__half2float`, `__float2half_rn`, ...).
+- Shared memory: ptxas sees static `__shared__` arrays only (48 KiB per block at most); dynamic
+  shared memory is sized at launch time and checked only when the kernel runs.
+
+`load_cuda` builds with `torch.utils.cpp_extension.load_inline` (ninja) into a cache directory
+keyed by a hash of everything that changes the binary, under a file lock so concurrent workers
+never build one extension twice, and memoizes the module in the process. Nothing is built at import.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+# What load_inline passes to nvcc besides torch's own flags. No --use_fast_math: its approximate
+# exp/log/division and flush-to-zero break the strict fp32 tolerance.
+NVCC_FLAGS = ("-O3", "-std=c++17")
+# torch.utils.cpp_extension.COMMON_NVCC_FLAGS, which load_inline adds to every CUDA compile: the
+# compile-for-target check passes them too, so code that relies on implicit __half conversions
+# fails there exactly as it would fail to build on the GPU machine.
+TORCH_NVCC_FLAGS = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                    "--expt-relaxed-constexpr")
+
+_MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_BUILT: dict[tuple, Any] = {}
+
+
+class CudaBuildError(RuntimeError):
+    """The extension did not build; the message holds the compiler's output."""
+
+
+def config_macros(config: dict[str, Any] | None) -> str:
+    """`#define NAME value` for each CONFIG entry, in a stable order."""
+    lines = []
+    for name, value in sorted((config or {}).items()):
+        if not _MACRO_NAME.match(str(name)):
+            raise ValueError(f"CONFIG key {name!r} is not a C identifier: it becomes a #define")
+        if isinstance(value, bool):
+            text = "1" if value else "0"
+        elif isinstance(value, (int, float)):
+            text = repr(value)
+        else:
+            raise ValueError(f"CONFIG[{name!r}] = {value!r}: only int, float and bool values can "
+                             "become C++ macros")
+        lines.append(f"#define {name} {text}")
+    return "\n".join(lines)
+
+
+def kernels_source(cuda_kernels: str, config: dict[str, Any] | None = None) -> str:
+    """The translation unit compile-for-target compiles: CONFIG macros, then CUDA_KERNELS. The
+    #line directive makes compiler messages point at lines of CUDA_KERNELS itself."""
+    return f"{config_macros(config)}\n#line 1 \"CUDA_KERNELS\"\n{cuda_kernels}\n"
+
+
+def extension_source(cuda_kernels: str, cuda_host: str, functions: list[str] | tuple[str, ...],
+                     config: dict[str, Any] | None = None) -> str:
+    """The .cu file load_cuda builds: exactly kernels_source(...), then CUDA_HOST and the bindings."""
+    for fn in functions:
+        if not _MACRO_NAME.match(fn):
+            raise ValueError(f"FUNCTIONS entry {fn!r} is not a C++ function name")
+    bindings = "\n".join(f'  m.def("{fn}", &{fn}, "{fn}");' for fn in functions)
+    return (f"{kernels_source(cuda_kernels, config)}#line 1 \"CUDA_HOST\"\n{cuda_host}\n"
+            f"#line 1 \"bindings\"\n#include <torch/extension.h>\n"
+            f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{bindings}\n}}\n")
+
+
+def nvcc_path() -> str | None:
+    """nvcc on PATH, else under CUDA_HOME / CUDA_PATH, else the usual install folder."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and (Path(root) / "bin" / "nvcc").is_file():
+            return str(Path(root) / "bin" / "nvcc")
+    return None
+
+
+def cache_root() -> Path:
+    base = os.environ.get("AUTOKERNEL_CACHE_DIR")
+    return Path(base) / "cuda" if base else Path.home() / ".cache" / "autokernel" / "cuda"
+
+
+def build_hash(source: str, arch: str | None) -> str:
+    """Everything that changes the built binary: the source (config included), the flags, the arch,
+    and the torch/CUDA/Python the extension links against."""
+    import torch
+    parts = [source, repr(NVCC_FLAGS), str(arch), torch.__version__, str(torch.version.cuda),
+             sys.version.split()[0]]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _arch_flags(arch: str | None) -> list[str]:
+    if arch is None:
+        return []  # torch picks: TORCH_CUDA_ARCH_LIST, else the visible GPUs
+    from harness.target_compile import parse_arch
+    cc = parse_arch(arch)
+    return [f"-gencode=arch=compute_{cc},code=sm_{cc}"]
+
+
+def _build(name: str, source: str, functions: tuple[str, ...], arch: str | None):
+    from filelock import FileLock
+    from torch.utils import cpp_extension
+    digest = build_hash(source, arch)
+    ext_name = f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}_{digest}"
+    build_dir = cache_root() / ext_name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    kwargs: dict[str, Any] = dict(name=ext_name, cpp_sources=[""], cuda_sources=[source], functions=None,
+                                  extra_cuda_cflags=[*NVCC_FLAGS, *_arch_flags(arch)],
+                                  build_directory=str(build_dir), with_cuda=True, verbose=False)
+    if "no_implicit_headers" in inspect.signature(inspect.unwrap(cpp_extension.load_inline)).parameters:
+        kwargs["no_implicit_headers"] = True  # main.cpp is empty: do not compile torch's headers twice
+    # The unwrapped loader builds; a launch monitor's wrapper (if one is active) is applied per call.
+    original = inspect.unwrap(cpp_extension.load_inline)
+    with FileLock(str(build_dir) + ".lock"):
+        try:
+            module = original(**kwargs)
+        except Exception as e:  # torch raises RuntimeError with the compiler's output in it
+            raise CudaBuildError(f"building CUDA extension {ext_name} in {build_dir} failed:\n{e}") from e
+    missing = [fn for fn in functions if not hasattr(module, fn)]
+    if missing:
+        raise CudaBuildError(f"the built extension has no function(s) {', '.join(missing)}")
+    return module, kwargs
+
+
+def load_cuda(name: str, cuda_kernels: str, cuda_host: str, functions: list[str] | tuple[str, ...],
+              config: dict[str, Any] | None = None, arch: str | None = None):
+    """The built extension module of a kernel file (see the module docstring); builds on first use.
+
+    A repeat call costs a dictionary lookup. While a LaunchMonitor is active (it wraps
+    cpp_extension.load_inline), the call goes through the wrapped loader so that monitor counts the
+    module's calls; torch returns its already loaded module for identical arguments.
+    """
+    key = (name, cuda_kernels, cuda_host, tuple(functions), tuple(sorted((config or {}).items())), arch)
+    entry = _BUILT.get(key)
+    if entry is None:
+        source = extension_source(cuda_kernels, cuda_host, functions, config)
+        entry = _BUILT[key] = _build(name, source, tuple(functions), arch)
+    module, kwargs = entry
+    from torch.utils import cpp_extension
+    loader = cpp_extension.load_inline
+    if loader is not inspect.unwrap(loader):
+        return loader(**kwargs)
+    return module

@@ -1,0 +1,479 @@
+"""Compile for the target GPU without one: registers, spills and shared memory per kernel.
+
+The judge's `compile` stage calls `compile_triton` with the launches it recorded while running the
+candidate once (under the Triton interpreter on a CPU machine), or `compile_cuda` with the imported
+CUDA C++ kernel file. Either way every kernel is compiled ahead of time for the target architecture
+(`sm_90` by default), and the cubin says what the kernel would cost on that GPU: registers per
+thread, spill traffic, shared memory per block. A kernel that does not compile for the target fails
+with the compiler's own message; one that needs more shared memory than the target allows per block
+fails with the limit named, since it would fail to launch there.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import cuda_build
+
+# Opt-in maximum shared memory per thread block, in bytes, by compute capability: the row "Maximum
+# amount of shared memory per thread block" of the CUDA C++ Programming Guide's table "Technical
+# Specifications per Compute Capability". A kernel gets more than 48 KiB only as dynamic shared
+# memory after cudaFuncSetAttribute(MaxDynamicSharedMemorySize), which Triton's launcher does itself.
+MAX_SHARED_BYTES = {70: 96 * 1024, 72: 96 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024,
+                    87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024,
+                    103: 227 * 1024, 120: 99 * 1024, 121: 99 * 1024}
+# Statically declared __shared__ arrays: 48 KiB per block on every architecture (same guide).
+MAX_STATIC_SHARED_BYTES = 48 * 1024
+# Spill stores + loads (bytes per thread, as ptxas counts them) above which a kernel is reported as
+# spilling heavily: 64 fp32 values' worth. A few spilled bytes sit in L1 and cost little; beyond
+# this the local-memory traffic competes with the kernel's own loads, and the fix (smaller tiles,
+# fewer values held per thread) is usually worth trying.
+HEAVY_SPILL_BYTES = 256
+_DETAIL_TAIL_CHARS = 4000
+_NVCC_TIMEOUT_S = 180.0
+_CACHE: dict[tuple, Any] = {}  # per process: (what was compiled, options, arch) -> result
+
+
+@dataclass
+class KernelResources:
+    name: str
+    registers: int
+    spills: int  # bytes of spill stores + spill loads per thread
+    shared_bytes: int  # per block: static + dynamic as far as the compiler knows
+    hash: str = ""  # sha256 of the kernel's compiled code (a prefix): "different compiled code"
+    config: str = ""  # what was specialized: constexprs and launch options
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"name": self.name, "registers": self.registers, "spills": self.spills,
+               "shared_bytes": self.shared_bytes}
+        if self.hash:
+            out["hash"] = self.hash
+        if self.config:
+            out["config"] = self.config
+        return out
+
+
+@dataclass
+class TargetCompile:
+    ok: bool
+    detail: str  # on failure the compiler's message (tail); on success a one-line summary
+    resources: dict | None = None
+    kernels: list[KernelResources] = field(default_factory=list)
+
+
+def parse_arch(arch: str | int) -> int:
+    """"sm_90", "sm90", "90", "sm_90a" -> 90."""
+    match = re.fullmatch(r"(?:sm_?)?(\d{2,3})a?", str(arch).strip().lower())
+    if not match:
+        raise ValueError(f"unknown GPU architecture {arch!r}: write it as sm_90, sm90 or 90 "
+                         "(compute capability 9.0)")
+    return int(match.group(1))
+
+
+def shared_limit(cc: int) -> int | None:
+    """The per-block shared-memory ceiling of a compute capability; for one the table lacks, that of
+    the closest earlier one in the same major version (None when there is none)."""
+    known = [k for k in MAX_SHARED_BYTES if k <= cc and k // 10 == cc // 10]
+    return MAX_SHARED_BYTES[max(known)] if known else None
+
+
+def _tail(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _DETAIL_TAIL_CHARS else "..." + text[-_DETAIL_TAIL_CHARS:]
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:g} KiB"
+
+
+def summarize(kernels: list[KernelResources], cc: int, seconds: float, what: str) -> TargetCompile:
+    """Check the per-block shared-memory limit and turn per-kernel figures into the stage result."""
+    arch = f"sm_{cc}"
+    limit = shared_limit(cc)
+    over = [k for k in kernels if limit is not None and k.shared_bytes > limit]
+    if over:
+        k = over[0]
+        return TargetCompile(False, (
+            f"{k.name}{f' [{k.config}]' if k.config else ''} needs {k.shared_bytes} B "
+            f"({_kib(k.shared_bytes)}) of shared memory per block; {arch} allows at most {limit} B "
+            f"({_kib(limit)}) per block, so it would fail to launch there: use smaller blocks or "
+            "fewer pipeline stages"), None, kernels)
+    resources = {"arch": arch, "registers": max((k.registers for k in kernels), default=0),
+                 "spills": sum(k.spills for k in kernels),
+                 "shared_bytes": max((k.shared_bytes for k in kernels), default=0),
+                 "kernels": [k.to_json() for k in kernels]}
+    spilling = [k for k in kernels if k.spills]
+    spill_note = "no spills"
+    if spilling:
+        worst = max(spilling, key=lambda k: k.spills)
+        heavy = "heavy spills" if worst.spills > HEAVY_SPILL_BYTES else "spills"
+        spill_note = (f"{heavy}: {worst.name} spills {worst.spills} B (stores + loads)"
+                      f"{f' (over {HEAVY_SPILL_BYTES} B)' if worst.spills > HEAVY_SPILL_BYTES else ''}")
+    limit_note = f" of {limit} B" if limit else ""
+    detail = (f"{len(kernels)} {what} compiled for {arch} in {seconds:.1f} s: up to "
+              f"{resources['registers']} registers, {resources['shared_bytes']} B shared{limit_note}, "
+              f"{spill_note}")
+    return TargetCompile(True, detail, resources, kernels)
+
+
+# ------------------------------------------------------------------ reading compiled code
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PTXAS_PROPS = re.compile(r"Function properties for (\S+)")
+_PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_ptxas_log(log: str) -> dict[str, dict[str, int]]:
+    """{mangled kernel name: {"registers", "spills", "shared_bytes"}} from `ptxas -v` output.
+    Spill lines of non-entry (device) functions are folded into no kernel: ptxas reports them
+    separately and inlined code is counted in its caller."""
+    kernels: dict[str, dict[str, int]] = {}
+    entry = props = None
+    for line in log.splitlines():
+        if m := _PTXAS_ENTRY.search(line):
+            entry = m.group(1)
+            kernels.setdefault(entry, {"registers": 0, "spills": 0, "shared_bytes": 0})
+        elif m := _PTXAS_PROPS.search(line):
+            props = m.group(1)
+        elif (m := _PTXAS_SPILLS.search(line)) and props in kernels:
+            kernels[props]["spills"] = int(m.group(1)) + int(m.group(2))
+        elif (m := _PTXAS_USED.search(line)) and entry in kernels:
+            kernels[entry]["registers"] = int(m.group(1))
+            kernels[entry]["shared_bytes"] = int(m.group(2) or 0)
+    return kernels
+
+
+_CUOBJDUMP_FUNCTION = re.compile(
+    r"Function ([^:\s]+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+
+
+def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
+    """{kernel name: {"registers", "stack", "shared", "local"}} from `cuobjdump --dump-resource-usage`."""
+    return {m.group(1): {"registers": int(m.group(2)), "stack": int(m.group(3)),
+                         "shared": int(m.group(4)), "local": int(m.group(5))}
+            for m in _CUOBJDUMP_FUNCTION.finditer(text)}
+
+
+def demangle(names: list[str]) -> dict[str, str]:
+    """Readable kernel names: `softmax_kernel<__half, 256>` for a mangled template instance (the
+    return type and parameter list dropped). Names stay mangled where c++filt is missing."""
+    import shutil
+    tool = shutil.which("c++filt")
+    if not tool or not names:
+        return {n: n for n in names}
+    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout
+    readable = out.splitlines()
+    if len(readable) != len(names):
+        return {n: n for n in names}
+    return {n: _short_signature(r) for n, r in zip(names, readable)}
+
+
+def _short_signature(text: str) -> str:
+    text = re.sub(r"^void ", "", text.strip())
+    depth = 0
+    for i, ch in enumerate(text):  # cut at the parameter list's opening parenthesis
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0:
+            return text[:i]
+    return text
+
+
+def code_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------ CUDA C++
+def _nvcc_command(nvcc: str, cc: int, source: Path, cubin: Path) -> list[str]:
+    return [nvcc, f"-arch=sm_{cc}", "-cubin", "-Xptxas", "-v", *cuda_build.NVCC_FLAGS,
+            *cuda_build.TORCH_NVCC_FLAGS, "-o", str(cubin), str(source)]
+
+
+def _cuda_failure(log: str, cc: int) -> str:
+    hints = []
+    if "too much shared data" in log:
+        hints.append(f"statically declared __shared__ arrays are limited to {MAX_STATIC_SHARED_BYTES} B "
+                     f"({_kib(MAX_STATIC_SHARED_BYTES)}) per block on every GPU; larger tiles need "
+                     "dynamic shared memory (extern __shared__ and cudaFuncSetAttribute in the "
+                     f"launcher), up to {shared_limit(cc)} B on sm_{cc}")
+    if re.search(r"torch/|ATen/|c10/", log) and "cannot open source file" in log:
+        hints.append("CUDA_KERNELS must not include torch headers: host code that uses torch "
+                     "belongs in CUDA_HOST")
+    hint = "".join(f"\nhint: {h}" for h in hints)
+    return f"nvcc could not compile CUDA_KERNELS for sm_{cc}:\n{_tail(log)}{hint}"
+
+
+def compile_cuda(module, arch: str = "sm_90") -> TargetCompile:
+    """Compile a CUDA C++ kernel file's CUDA_KERNELS (with its CONFIG macros) for `arch` with nvcc,
+    exactly the text load_cuda builds, and report ptxas's figures per kernel."""
+    cc = parse_arch(arch)
+    kernels_text = getattr(module, "CUDA_KERNELS", None)
+    if not isinstance(kernels_text, str) or not kernels_text.strip():
+        return TargetCompile(False, "a CUDA kernel file needs CUDA_KERNELS, a string of CUDA C++ "
+                                    "source (see harness/cuda_build.py for the contract)")
+    try:
+        source = cuda_build.kernels_source(kernels_text, getattr(module, "CONFIG", None))
+    except ValueError as e:
+        return TargetCompile(False, str(e))
+    nvcc = cuda_build.nvcc_path()
+    if nvcc is None:
+        return TargetCompile(False, "nvcc not found: install the CUDA toolkit or put its bin folder "
+                                    "on PATH (or set CUDA_HOME)")
+    key = ("cuda", hashlib.sha256(source.encode()).hexdigest(), nvcc, cc)
+    if key not in _CACHE:
+        _CACHE[key] = _compile_cuda_source(nvcc, source, cc)
+    return _CACHE[key]
+
+
+def _compile_cuda_source(nvcc: str, source: str, cc: int) -> TargetCompile:
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="autokernel_nvcc_") as tmp:
+        src, cubin = Path(tmp) / "kernels.cu", Path(tmp) / "kernels.cubin"
+        src.write_text(source)
+        try:
+            done = subprocess.run(_nvcc_command(nvcc, cc, src, cubin), capture_output=True, text=True,
+                                  timeout=_NVCC_TIMEOUT_S, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            return TargetCompile(False, f"nvcc did not finish compiling for sm_{cc} within "
+                                        f"{_NVCC_TIMEOUT_S:.0f} s")
+        log = (done.stdout + done.stderr).replace(str(src), "kernels.cu")
+        if done.returncode != 0 or not cubin.is_file():
+            return TargetCompile(False, _cuda_failure(log, cc))
+        digest = code_hash(cubin.read_bytes())
+    figures = parse_ptxas_log(log)
+    if not figures:
+        return TargetCompile(False, f"CUDA_KERNELS compiled for sm_{cc} but defines no __global__ "
+                                    "kernel: nothing would run on the GPU")
+    names = demangle(sorted(figures))
+    kernels = [KernelResources(names[n], f["registers"], f["spills"], f["shared_bytes"])
+               for n, f in sorted(figures.items())]
+    result = summarize(kernels, cc, time.perf_counter() - started, "CUDA kernel(s)")
+    if result.resources is not None:
+        result.resources["code_hash"] = digest
+    return result
+
+
+# ------------------------------------------------------------------ Triton
+def compile_triton(records: list, arch: str = "sm_90") -> TargetCompile:
+    """Compile every distinct specialization among the recorded Triton launches (LaunchRecord) for
+    `arch`: the argument dtypes, alignments, integer specializations and constexprs Triton would see
+    on the GPU, with the launch's num_warps / num_stages."""
+    cc = parse_arch(arch)
+    started = time.perf_counter()
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import make_backend
+    except ImportError as e:
+        return TargetCompile(False, f"Triton cannot compile for a GPU target here: {e}")
+    target = GPUTarget("cuda", cc, 32)
+    backend = make_backend(target)
+    kernels, seen = [], set()
+    with _compiled_mode(records), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Triton's deprecation notices are not the candidate's
+        for record in records:
+            try:
+                src, options = _specialize(record, backend)
+            except Exception as e:  # an argument Triton cannot type, or Triton internals moved
+                return TargetCompile(False, f"cannot specialize the launch of {record.name} for "
+                                            f"sm_{cc}: {type(e).__name__}: {e}")
+            key = ("triton", src.hash(), repr(sorted(options.__dict__.items())), cc)
+            if key in seen:
+                continue
+            seen.add(key)
+            if key not in _CACHE:
+                _CACHE[key] = _compile_specialization(src, options, target, _config_label(record, options))
+            if isinstance(_CACHE[key], str):
+                return TargetCompile(False, _CACHE[key])
+            kernels.append(_CACHE[key])
+    return summarize(kernels, cc, time.perf_counter() - started, "Triton kernel(s)")
+
+
+def _config_label(record, options) -> str:
+    parts = [f"{k}={record.args[k]!r}" for k in record.constexprs if k in record.args]
+    parts += [f"num_warps={options.num_warps}", f"num_stages={options.num_stages}"]
+    return ", ".join(parts)
+
+
+def _jit_function(raw):
+    """The JITFunction of a kernel's raw function: the module's own (its do_not_specialize and other
+    options kept) when the name still refers to it, else a fresh one."""
+    from triton.runtime.jit import JITFunction
+    found = raw.__globals__.get(raw.__name__)
+    while found is not None and not isinstance(found, JITFunction) and hasattr(found, "fn"):
+        found = found.fn  # autotuner / heuristics wrappers
+    return found if isinstance(found, JITFunction) and found.fn is raw else JITFunction(raw)
+
+
+def _specialize(record, backend):
+    """Triton's own launch-time specialization, run for the target backend: the same signature,
+    constexprs (ints equal to 1, None arguments) and divisibility-by-16 attributes a GPU launch of
+    these arguments would compile."""
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import create_function_from_signature
+    jf = _jit_function(record.fn)
+    kwargs = {**record.args, **record.options}
+    binder = create_function_from_signature(jf.signature, jf.params, backend)
+    bound, specialization, options = binder(**kwargs)
+    options, signature, constexprs, attrs = jf._pack_args(backend, kwargs, bound, specialization, options)
+    return ASTSource(jf, signature, constexprs, attrs), options
+
+
+@contextmanager
+def _compiled_mode(records):
+    """Under TRITON_INTERPRET=1 every @triton.jit function, Triton's standard library included, is an
+    InterpretedFunction, which code generation cannot call; and a device-function call during an
+    interpreted run leaves triton.language.core's builtins patched to the interpreter's semantics.
+    For the duration of the compile, every InterpretedFunction the kernels can see (their globals and
+    closures, triton.* modules) becomes a JITFunction of the same Python function, leaked patches are
+    put back, and the interpret knob is off. Everything is restored on exit."""
+    import triton
+    if not triton.knobs.runtime.interpret:
+        yield
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+    swapped: dict[int, Any] = {}
+    undo: list[tuple[Any, Any, Any]] = []  # (namespace dict or closure cell, key or None, original)
+
+    def put(holder, key, value) -> None:
+        if key is None:
+            undo.append((holder, None, holder.cell_contents))
+            holder.cell_contents = value
+        else:
+            undo.append((holder, key, holder[key]))
+            holder[key] = value
+
+    def convert(itf):
+        if id(itf) not in swapped:
+            swapped[id(itf)] = JITFunction(itf.fn, **itf.kwargs)
+            scan(itf.fn)
+        return swapped[id(itf)]
+
+    def scan(fn) -> None:
+        for key, value in list(fn.__globals__.items()):
+            if isinstance(value, InterpretedFunction):
+                put(fn.__globals__, key, convert(value))
+        for cell in getattr(fn, "__closure__", None) or ():
+            if isinstance(cell.cell_contents, InterpretedFunction):
+                put(cell, None, convert(cell.cell_contents))
+
+    for name, mod in list(sys.modules.items()):
+        if (name == "triton" or name.startswith("triton.")) and mod is not None:
+            namespace = vars(mod)
+            for key, value in list(namespace.items()):
+                if isinstance(value, InterpretedFunction):
+                    put(namespace, key, convert(value))
+    for record in records:
+        scan(record.fn)
+    for namespace, key, original in _leaked_interpreter_patches():
+        put(namespace, key, original)
+    try:
+        with triton.knobs.runtime.scope():
+            triton.knobs.runtime.interpret = False  # constexpr functions return constexprs again
+            yield
+    finally:
+        for holder, key, original in reversed(undo):
+            if key is None:
+                holder.cell_contents = original
+            else:
+                holder[key] = original
+
+
+# What triton.runtime.interpreter._patch_lang_core sets on a language module besides builtins.
+_INTERPRETER_MODULE_PATCHES = ("range", "static_range", "static_assert", "static_print", "multiple_of",
+                               "max_contiguous", "max_constancy", "reduce", "associative_scan")
+
+
+def _leaked_interpreter_patches():
+    """(namespace, name, original) for each attribute of triton.language / triton.language.core that
+    still holds the interpreter's replacement. A patched builtin keeps its original as the lambda's
+    keyword default `member`; the other patched names are recovered from the sibling module."""
+    import triton.language as tl
+    from triton.language import core
+
+    def interpreter_made(value) -> bool:
+        inner = getattr(value, "func", value)  # functools.partial
+        return inner is print or getattr(inner, "__module__", None) == "triton.runtime.interpreter"
+
+    found = []
+    for mod, sibling in ((core, tl), (tl, core)):
+        namespace = vars(mod)
+        for key, value in list(namespace.items()):
+            if not callable(value) or not interpreter_made(value) or hasattr(value, "fn"):
+                continue
+            member = (getattr(value, "__kwdefaults__", None) or {}).get("member")
+            if member is not None and core.is_builtin(member):
+                found.append((namespace, key, member))
+            elif key in _INTERPRETER_MODULE_PATCHES and not interpreter_made(getattr(sibling, key, print)):
+                found.append((namespace, key, getattr(sibling, key)))
+    return found
+
+
+@contextmanager
+def _captured_stderr():
+    """The process's fd 2 into a buffer: MLIR and ptxas diagnostics are printed there, not raised."""
+    captured = {"text": ""}
+    with tempfile.TemporaryFile() as buffer:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(buffer.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            buffer.seek(0)
+            captured["text"] = buffer.read().decode(errors="replace")
+
+
+def _compile_specialization(src, options, target, config: str) -> KernelResources | str:
+    """The compiled kernel's resources, or the compiler's message when it does not compile."""
+    import triton
+    error = None
+    with _captured_stderr() as stderr:
+        try:
+            kernel = triton.compile(src, target=target, options=options.__dict__)
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+    if error is not None:
+        return (f"{src.name} [{config}] does not compile for sm_{target.arch}:\n"
+                f"{_tail(error + chr(10) + stderr['text'])}")
+    return _triton_resources(kernel, target.arch, config)
+
+
+def _triton_resources(kernel, cc: int, config: str) -> KernelResources:
+    """Registers and static shared memory from cuobjdump; Triton's dynamic shared memory from its
+    metadata; spill bytes from ptxas -v on the PTX, run only when the kernel has a stack frame or
+    local memory at all (spills live there: none, no spills)."""
+    import triton
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+    cubin = kernel.asm["cubin"]
+    name = kernel.metadata.name
+    with tempfile.TemporaryDirectory(prefix="autokernel_triton_") as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        dump = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", str(path)],
+                              capture_output=True, text=True, timeout=60).stdout
+        usage = parse_resource_usage(dump)
+        u = usage.get(name) or next(iter(usage.values()), {"registers": 0, "stack": 0, "shared": 0, "local": 0})
+        spills = 0
+        if u["stack"] or u["local"]:
+            ptx = Path(tmp) / "kernel.ptx"
+            ptx.write_text(kernel.asm["ptx"])
+            done = subprocess.run([get_ptxas(cc).path, "-v", f"--gpu-name={sm_arch_from_capability(cc)}",
+                                   str(ptx), "-o", str(Path(tmp) / "again.cubin")],
+                                  capture_output=True, text=True, timeout=_NVCC_TIMEOUT_S)
+            spills = sum(f["spills"] for f in parse_ptxas_log(done.stdout + done.stderr).values())
+    shared = max(int(kernel.metadata.shared or 0), u["shared"])
+    return KernelResources(name, u["registers"], spills, shared, code_hash(cubin), config)
