@@ -187,3 +187,55 @@ def optimize(
         err.print(f"resume with: autokernel optimize --resume {run.run_id} --runs-dir {runs_dir}", highlight=False)
     raise typer.Exit(130 if state.status == "interrupted" else 0)
 # ---- end optimize ---------------------------------------------------------------------------
+
+
+# ---- optimize -------------------------------------------------------------------------------
+from autokernel.modelfile import ModelOptions as _ModelOptions  # noqa: E402
+from autokernel.modelfile import model_options as _model_options  # noqa: E402
+
+
+@app.command()
+@_model_options
+def optimize(
+    model: Optional[Path] = typer.Argument(None, help="A KernelBench-format file, or any file with an nn.Module class."),
+    agent: Optional[str] = typer.Option(None, "--agent", help="llm or tune (default: llm when an API key is set, else tune)."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="Model name at the endpoint (default: gpt-4.1)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="An OpenAI-compatible endpoint, e.g. http://localhost:8000/v1."),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="The environment variable holding the API key."),
+    budget: Optional[str] = typer.Option(None, "--budget", help="Search time for the whole run, e.g. 8h, 90m (default 8h)."),
+    max_experiments: Optional[int] = typer.Option(None, "--max-experiments", min=0, help="Proposals per target after the baseline."),
+    top: int = typer.Option(3, "--top", min=1, help="How many of the plan's targets to search, in Amdahl order."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue the run with this id (also after a crash)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Wall-clock limit per judged candidate, seconds."),
+    plain: bool = typer.Option(False, "--plain", help="Plain log lines even on a terminal."),
+    model_opts: _ModelOptions = None,
+) -> None:
+    """Profile MODEL, then search faster kernels for its top bottlenecks, judging every candidate."""
+    from autokernel import display as shown
+    from autokernel import loop
+    from autokernel import run as runs
+    from autokernel.errors import UsageError
+    budget_s = runs.parse_duration_s(budget) if budget is not None else None
+    if resume is not None:
+        run, state, config = runs.resume(runs_dir, resume, {"budget_s": budget_s, "timeout_s": timeout,
+                                                             "max_experiments": max_experiments})
+    elif model is None:
+        raise UsageError("give a MODEL file to optimize, or --resume RUN_ID", "e.g. autokernel optimize model.py --budget 2h")
+    else:
+        options = runs.OptimizeOptions(agent=agent, llm=llm or runs.DEFAULT_LLM, base_url=base_url,
+                                       api_key_env=api_key_env, budget_s=budget_s or 8 * 3600.0,
+                                       max_experiments=max_experiments, top=top, timeout_s=timeout)
+        run, state, config = runs.start(model_opts.spec(model), options, runs_dir,
+                                        log=lambda m: err.print(m, highlight=False))
+    err.print(f"run {run.run_id} in {run.path} ({state.agent} agent)", highlight=False)
+    view = shown.make_display(state, live=False if plain else None)
+    try:
+        state = loop.execute(run, state, config, display=view)
+    finally:
+        view.close()
+    Console(width=max(Console().width, 120)).print(shown.summary_table(state))
+    if state.status == "interrupted":
+        err.print(f"resume with: autokernel optimize --resume {run.run_id} --runs-dir {runs_dir}", highlight=False)
+    raise typer.Exit(130 if state.status == "interrupted" else 0)
+# ---- end optimize ---------------------------------------------------------------------------

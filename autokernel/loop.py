@@ -1,0 +1,350 @@
+"""The search loop over one target: baseline, then propose -> judge -> keep or revert -> log.
+
+`TargetSearch` drives one target with any Proposer (the LLM or the tuner; it does not know which)
+and the judge's subprocess boundary. Every experiment leaves its candidate, verdict (and for the LLM
+its prompt and response) under kernels/<target>/, one leaderboard row, and state.json saved in a
+`finally:`. A target stops through a small exception vocabulary: Plateau (no progress, or the
+proposer has nothing new), TargetDone (its experiment or time share is spent, or the next target
+offers more), BudgetExhausted (the run's time is spent) and Interrupted (Ctrl-C, SIGTERM).
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from autokernel.errors import BudgetExhausted, Interrupted, Plateau, StopSearch
+from autokernel.leaderboard import Leaderboard, make_row
+from autokernel.proposer import NO_CODE_MESSAGE, Candidate, Experiment, Proposer, SearchContext
+from autokernel.run import RunDir, RunState, TargetState
+from harness.isolation import kill_all
+
+STARTER_DESCRIPTION = "starter kernel (baseline)"
+# McGill, Tukey & Larsen (1978) notches: median +- 1.57 * IQR / sqrt(n); two medians whose notches
+# do not overlap differ at roughly 95% confidence. A speedup smaller than that is noise.
+NOTCH = 1.57
+
+JudgeFn = Callable[..., dict]
+
+
+class TargetDone(StopSearch):
+    """This target's search is over for a reason other than a plateau; the run goes on."""
+
+
+@dataclass
+class SearchSettings:
+    max_experiments: int | None = None  # proposals per target, the baseline not counted
+    plateau: int = 8  # consecutive non-keeps that end a target
+    device: str = "cpu"
+    timeout_s: float | None = None
+    arch: str = "sm_90"
+
+
+def default_judge(kernel_file: Path, *, target, device: str, arch: str, timeout_s: float | None) -> dict:
+    from harness.judge import judge
+    return judge(kernel_file, target=target, device=device, arch=arch, timeout_s=timeout_s)
+
+
+def notch_us(median_us: float, iqr_us: float | None, reps: int | None) -> float:
+    return NOTCH * (iqr_us or 0.0) / math.sqrt(max(reps or 1, 1))
+
+
+def faster_beyond_noise(new: dict, best_median_us: float, best_iqr_us: float | None,
+                        best_reps: int | None) -> bool:
+    """True when the new timing's median beats the best by more than both medians' uncertainty."""
+    new_high = new["median_us"] + notch_us(new["median_us"], new.get("iqr_us"), new.get("reps"))
+    best_low = best_median_us - notch_us(best_median_us, best_iqr_us, best_reps)
+    return new_high < best_low
+
+
+def decide(verdict: dict | None, target: TargetState) -> str:
+    """KEEP when every stage passed and the candidate is faster than the best beyond noise."""
+    if not verdict or verdict.get("verdict") != "PASS" or not (verdict.get("timing") or {}).get("median_us"):
+        return "REVERT"
+    if target.best_median_us is None:
+        return "KEEP"
+    return "KEEP" if faster_beyond_noise(verdict["timing"], target.best_median_us, target.best_iqr_us,
+                                         target.best_reps) else "REVERT"
+
+
+def left_to_win(target: TargetState) -> float:
+    """Share of the model's time still to be won on this target if it reached its ceiling
+    (inf when unknown: keep searching)."""
+    speedup = target.speedup_vs_eager
+    if not speedup or not target.ceiling_speedup:
+        return math.inf
+    return target.share * max(1.0 / speedup - 1.0 / target.ceiling_speedup, 0.0)
+
+
+def offer(target: TargetState) -> float:
+    """Share of the model's time a target could win from eager to its ceiling."""
+    return target.share * (1.0 - 1.0 / target.ceiling_speedup) if target.ceiling_speedup else 0.0
+
+
+class TargetSearch:
+    """One target's experiments, from the baseline to a stop."""
+
+    def __init__(self, run: RunDir, state: RunState, target: TargetState, proposer: Proposer,
+                 settings: SearchSettings, *, starter_source: str, judge: JudgeFn = default_judge,
+                 display: Any = None, peaks: dict | None = None, next_offer: float = 0.0,
+                 time_cap_s: float = math.inf, paused_s: Callable[[], float] = lambda: 0.0):
+        self.run, self.state, self.target = run, state, target
+        self.proposer, self.settings, self.judge = proposer, settings, judge
+        self.starter_source = starter_source
+        self.display, self.peaks = display, peaks or {}
+        self.next_offer, self.time_cap_s = next_offer, time_cap_s
+        self._paused_s = paused_s  # LLM outage time so far: not charged to the budget
+        self.leaderboard = Leaderboard(run.leaderboard_path)
+        self.best_source, self.best_verdict = self._load_best()
+
+    # ------------------------------------------------------------------ driving
+    def search(self) -> None:
+        """Run until this target stops; TargetDone/Plateau end the target, other StopSearch the run."""
+        t = self.target
+        t.status = "searching"
+        if t.next_experiment == 0:
+            self.experiment(self._starter_candidate())
+            if t.best_median_us is None:
+                raise TargetDone(f"the starter did not pass at this target: {t.history[-1].get('message', '')}")
+        while True:
+            self.check_stops()
+            self.experiment(None)
+
+    def check_stops(self) -> None:
+        t, s = self.target, self.settings
+        if self.state.budget_left_s <= 0:
+            raise BudgetExhausted(f"the time budget of {self.state.budget_s / 3600:.2f} h is spent")
+        if s.max_experiments is not None and t.proposals >= s.max_experiments:
+            raise TargetDone(f"{s.max_experiments} experiments done")
+        if t.seconds >= self.time_cap_s:
+            raise TargetDone(f"its share of the time budget ({self.time_cap_s / 60:.1f} min) is spent")
+        streak = 0
+        for h in reversed(t.history):
+            if h.get("decision") != "REVERT":
+                break
+            streak += 1
+        if streak >= s.plateau:
+            raise Plateau(f"{streak} experiments in a row without a faster kernel")
+        if left_to_win(t) < self.next_offer:
+            raise TargetDone("the next target offers more than is left to win here")
+
+    def experiment(self, candidate: Candidate | None) -> Experiment:
+        """One experiment: propose (unless given), judge, decide, record. State is saved whatever
+        happens, so an interrupt or a crash loses this experiment at most."""
+        t = self.target
+        number = t.next_experiment
+        start, paused_before = time.monotonic(), self._paused_s()
+        try:
+            baseline = candidate is not None
+            if candidate is None:
+                self._show("status", f"experiment {number}: asking the {self.proposer.name} agent")
+                candidate = self.proposer.propose(self.context(number))
+            verdict = self._judge(number, candidate)
+            decision = "BASELINE" if baseline else decide(verdict, t)
+            self.proposer.observe(candidate, verdict)  # the tuner learns the starter's config too
+            return self._record(number, candidate, verdict, decision)
+        finally:
+            charged = max(time.monotonic() - start - (self._paused_s() - paused_before), 0.0)
+            t.seconds += charged
+            self.state.elapsed_s += charged
+            self.run.save_state(self.state)
+
+    # ------------------------------------------------------------------ one experiment's parts
+    def context(self, number: int) -> SearchContext:
+        t = self.target
+        return SearchContext(kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype, target=t.name,
+                             best_source=self.best_source, best_verdict=self.best_verdict,
+                             history=t.experiments, device=(self.best_verdict or {}).get("device", {}),
+                             peaks=self.peaks, experiment=number)
+
+    def _starter_candidate(self) -> Candidate:
+        return Candidate(source=self.starter_source, description=STARTER_DESCRIPTION)
+
+    def _judge(self, number: int, candidate: Candidate) -> dict | None:
+        files = self.run
+        folder = files.kernels(self.target)
+        folder.mkdir(parents=True, exist_ok=True)
+        if candidate.prompt is not None:
+            files.experiment_file(self.target, number, ".prompt.md").write_text(candidate.prompt, encoding="utf-8")
+        if candidate.response is not None:
+            files.experiment_file(self.target, number, ".response.md").write_text(candidate.response, encoding="utf-8")
+        if candidate.source is None:
+            verdict = None
+            record = {"verdict": "FAIL", "failed_stage": "parse", "detail": NO_CODE_MESSAGE}
+        else:
+            path = files.experiment_file(self.target, number)
+            path.write_text(candidate.source, encoding="utf-8")
+            self._show("status", f"experiment {number}: judging {candidate.description[:60]}")
+            verdict = self.judge(path, target=self.case(), device=self.settings.device,
+                                 arch=self.settings.arch, timeout_s=self.settings.timeout_s)
+            record = verdict
+        files.write_json(files.experiment_file(self.target, number, ".json"), record)
+        return verdict
+
+    def case(self):
+        from harness.registry import Case
+        t = self.target
+        return Case.make(t.kernel_type, dict(t.dims), t.dtype, **t.kwargs)
+
+    def _record(self, number: int, candidate: Candidate, verdict: dict | None, decision: str) -> Experiment:
+        t = self.target
+        best_before = t.best_median_us
+        experiment = Experiment.from_verdict(number, candidate, verdict, decision, best_before)
+        candidate_path = "" if candidate.source is None else self.run.relative(self.run.experiment_file(t, number))
+        row = make_row(experiment=number, target=t.name, kernel_type=t.kernel_type, agent=self.proposer.name,
+                       decision=decision, verdict=verdict, candidate=candidate_path,
+                       description=candidate.description, best_median_us=best_before,
+                       prompt_tokens=candidate.prompt_tokens, completion_tokens=candidate.completion_tokens)
+        timing = (verdict or {}).get("timing") or {}
+        if decision == "BASELINE":
+            t.baseline_median_us = timing.get("median_us")
+            t.eager_median_us = timing.get("baseline_median_us")
+        if decision == "KEEP" or (decision == "BASELINE" and verdict and verdict.get("verdict") == "PASS"
+                                  and timing.get("median_us")):
+            self._new_best(number, candidate, verdict)
+        t.history.append({**experiment.to_json(), "row": row})
+        t.next_experiment = number + 1
+        self.run.save_state(self.state)  # the state first: a resume re-appends a row it lacks
+        self.leaderboard.append(row)
+        self._show("experiment", t, experiment)
+        return experiment
+
+    def _new_best(self, number: int, candidate: Candidate, verdict: dict) -> None:
+        t, timing = self.target, verdict["timing"]
+        t.best_experiment, t.best_median_us = number, timing["median_us"]
+        t.best_iqr_us, t.best_reps = timing.get("iqr_us"), timing.get("reps")
+        self.best_source, self.best_verdict = candidate.source, verdict
+        best = self.run.best_file(t)
+        best.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.run.experiment_file(t, number), best)
+
+    def _load_best(self) -> tuple[str, dict | None]:
+        """The best kernel so far, from disk (a resumed run) or the starter."""
+        t = self.target
+        if t.best_experiment is None:
+            return self.starter_source, None
+        source = self.run.experiment_file(t, t.best_experiment).read_text(encoding="utf-8")
+        verdict = json.loads(self.run.experiment_file(t, t.best_experiment, ".json").read_text(encoding="utf-8"))
+        return source, verdict
+
+    def _show(self, what: str, *args: Any) -> None:
+        if self.display is not None:
+            getattr(self.display, what)(*args)
+
+
+# ====================================================================== the run: every target in turn
+def replay_into_tuner(tuner: Any, target: TargetState, starter_config: dict | None) -> None:
+    """A resumed tuner learns what this target already tried, so it never proposes it again."""
+    for h in target.history:
+        config = h.get("config") or (starter_config if h.get("decision") == "BASELINE" else None)
+        if config is not None:
+            tuner.record(config, h.get("median_us") if h.get("verdict") == "PASS" else None)
+
+
+def time_cap_s(state: RunState, index: int) -> float:
+    """This target's share of the time left: in proportion to its share of the model's time among
+    the targets still to search, so a big bottleneck gets more time and unused time flows on."""
+    target = state.targets[index]
+    rest = [t for t in state.targets[index:] if t.status != "done"]
+    total = sum(t.share for t in rest)
+    fraction = target.share / total if total > 0 else 1.0 / max(len(rest), 1)
+    return target.seconds + state.budget_left_s * fraction
+
+
+def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_proposer: Callable,
+               *, starter_source: Callable[[TargetState], str], judge: JudgeFn = default_judge,
+               display: Any = None, peaks: dict | None = None,
+               paused_s: Callable[[], float] = lambda: 0.0) -> None:
+    """Search each target not yet done, in plan order. Returns when every target is done; raises
+    BudgetExhausted or Interrupted (and KeyboardInterrupt) to end the run early."""
+    for index, target in enumerate(state.targets):
+        if target.status == "done":
+            continue
+        later = [t for t in state.targets[index + 1:] if t.status != "done"]
+        source = starter_source(target)
+        search = TargetSearch(run, state, target, make_proposer(target, source), settings,
+                              starter_source=source, judge=judge, display=display, peaks=peaks,
+                              next_offer=offer(later[0]) if later else 0.0,
+                              time_cap_s=time_cap_s(state, index), paused_s=paused_s)
+        if display is not None:
+            display.start_target(target, index, len(state.targets))
+        try:
+            search.search()
+        except (Plateau, TargetDone) as stop:
+            target.status, target.stop_reason = "done", str(stop)
+        finally:
+            run.save_state(state)
+        if display is not None:
+            display.end_target(target)
+
+
+def proposer_factory(agent: str, seed: int, client: Any = None) -> Callable[[TargetState, str], Proposer]:
+    """The proposer for each target: one LLM client shared by all, or a tuner per target that
+    remembers what a resumed run already tried."""
+    def make(target: TargetState, starter_source: str) -> Proposer:
+        if agent == "llm":
+            from autokernel.proposer import LLMProposer
+            return LLMProposer(client)
+        from autokernel.kernel_source import read_literals
+        from autokernel.tuner import Tuner
+        tuner = Tuner(starter_source, seed=seed + target.rank, dims=target.dims)
+        replay_into_tuner(tuner, target, read_literals(starter_source).get("CONFIG"))
+        return tuner
+    return make
+
+
+def starter_sources(run: RunDir) -> Callable[[TargetState], str]:
+    """A target's starter: the run's own copy once experiment 0 wrote it (a resume uses the same
+    starter even if the installed one changed), else the installed starter."""
+    def source(target: TargetState) -> str:
+        own = run.experiment_file(target, 0)
+        if own.exists():
+            return own.read_text(encoding="utf-8")
+        from starter_kernels import starter_path
+        return starter_path(target.kernel_type).read_text(encoding="utf-8")
+    return source
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(f"stopped by {signal.Signals(signum).name}")
+
+
+def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
+            judge: JudgeFn = default_judge, client: Any = None) -> RunState:
+    """Search every target of a started or resumed run until done, out of budget or interrupted.
+    Ctrl-C and SIGTERM kill the judge's processes and leave a resumable state."""
+    from autokernel.run import llm_client, options_of
+    options = options_of(config)
+    settings = SearchSettings(max_experiments=options.max_experiments, plateau=options.plateau,
+                              device=config["model"]["device"], timeout_s=options.timeout_s)
+    if state.agent == "llm" and client is None:
+        client = llm_client(options)
+        client.check()
+    state.status, state.stop_reason, state.sessions = "running", "", state.sessions + 1
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
+    try:
+        search_all(run, state, settings, proposer_factory(state.agent, options.seed, client),
+                   starter_source=starter_sources(run), judge=judge, display=display,
+                   peaks=config.get("peaks"), paused_s=lambda: getattr(client, "waited_s", 0.0))
+        state.status, state.stop_reason = "done", "every target searched"
+    except BudgetExhausted as stop:
+        state.status, state.stop_reason = "done", str(stop)
+    except (KeyboardInterrupt, Interrupted) as stop:
+        kill_all()
+        state.status, state.stop_reason = "interrupted", str(stop) or "stopped by Ctrl-C"
+    except BaseException as error:
+        kill_all()
+        state.status, state.stop_reason = "failed", str(error)
+        raise
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+        run.save_state(state)
+    return state

@@ -1,0 +1,319 @@
+"""A run on disk: runs/<run_id>/ with config.json, plan.json, state.json, the leaderboard, every
+candidate and its verdict, and the best kernel per target.
+
+state.json is what a resume needs and the record the leaderboard is repaired from: it is written
+atomically (a temp file, fsync, os.replace) after every experiment, so kill -9 at any moment leaves
+either the previous state or the new one, never a torn file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from autokernel.errors import UsageError, UserError
+from autokernel.leaderboard import FILENAME as LEADERBOARD
+from autokernel.proposer import Experiment
+
+STATE_VERSION = 1
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.I)
+_UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_duration_s(text: str) -> float:
+    """'8h', '90m', '1h30m', '45s', '2d' or a plain number of seconds."""
+    text = str(text).strip().lower()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = _DURATION.findall(text)
+    if not parts or _DURATION.sub("", text).strip():
+        raise UsageError(f"cannot read the duration {text!r}", "write it like 8h, 90m, 1h30m or 45s")
+    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+def target_slug(target: str) -> str:
+    """A folder-safe name for a target: softmax[64x1024:float16] -> softmax-64x1024-float16."""
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "-", target).strip("-")
+
+
+def new_run_id(runs_dir: Path) -> str:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_id, n = stamp, 1
+    while (runs_dir / run_id).exists():
+        n += 1
+        run_id = f"{stamp}-{n}"
+    return run_id
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass
+class TargetState:
+    """One target's search: where it stands and everything it has tried."""
+
+    name: str  # registry.target_name
+    kernel_type: str
+    dims: dict[str, int]
+    dtype: str
+    rank: int = 0
+    share: float = 0.0  # of the model's time
+    ceiling_speedup: float | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    status: str = "pending"  # pending, searching, done
+    stop_reason: str = ""
+    next_experiment: int = 0
+    best_experiment: int | None = None
+    best_median_us: float | None = None
+    best_iqr_us: float | None = None
+    best_reps: int | None = None
+    baseline_median_us: float | None = None  # the starter's
+    eager_median_us: float | None = None  # PyTorch's own op at the same shape
+    seconds: float = 0.0  # search time spent on this target
+    history: list[dict] = field(default_factory=list)  # Experiment.to_json() + its leaderboard row
+
+    @property
+    def slug(self) -> str:
+        return target_slug(self.name)
+
+    @property
+    def experiments(self) -> list[Experiment]:
+        names = {f.name for f in fields(Experiment)}
+        return [Experiment.from_json({k: v for k, v in h.items() if k in names}) for h in self.history]
+
+    @property
+    def proposals(self) -> int:
+        return sum(1 for h in self.history if h.get("decision") != "BASELINE")
+
+    @property
+    def speedup_vs_starter(self) -> float | None:
+        if self.best_median_us and self.baseline_median_us:
+            return self.baseline_median_us / self.best_median_us
+        return None
+
+    @property
+    def speedup_vs_eager(self) -> float | None:
+        if self.best_median_us and self.eager_median_us:
+            return self.eager_median_us / self.best_median_us
+        return None
+
+
+@dataclass
+class RunState:
+    run_id: str
+    agent: str
+    status: str = "running"  # running, interrupted, done
+    stop_reason: str = ""
+    budget_s: float = 8 * 3600.0
+    elapsed_s: float = 0.0  # search time over every session of this run, LLM outages excluded
+    sessions: int = 0
+    targets: list[TargetState] = field(default_factory=list)
+    version: int = STATE_VERSION
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d: dict) -> "RunState":
+        d = dict(d)
+        names = {f.name for f in fields(TargetState)}
+        d["targets"] = [TargetState(**{k: v for k, v in t.items() if k in names}) for t in d.get("targets", [])]
+        known = {f.name for f in fields(RunState)}
+        return RunState(**{k: v for k, v in d.items() if k in known})
+
+    @property
+    def budget_left_s(self) -> float:
+        return max(self.budget_s - self.elapsed_s, 0.0)
+
+
+class RunDir:
+    """Paths of one run, and reading and writing its JSON files."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    config_path = property(lambda self: self.path / "config.json")
+    plan_path = property(lambda self: self.path / "plan.json")
+    state_path = property(lambda self: self.path / "state.json")
+    leaderboard_path = property(lambda self: self.path / LEADERBOARD)
+
+    def kernels(self, target: TargetState) -> Path:
+        return self.path / "kernels" / target.slug
+
+    def experiment_file(self, target: TargetState, number: int, suffix: str = ".py") -> Path:
+        return self.kernels(target) / f"exp_{number:04d}{suffix}"
+
+    def best_file(self, target: TargetState) -> Path:
+        return self.path / "best" / f"{target.slug}.py"
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.path).as_posix()
+
+    def create(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=False)
+        (self.path / "kernels").mkdir()
+        (self.path / "best").mkdir()
+
+    def write_json(self, path: Path, data: Any) -> None:
+        write_json_atomic(path, data)
+
+    def save_state(self, state: RunState) -> None:
+        write_json_atomic(self.state_path, state.to_json())
+
+    def load_state(self) -> RunState:
+        return RunState.from_json(self._read(self.state_path))
+
+    def load_config(self) -> dict:
+        return self._read(self.config_path)
+
+    def _read(self, path: Path) -> dict:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{path} is missing: {self.path} is not a resumable run",
+                            "pass the id of a folder under --runs-dir that `autokernel optimize` wrote") from None
+        except ValueError as e:
+            raise UserError(f"{path} is not valid JSON: {e}", "the run cannot be resumed; start a new one") from None
+
+
+def open_for_resume(runs_dir: Path, run_id: str) -> RunDir:
+    folder = Path(run_id) if Path(run_id).is_dir() and (Path(run_id) / "state.json").exists() else runs_dir / run_id
+    if not folder.is_dir():
+        known = sorted(p.parent.name for p in runs_dir.glob("*/state.json"))[-5:]
+        raise UserError(f"no run {run_id!r} under {runs_dir}",
+                        f"runs that can be resumed: {', '.join(known) or 'none'}")
+    return RunDir(folder)
+
+
+# ====================================================================== starting, resuming, running
+DEFAULT_LLM = "gpt-4.1"
+
+
+@dataclass
+class OptimizeOptions:
+    agent: str | None = None  # "llm" or "tune"; None: llm when an API key is configured
+    llm: str = DEFAULT_LLM
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    budget_s: float = 8 * 3600.0
+    max_experiments: int | None = None  # proposals per target after the baseline
+    top: int = 3
+    timeout_s: float | None = None  # per judge call
+    plateau: int = 8
+    seed: int = 0
+
+    def resolved_agent(self) -> str:
+        from autokernel.llm import api_key_from_env
+        if self.agent is None:
+            return "llm" if api_key_from_env(self.api_key_env) else "tune"
+        if self.agent not in ("llm", "tune"):
+            raise UsageError(f"unknown agent {self.agent!r}", "use --agent llm or --agent tune")
+        return self.agent
+
+
+def pick_targets(plan: dict, top: int) -> list[TargetState]:
+    """The top `top` entries of the plan that a starter kernel exists for, in plan (Amdahl) order."""
+    from starter_kernels import KERNEL_TYPES
+    targets, names = [], set()
+    for e in plan.get("entries", []):
+        if len(targets) >= top:
+            break
+        if e.get("kernel_type") not in KERNEL_TYPES or not e.get("dims") or not e.get("target"):
+            continue
+        name = e["target"]
+        kwargs = {"causal": True} if e.get("causal") else {}
+        if kwargs:
+            name = name[:-1] + ",causal]"
+        unique, n = name, 1
+        while unique in names:  # two groups with one name (other modules): keep folders apart
+            n += 1
+            unique = f"{name}#{n}"
+        name = unique
+        names.add(name)
+        targets.append(TargetState(name=name, kernel_type=e["kernel_type"], dims=dict(e["dims"]),
+                                   dtype=e["dtype"], rank=e.get("rank", 0), share=e.get("share", 0.0),
+                                   ceiling_speedup=e.get("ceiling_speedup"), kwargs=kwargs))
+    return targets
+
+
+def llm_client(options: OptimizeOptions):
+    from autokernel.llm import LLMClient
+    return LLMClient(options.llm, base_url=options.base_url, api_key_env=options.api_key_env)
+
+
+def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) -> tuple[RunDir, RunState, dict]:
+    """Profile the model, plan, and write a new run's folder; the LLM endpoint is checked first so a
+    missing key fails before minutes of profiling."""
+    from autokernel import plan as planner
+    from autokernel.modelfile import load_model
+    from autokernel.profiler import profile_model
+    from harness.judge import versions
+    from harness.peaks import device_name, measured_peaks
+    agent = options.resolved_agent()
+    if agent == "llm":
+        llm_client(options).check()
+    loaded = load_model(spec)
+    (log or (lambda m: None))(f"profiling {spec.path} on {spec.device}")
+    profile = profile_model(loaded)
+    peaks = measured_peaks(spec.device)
+    plan = planner.make_plan(profile, peaks, model=spec.to_json())
+    targets = pick_targets(plan, options.top)
+    if not targets:
+        raise UserError(f"the profile of {spec.path} has no kernel type autokernel can search for",
+                        "run `autokernel profile` on it to see where its time goes")
+    run = RunDir(Path(runs_dir) / new_run_id(Path(runs_dir)))
+    run.create()
+    config = {"run_id": run.run_id, "created": datetime.now().isoformat(timespec="seconds"),
+              "model": spec.to_json(), "options": {**asdict(options), "agent": agent},
+              "device": {"type": spec.device, "name": device_name(spec.device)}, "peaks": peaks,
+              "versions": versions()}
+    run.write_json(run.plan_path, plan)
+    run.write_json(run.config_path, config)
+    state = RunState(run_id=run.run_id, agent=agent, budget_s=options.budget_s, targets=targets)
+    run.save_state(state)
+    return run, state, config
+
+
+def resume(runs_dir: Path, run_id: str, overrides: dict | None = None) -> tuple[RunDir, RunState, dict]:
+    """Reopen a run (also one killed with -9): its saved options, with `overrides` applied."""
+    run = open_for_resume(Path(runs_dir), run_id)
+    config, state = run.load_config(), run.load_state()
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            config["options"][key] = value
+    state.budget_s = float(config["options"]["budget_s"])
+    repair_leaderboard(run, state)
+    return run, state, config
+
+
+def repair_leaderboard(run: RunDir, state: RunState) -> None:
+    """Append the rows state.json has and the leaderboard lacks (a crash between the two writes)."""
+    from autokernel.leaderboard import Leaderboard, read
+    board = read(run.leaderboard_path)
+    present = set(zip(board["target"], board["experiment"].astype(int)))
+    writer = Leaderboard(run.leaderboard_path)
+    for target in state.targets:
+        for h in target.history:
+            if (target.name, h["number"]) not in present and h.get("row"):
+                writer.append(h["row"])
+
+
+def options_of(config: dict) -> OptimizeOptions:
+    known = {f.name for f in fields(OptimizeOptions)}
+    return OptimizeOptions(**{k: v for k, v in config["options"].items() if k in known})

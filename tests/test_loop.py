@@ -1,0 +1,175 @@
+"""The search loop: its decision rules, and the LLM agent end to end against a local
+OpenAI-compatible server with the real judge (Triton interpreter) on a one-op model."""
+import io
+import json
+import math
+
+import pytest
+from fake_openai import API_KEY, MODEL, error, fake_openai, reply  # noqa: F401  (fixture)
+from loop_kernels import CHEAT, FAST, SOFTMAX_MODEL, WRONG, reply_with
+from rich.console import Console
+
+from autokernel import leaderboard as board
+from autokernel import loop
+from autokernel import run as runs
+from autokernel.display import LogDisplay, summary_table
+from autokernel.errors import UsageError
+from autokernel.llm import LLMClient
+from autokernel.modelfile import spec_from_options
+from autokernel.run import RunState, TargetState
+
+
+# ------------------------------------------------------------------ decision rules
+def target(**kw):
+    base = dict(name="softmax[8x128:float32]", kernel_type="softmax", dims={"M": 8, "N": 128},
+                dtype="float32")
+    return TargetState(**{**base, **kw})
+
+
+def passed(median_us, iqr_us=0.0, reps=25):
+    return {"verdict": "PASS", "timing": {"median_us": median_us, "iqr_us": iqr_us, "reps": reps}}
+
+
+def test_keep_needs_a_pass_and_a_win_beyond_the_noise():
+    t = target(best_median_us=100.0, best_iqr_us=10.0, best_reps=25)
+    # notches: 100 - 1.57*10/5 = 96.86 ; candidate 95 + 1.57*10/5 = 98.14 -> overlap: noise
+    assert loop.decide(passed(95.0, 10.0), t) == "REVERT"
+    assert loop.decide(passed(90.0, 10.0), t) == "KEEP"
+    # a tight candidate against a noisy best needs a bigger win than against a tight best
+    assert loop.decide(passed(97.0, 0.0), target(best_median_us=100.0, best_iqr_us=0.0, best_reps=25)) == "KEEP"
+    assert loop.decide(passed(97.0, 0.0), target(best_median_us=100.0, best_iqr_us=20.0, best_reps=25)) == "REVERT"
+    assert loop.decide({"verdict": "FAIL", "timing": None}, t) == "REVERT"
+    assert loop.decide(None, t) == "REVERT"
+    assert loop.decide({"verdict": "COMPILE_ONLY", "timing": None}, t) == "REVERT"
+    assert loop.decide(passed(1000.0), target()) == "KEEP"  # nothing to beat yet
+
+
+def test_what_is_left_to_win_and_what_the_next_target_offers():
+    t = target(share=0.4, ceiling_speedup=2.0, eager_median_us=100.0, best_median_us=80.0)
+    assert loop.left_to_win(t) == pytest.approx(0.4 * (0.8 - 0.5))
+    assert loop.offer(target(share=0.3, ceiling_speedup=4.0)) == pytest.approx(0.3 * 0.75)
+    assert loop.left_to_win(target(share=0.4)) == math.inf  # nothing measured: keep going
+
+
+def test_time_share_follows_the_model_share():
+    state = RunState(run_id="r", agent="tune", budget_s=1000.0, elapsed_s=100.0,
+                     targets=[target(share=0.6, seconds=0.0), target(share=0.3), target(share=0.1, status="done")])
+    assert loop.time_cap_s(state, 0) == pytest.approx(900 * 0.6 / 0.9)
+    assert loop.time_cap_s(state, 1) == pytest.approx(900.0)
+
+
+@pytest.mark.parametrize("text, seconds", [("8h", 28800), ("90m", 5400), ("1h30m", 5400), ("45s", 45),
+                                           ("2d", 172800), ("120", 120), ("0.5h", 1800)])
+def test_durations(text, seconds):
+    assert runs.parse_duration_s(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["8 hours", "h", "", "1x"])
+def test_bad_durations(text):
+    with pytest.raises(UsageError):
+        runs.parse_duration_s(text)
+
+
+def test_targets_from_the_plan():
+    plan = {"entries": [
+        {"rank": 1, "kernel_type": "other", "dims": {}, "target": None, "dtype": "float32", "share": 0.5},
+        {"rank": 2, "kernel_type": "flash_attention", "dims": {"B": 1, "H": 2, "S": 64, "D": 32}, "causal": True,
+         "target": "flash_attention[1x2x64x32:float32]", "dtype": "float32", "share": 0.3, "ceiling_speedup": 3.0},
+        {"rank": 3, "kernel_type": "softmax", "dims": {"M": 8, "N": 128}, "target": "softmax[8x128:float32]",
+         "dtype": "float32", "share": 0.1},
+        {"rank": 4, "kernel_type": "softmax", "dims": {"M": 8, "N": 128}, "target": "softmax[8x128:float32]",
+         "dtype": "float32", "share": 0.05},
+        {"rank": 5, "kernel_type": "conv2d", "dims": {"N": 1}, "target": "conv2d[1:float32]", "dtype": "float32"},
+    ]}
+    targets = runs.pick_targets(plan, top=5)
+    assert [t.name for t in targets] == ["flash_attention[1x2x64x32:float32,causal]", "softmax[8x128:float32]",
+                                         "softmax[8x128:float32]#2"]
+    assert targets[0].kwargs == {"causal": True} and targets[0].ceiling_speedup == 3.0
+    assert len({t.slug for t in targets}) == 3
+    assert [t.name for t in runs.pick_targets(plan, top=1)] == ["flash_attention[1x2x64x32:float32,causal]"]
+
+
+def test_agent_defaults_to_llm_only_with_a_key(monkeypatch):
+    monkeypatch.delenv("MY_KEY", raising=False)
+    assert runs.OptimizeOptions(api_key_env="MY_KEY").resolved_agent() == "tune"
+    monkeypatch.setenv("MY_KEY", "  ")
+    assert runs.OptimizeOptions(api_key_env="MY_KEY").resolved_agent() == "tune"
+    monkeypatch.setenv("MY_KEY", "sk-1")
+    assert runs.OptimizeOptions(api_key_env="MY_KEY").resolved_agent() == "llm"
+    assert runs.OptimizeOptions(agent="tune", api_key_env="MY_KEY").resolved_agent() == "tune"
+
+
+# ------------------------------------------------------------------ the LLM agent end to end
+class FakeClock:
+    def __init__(self):
+        self.now, self.sleeps = 0.0, []
+
+    def sleep(self, s):
+        self.sleeps.append(s)
+        self.now += s
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.mark.slow
+def test_llm_agent_end_to_end(tmp_path, fake_openai, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    model = tmp_path / "softmax_model.py"
+    model.write_text(SOFTMAX_MODEL)
+    fake_openai.script(
+        reply(reply_with("Pack several short rows into one program.", FAST), prompt_tokens=2100, completion_tokens=640),
+        error(429, retry_after=3, message="rate limited"),
+        reply(reply_with("Skip the division.", WRONG)),
+        reply(reply_with("Let PyTorch do it.", CHEAT)),
+        error(500), error(502), error(500),
+        reply("I would try a persistent kernel next, but I have no code for it yet."),
+    )
+    options = runs.OptimizeOptions(llm=MODEL, base_url=fake_openai.base_url, max_experiments=4, top=1,
+                                   timeout_s=300)
+    run, state, config = runs.start(spec_from_options(model, device="cpu"), options, tmp_path / "runs")
+    assert state.agent == "llm"  # the key is set: the LLM is the default agent
+    clock, lines = FakeClock(), []
+    client = LLMClient(MODEL, base_url=fake_openai.base_url, sleep=clock.sleep, clock=clock, log=lines.append)
+    log = io.StringIO()
+    state = loop.execute(run, state, config, client=client,
+                         display=LogDisplay(state, Console(file=log, width=200)))
+
+    frame = board.read(run.leaderboard_path)
+    assert list(frame["experiment"]) == [0, 1, 2, 3, 4]
+    assert list(frame["decision"]) == ["BASELINE", "KEEP", "REVERT", "REVERT", "REVERT"]
+    assert list(frame["verdict"]) == ["PASS", "PASS", "FAIL", "FAIL", "FAIL"]
+    assert list(frame["failed_stage"]) == ["", "", "smoke", "integrity", "parse"]
+    assert set(frame["agent"]) == {"llm"} and set(frame["target"]) == {"softmax[16x256:float32]"}
+    assert frame.iloc[1]["speedup_vs_best"] > 1 and frame.iloc[1]["prompt_tokens"] == 2100
+    assert frame.iloc[1]["completion_tokens"] == 640
+    assert frame.iloc[1]["description"] == "Pack several short rows into one program."
+    assert frame.iloc[4]["candidate"] == ""
+
+    target = state.targets[0]
+    assert (run.path / "best" / f"{target.slug}.py").read_text() == FAST
+    assert (run.path / frame.iloc[1]["candidate"]).read_text() == FAST
+    assert (state.status, target.best_experiment, target.proposals) == ("done", 1, 4)
+    saved = json.loads(run.state_path.read_text())
+    assert saved["status"] == "done" and saved["targets"][0]["best_experiment"] == 1
+
+    # six requests: exp 1, a 429 then exp 2, exp 3, three 5xx then exp 4
+    assert len(fake_openai.requests) == 8 and fake_openai.remaining == 0
+    assert clock.sleeps[0] >= 3 and len(clock.sleeps) == 4 and len(lines) == 4
+    prompts = [r["messages"][1]["content"] for r in fake_openai.requests]
+    exp = {1: prompts[0], 2: prompts[2], 3: prompts[3], 4: prompts[7]}
+    verdicts = {n: json.loads((run.kernels(target) / f"exp_{n:04d}.json").read_text()) for n in range(5)}
+    smoke = next(s["detail"] for s in verdicts[2]["stages"] if s["name"] == "smoke")
+    integrity = next(s["detail"] for s in verdicts[3]["stages"] if s["name"] == "integrity")
+    assert smoke[:80] in exp[3] and integrity[:80] in exp[4]
+    assert "PyTorch compute" in exp[4]
+    assert FAST.strip() in exp[2]  # the kept kernel is the best the next prompt shows
+    assert "Your previous reply" not in exp[4]
+    assert (run.kernels(target) / "exp_0004.response.md").read_text().startswith("I would try")
+    assert "softmax[16x256:float32]" in (run.kernels(target) / "exp_0001.prompt.md").read_text()
+
+    out = log.getvalue()
+    assert "[softmax[16x256:float32] #1] KEEP PASS" in out and "#4] REVERT FAIL at parse" in out
+    rendered = io.StringIO()
+    Console(file=rendered, width=200).print(summary_table(state))
+    assert "softmax[16x256:float32]" in rendered.getvalue() and "4 experiments done" in rendered.getvalue()
