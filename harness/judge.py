@@ -71,7 +71,7 @@ def read_events(out_dir: Path) -> list[dict]:
 
 
 def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | None = None,
-          arch: str = "sm_90", timeout_s: float | None = None) -> dict[str, Any]:
+          arch: str = "sm_90", timeout_s: float | None = None, compile_baseline: bool = False) -> dict[str, Any]:
     """Judge one kernel file; always returns the verdict JSON of DESIGN.md (as a dict)."""
     path = Path(kernel_file)
     if not path.is_file():
@@ -101,6 +101,8 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
                 "--device", device, "--arch", arch]
         if target is not None:
             argv += ["--target", json.dumps(target.to_json())]
+        if compile_baseline:
+            argv.append("--compile-baseline")
         spawned = time.time()
         child = run_isolated(argv, timeout_s, env=_child_env(device), cwd=cwd)
         events = read_events(out_dir)

@@ -15,7 +15,17 @@ def timing_summary(end: dict) -> dict[str, Any]:
             "speedup_vs_eager": speedup, "method": kernel["method"],
             "representative_of_gpu": kernel["representative_of_gpu"],
             "shape": Case.from_json(end["case"]).label(),
-            "samples_us": kernel["samples_us"], "baseline_samples_us": eager["samples_us"]}
+            "samples_us": kernel["samples_us"], "baseline_samples_us": eager["samples_us"],
+            **_compiled(end, kernel)}
+
+
+def _compiled(end: dict, kernel: dict) -> dict[str, Any]:
+    compiled = end.get("compiled")
+    if not compiled:
+        return {"compile_median_us": None, "speedup_vs_compile": None,
+                "compile_note": end.get("compiled_error")}
+    return {"compile_median_us": compiled["median_us"],
+            "speedup_vs_compile": compiled["median_us"] / kernel["median_us"] if kernel["median_us"] > 0 else None}
 
 
 def work(case: Case) -> tuple[float, float]:
