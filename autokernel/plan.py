@@ -59,21 +59,20 @@ def peak_tflops(peaks: dict, dtype: str) -> tuple[float, str]:
 
 def entry(group: Any, peaks: dict) -> dict:
     """One ranked row of the plan: the group's profile plus its roofline figures."""
-    row = group.to_json()
-    row.update({"bound": None, "ceiling_speedup": 1.0, "projected_e2e_speedup": 1.0})
-    if group.kernel_type == "other" or not group.calls:
+    row = {**group, "bound": None, "ceiling_speedup": 1.0, "projected_e2e_speedup": 1.0}
+    if group["kernel_type"] == "other" or not group["calls"]:
         return row
-    kt = registry.get(group.kernel_type)
-    element_size = registry.dtype_of(group.dtype).itemsize if group.dtype in registry.DTYPES else 4
-    flops, nbytes = kt.flops(group.dims), kt.bytes(group.dims, element_size)
-    tflops, tflops_dtype = peak_tflops(peaks, group.dtype)
+    kt = registry.get(group["kernel_type"])
+    element_size = registry.dtype_of(group["dtype"]).itemsize if group["dtype"] in registry.DTYPES else 4
+    flops, nbytes = kt.flops(group["dims"]), kt.bytes(group["dims"], element_size)
+    tflops, tflops_dtype = peak_tflops(peaks, group["dtype"])
     roof = roofline_s(flops, nbytes, tflops, peaks["copy_gbps"])
-    per_call_s = group.time_ms / 1e3 / group.calls
+    per_call_s = group["time_ms"] / 1e3 / group["calls"]
     s = ceiling(per_call_s, roof)
     row.update({
         "bound": bound(flops / nbytes, ridge(tflops, peaks["copy_gbps"])),
         "ceiling_speedup": s,
-        "projected_e2e_speedup": amdahl(group.share, s),
+        "projected_e2e_speedup": amdahl(group["share"], s),
         "flops": flops, "bytes": nbytes, "intensity_flop_per_byte": flops / nbytes,
         "per_call_us": per_call_s * 1e6, "roofline_us": roof * 1e6, "peak_dtype": tflops_dtype,
     })
@@ -123,6 +122,7 @@ def _ordered(row: dict) -> dict:
 def table(plan: dict, max_rows: int = 20) -> Any:
     """The plan as a rich Table: rank, target, where, share, bound, ceiling, projected gain."""
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     label = " (CPU figures)" if plan.get("cpu_figures") else ""
@@ -132,12 +132,13 @@ def table(plan: dict, max_rows: int = 20) -> Any:
         t.add_column(name, justify="left" if name in ("target", "where", "bound") else "right")
     for row in plan["entries"][:max_rows]:
         other = row["kernel_type"] == "other"
-        t.add_row(str(row["rank"]), _what(row), _where(row), f"{row['calls']:g}", f"{row['time_ms']:.3f}",
+        # targets look like markup ("softmax[64x1024:fp32]"): escape them
+        t.add_row(str(row["rank"]), escape(_what(row)), escape(_where(row)), f"{row['calls']:g}", f"{row['time_ms']:.3f}",
                   f"{row['share']:.1%}", row["bound"] or "", "" if other else f"{row['ceiling_speedup']:.1f}x",
                   "" if other else f"{row['projected_e2e_speedup']:.3f}x")
         for part in row.get("parts", []):
             if part["kernel_type"] != "other":
-                t.add_row("", f" └ {_short(part['target'])}", "", f"{part['calls']:g}", f"{part['time_ms']:.3f}",
+                t.add_row("", escape(f" └ {_short(part['target'])}"), "", f"{part['calls']:g}", f"{part['time_ms']:.3f}",
                           f"{part['share']:.1%}", "", "", "", style="dim")
     t.caption = (f"{plan['coverage']:.1%} of the time in named kernel types. ceiling: the group's speedup at "
                  f"the roofline; e2e: the model's, by Amdahl. All mapped groups at their ceilings: "

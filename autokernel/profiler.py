@@ -24,7 +24,7 @@ import math
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
@@ -96,48 +96,24 @@ class Call:
 
 
 @dataclass
-class Group:
-    kernel_type: str
-    op: str
-    shapes: list
-    dtype: str
-    dims: dict
-    target: Optional[str]
-    route: str
-    calls: float
-    time_ms: float
-    share: float
-    modules: list[dict]
-    ops: list[str]
-    causal: Optional[bool] = None
-    parts: list[dict] = field(default_factory=list)
-    other_ops: list[dict] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        if self.kernel_type != "flash_attention":
-            d.pop("causal")
-        for key in ("parts", "other_ops"):
-            if not d[key]:
-                d.pop(key)
-        return d
-
-
-@dataclass
 class Profile:
     device: str
     device_name: str
     dtype: str
     total_ms: float  # op time of one forward: the sum of the groups
-    forward_ms: float  # wall time of one plain forward (median)
-    profiled_forward_ms: float  # wall time of one forward under the profiler and hooks (median)
+    forward_ms: float  # wall time of one plain forward (median of forward_samples_ms)
+    profiled_forward_ms: float  # the same under the profiler and module hooks (median)
     iters: int
     warmup: int
-    groups: list[Group]
+    groups: list[dict]  # kernel_type, op, shapes, dtype, dims, target, route, calls, time_ms, share,
+    # modules, ops; causal (attention), parts (recognised forms), other_ops (other)
+
+    forward_samples_ms: list[float] = field(default_factory=list)  # raw, unrounded
+    profiled_samples_ms: list[float] = field(default_factory=list)
 
     @property
     def coverage(self) -> float:
-        return sum(g.share for g in self.groups if g.kernel_type != "other")
+        return sum(g["share"] for g in self.groups if g["kernel_type"] != "other")
 
 
 # ---------------------------------------------------------------- measuring
@@ -146,7 +122,9 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
     """Profile `iters` forwards of a modelfile.LoadedModel after `warmup` plain ones."""
     device = loaded.spec.device
     inputs = loaded.make_inputs(seed)
-    plain_s = [_timed(loaded.forward, inputs, device) for _ in range(max(warmup, 1) + 2)]
+    for _ in range(warmup):
+        loaded.forward(inputs)
+    plain_s = [_timed(loaded.forward, inputs, device) for _ in range(3)]
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.startswith("cuda"):
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -160,13 +138,17 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
             h.remove()
     if trace_path:
         prof.export_chrome_trace(str(trace_path))
-    roots = [_node(e, device) for e in prof.events() if e.name == ROOT and e.cpu_parent is None]
     modules = dict(loaded.model.named_modules())
-    groups = _summarise([_attribute_root(r, modules) for r in roots])
+    tallies = [_Tally(modules) for _ in range(iters)]
+    roots = [_node(e, device) for e in prof.events() if e.name == ROOT and e.cpu_parent is None]
+    for tally, root in zip(tallies, roots):
+        tally.scope(root)
+    groups = _summarise(tallies)
     return Profile(device=device, device_name=_device_name(device), dtype=_model_dtype(loaded.model),
-                   total_ms=sum(g.time_ms for g in groups), forward_ms=statistics.median(plain_s[-3:]) * 1e3,
+                   total_ms=sum(g["time_ms"] for g in groups), forward_ms=statistics.median(plain_s) * 1e3,
                    profiled_forward_ms=statistics.median(profiled_s) * 1e3, iters=iters, warmup=warmup,
-                   groups=groups)
+                   groups=groups, forward_samples_ms=[t * 1e3 for t in plain_s],
+                   profiled_samples_ms=[t * 1e3 for t in profiled_s])
 
 
 def _timed(forward: Callable, inputs: list, device: str, label: Optional[str] = None) -> float:
@@ -234,7 +216,7 @@ class _Tally:
 
     def scope(self, scope: Node, patterns: bool = True) -> None:
         where = scope.module or ("", "")
-        found = _find_forms(scope.children, self.modules.get(where[0]), where) if patterns else []
+        found = _find_forms(scope.children, self.modules.get(where[0])) if patterns else []
         claimed = {id(n) for c in found for n in c.nodes}
         loose = [n for n in scope.children if id(n) not in claimed]
         if scope.module and len(found) == 1 and all(n.kind in GLUE for n in loose):
@@ -252,19 +234,13 @@ class _Tally:
                 self.other[n.name].append(n.total_us)
 
 
-def _attribute_root(root: Node, modules: dict) -> _Tally:
-    tally = _Tally(modules)
-    tally.scope(root)
-    return tally
-
-
-def _summarise(tallies: list[_Tally]) -> list[Group]:
+def _summarise(tallies: list[_Tally]) -> list[dict]:
     n = max(len(tallies), 1)
     samples: dict[tuple, list[list[float]]] = defaultdict(lambda: [[] for _ in range(n)])
     info: dict[tuple, dict] = {}
     for i, tally in enumerate(tallies):
         for call, where in tally.calls:
-            key = (call.kernel_type, json_key(call.shapes or call.args), call.dtype, call.causal, call.route)
+            key = (call.kernel_type, str(call.shapes or call.args), call.dtype, call.causal, call.route)
             samples[key][i].append(sum(nd.total_us for nd in call.nodes))
             g = info.setdefault(key, {"call": call, "modules": {}, "ops": set(), "parts": []})
             g["modules"].setdefault(where[0], where[1])
@@ -280,11 +256,13 @@ def _summarise(tallies: list[_Tally]) -> list[Group]:
     others = sorted(((k[1], best[k], calls[k]) for k in samples if k[0] == "other"), key=lambda t: -t[1])
     if others:
         other_ms = sum(t[1] for t in others)
-        groups.append(Group("other", others[0][0], [], "", {}, None, "", _count(sum(t[2] for t in others)),
-                            other_ms, other_ms / total_ms, [], [t[0] for t in others],
-                            other_ops=[{"op": op, "time_ms": ms, "share": ms / total_ms, "calls": _count(c)}
-                                       for op, ms, c in others]))
-    groups.sort(key=lambda g: -g.time_ms)
+        groups.append({"kernel_type": "other", "op": others[0][0], "shapes": [], "dtype": "", "dims": {},
+                       "target": None, "route": "", "calls": _count(sum(t[2] for t in others)),
+                       "time_ms": other_ms, "share": other_ms / total_ms, "modules": [],
+                       "ops": [t[0] for t in others],
+                       "other_ops": [{"op": op, "time_ms": ms, "share": ms / total_ms, "calls": _count(c)}
+                                     for op, ms, c in others]})
+    groups.sort(key=lambda g: -g["time_ms"])
     return groups
 
 
@@ -301,32 +279,31 @@ def _count(calls: float) -> float | int:
     return int(calls) if float(calls).is_integer() else calls
 
 
-def json_key(shapes: list) -> tuple:
-    return tuple(tuple(s) if isinstance(s, list) else s for s in shapes)
-
-
-def _group(g: dict, time_ms: float, calls: float, total_ms: float, modules: dict) -> Group:
+def _group(g: dict, time_ms: float, calls: float, total_ms: float, modules: dict) -> dict:
     call: Call = g["call"]
     dims = dims_of(call.kernel_type, call.args)
-    parts = _parts(g["parts"], modules, time_ms, total_ms) if g["parts"] else []
-    return Group(kernel_type=call.kernel_type, op=call.op, shapes=call.shapes or call.args, dtype=call.dtype,
-                 dims=dims, target=registry.target_name(call.kernel_type, dims, call.dtype), route=call.route,
-                 calls=_count(calls), time_ms=time_ms, share=time_ms / total_ms,
-                 modules=[{"name": q, "class": c} for q, c in g["modules"].items()], ops=sorted(g["ops"]),
-                 causal=call.causal, parts=parts)
+    group = {"kernel_type": call.kernel_type, "op": call.op, "shapes": call.shapes or call.args,
+             "dtype": call.dtype, "dims": dims, "target": registry.target_name(call.kernel_type, dims, call.dtype),
+             "route": call.route, "calls": _count(calls), "time_ms": time_ms, "share": time_ms / total_ms,
+             "modules": [{"name": q, "class": c} for q, c in g["modules"].items()], "ops": sorted(g["ops"])}
+    if call.kernel_type == "flash_attention":
+        group["causal"] = call.causal  # None: masked, but whether causally could not be told
+    if g["parts"]:
+        group["parts"] = _parts(g["parts"], modules, time_ms, total_ms)
+    return group
 
 
 def _parts(nodes: list[Node], modules: dict, group_ms: float, total_ms: float) -> list[dict]:
     """The op-level breakdown of a recognised form (from the first iteration, scaled to the
-    group's median), e.g. the softmax inside an explicit attention: a smaller target for when
+    group's time), e.g. the softmax inside an explicit attention: a smaller target for when
     the whole form cannot be swapped."""
     tally = _Tally(modules)
     tally.scope(Node("form", 0.0, children=nodes), patterns=False)
     sub = _summarise([tally])
-    factor = group_ms / (sum(g.time_ms for g in sub) or 1.0)
+    factor = group_ms / (sum(g["time_ms"] for g in sub) or 1.0)
     keep = ("kernel_type", "op", "shapes", "dtype", "dims", "target", "calls")
-    return [{**{k: getattr(g, k) for k in keep}, "time_ms": g.time_ms * factor,
-             "share": g.time_ms * factor / total_ms} for g in sub]
+    return [{**{k: g[k] for k in keep}, "time_ms": g["time_ms"] * factor,
+             "share": g["time_ms"] * factor / total_ms} for g in sub]
 
 
 def dims_of(kernel_type: str, shapes: list[list[int]]) -> dict:
@@ -400,7 +377,7 @@ class _Cursor:
         return None
 
 
-def _find_forms(nodes: list[Node], module: Optional[torch.nn.Module], where: tuple) -> list[Call]:
+def _find_forms(nodes: list[Node], module: Optional[torch.nn.Module]) -> list[Call]:
     found, i = [], 0
     while i < len(nodes):
         for form in FORMS:

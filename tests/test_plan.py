@@ -1,0 +1,119 @@
+"""The Amdahl plan: pure arithmetic checked against figures worked out by hand."""
+import math
+
+import pytest
+
+from autokernel import plan
+from autokernel.profiler import Profile
+
+PEAKS = {"device": "test device", "copy_gbps": 100.0, "matmul_tflops": {"float32": 1.0}}  # ridge: 10 FLOP/B
+
+
+def test_amdahl_by_hand():
+    assert plan.amdahl(0.5, 2.0) == pytest.approx(1 / (0.5 + 0.25))  # 1.3333
+    assert plan.amdahl(0.4, 4.0) == pytest.approx(1 / 0.7)  # 0.6 + 0.4/4 = 0.7
+    assert plan.amdahl(0.9, 10.0) == pytest.approx(1 / 0.19)  # 0.1 + 0.09
+    assert plan.amdahl(0.3, 1.0) == pytest.approx(1.0)  # no faster: no gain
+    assert plan.amdahl(0.0, 100.0) == pytest.approx(1.0)
+    assert plan.amdahl(1.0, 3.0) == pytest.approx(3.0)  # the whole program
+
+
+def test_amdahl_many_by_hand():
+    # 1 / (1 - (0.5 * (1 - 1/2) + 0.3 * (1 - 1/3))) = 1 / (1 - 0.45) = 1 / 0.55
+    assert plan.amdahl_many([(0.5, 2.0), (0.3, 3.0)]) == pytest.approx(1 / 0.55)
+    assert plan.amdahl_many([(0.4, 4.0)]) == pytest.approx(plan.amdahl(0.4, 4.0))
+    assert plan.amdahl_many([]) == pytest.approx(1.0)
+    # two halves each made twice as fast: the whole is twice as fast
+    assert plan.amdahl_many([(0.5, 2.0), (0.5, 2.0)]) == pytest.approx(2.0)
+
+
+def test_ridge_bound_roofline_ceiling_by_hand():
+    assert plan.ridge(10.0, 2000.0) == pytest.approx(5.0)  # 10e12 FLOP/s / 2e12 B/s
+    assert plan.bound(4.9, 5.0) == "memory"
+    assert plan.bound(5.0, 5.0) == "compute"
+    # 1 MB at 100 GB/s = 10 us; 2 GFLOP at 1 TFLOP/s = 2 ms: the FLOPs bound it
+    assert plan.roofline_s(2e9, 1e6, 1.0, 100.0) == pytest.approx(2e-3)
+    assert plan.roofline_s(1e3, 1e6, 1.0, 100.0) == pytest.approx(1e-5)
+    assert plan.ceiling(4e-3, 2e-3) == pytest.approx(2.0)
+    assert plan.ceiling(1e-3, 2e-3) == 1.0  # already faster than the roofline says: no headroom claimed
+
+
+def test_peak_tflops_falls_back_to_float32():
+    assert plan.peak_tflops({"matmul_tflops": {"float32": 2.0, "float16": 8.0}}, "float16") == (8.0, "float16")
+    assert plan.peak_tflops({"matmul_tflops": {"float32": 2.0}}, "bfloat16") == (2.0, "float32")
+
+
+def _group(kernel_type, dims, time_ms, share, calls=1, dtype="float32"):
+    return {"kernel_type": kernel_type, "op": f"aten::{kernel_type}", "shapes": [list(dims.values())],
+            "dtype": dtype, "dims": dims, "target": f"{kernel_type}[x]", "route": "op", "calls": calls,
+            "time_ms": time_ms, "share": share, "modules": [], "ops": []}
+
+
+def _profile(groups, device="cpu"):
+    total = sum(g["time_ms"] for g in groups)
+    return Profile(device=device, device_name="cpu", dtype="float32", total_ms=total, forward_ms=total,
+                   profiled_forward_ms=total, iters=1, warmup=0, groups=groups)
+
+
+def test_plan_figures_by_hand():
+    # softmax 1024x1024 fp32: bytes 2*M*N*4 = 8388608, flops 5*M*N = 5242880 -> 0.625 FLOP/B < 10: memory.
+    # roofline 8388608 B / 100 GB/s = 83.88608 us; measured 4x that -> ceiling 4.
+    softmax_ms = 4 * 0.08388608
+    # matmul 1024^3 fp32: 2.147e9 FLOP, 12.58 MB -> 170.7 FLOP/B: compute; roofline 2.147 ms; measured 2x.
+    matmul_ms = 2 * 2 * 1024**3 / 1e12 * 1e3
+    other_ms = softmax_ms
+    total = softmax_ms + matmul_ms + other_ms
+    groups = [_group("softmax", {"M": 1024, "N": 1024}, softmax_ms, softmax_ms / total),
+              _group("matmul", {"M": 1024, "K": 1024, "N": 1024}, matmul_ms, matmul_ms / total),
+              {**_group("other", {}, other_ms, other_ms / total), "target": None, "dtype": ""}]
+    result = plan.make_plan(_profile(groups), PEAKS)
+    rows = {r["kernel_type"]: r for r in result["entries"]}
+    sm, mm = rows["softmax"], rows["matmul"]
+    assert sm["bound"] == "memory" and mm["bound"] == "compute"
+    assert sm["ceiling_speedup"] == pytest.approx(4.0)
+    assert mm["ceiling_speedup"] == pytest.approx(2.0)
+    assert sm["roofline_us"] == pytest.approx(83.88608)
+    p_sm, p_mm = softmax_ms / total, matmul_ms / total
+    assert sm["projected_e2e_speedup"] == pytest.approx(1 / ((1 - p_sm) + p_sm / 4))
+    assert mm["projected_e2e_speedup"] == pytest.approx(1 / ((1 - p_mm) + p_mm / 2))
+    assert result["total_ceiling_e2e_speedup"] == pytest.approx(1 / (1 - p_sm * 0.75 - p_mm * 0.5))
+    assert rows["other"]["bound"] is None and rows["other"]["ceiling_speedup"] == 1.0
+    # ranked by projected gain, other last
+    gains = [r["projected_e2e_speedup"] for r in result["entries"][:-1]]
+    assert gains == sorted(gains, reverse=True)
+    assert [r["rank"] for r in result["entries"]] == [1, 2, 3] and result["entries"][-1]["kernel_type"] == "other"
+    assert result["coverage"] == pytest.approx(1 - other_ms / total)
+    assert math.isclose(sum(r["share"] for r in result["entries"]), 1.0)
+
+
+def test_ranking_prefers_headroom_over_raw_time():
+    # a small group far from its roofline can be worth more than a big one already at it
+    mm_ms = 2 * 1024**3 / 1e12 * 1e3  # exactly at the roofline: ceiling 1
+    sm_ms = 10 * 0.08388608  # 10x from the roofline
+    total = mm_ms + sm_ms
+    groups = [_group("matmul", {"M": 1024, "K": 1024, "N": 1024}, mm_ms, mm_ms / total),
+              _group("softmax", {"M": 1024, "N": 1024}, sm_ms, sm_ms / total)]
+    result = plan.make_plan(_profile(groups), PEAKS)
+    assert result["entries"][0]["kernel_type"] == "softmax"
+    assert result["entries"][1]["ceiling_speedup"] == pytest.approx(1.0)
+
+
+def test_cpu_figures_are_labelled():
+    groups = [_group("softmax", {"M": 8, "N": 8}, 1.0, 1.0)]
+    on_cpu = plan.make_plan(_profile(groups, "cpu"), PEAKS)
+    assert on_cpu["device"] == "cpu" and on_cpu["cpu_figures"] is True and "CPU" in on_cpu["note"]
+    on_gpu = plan.make_plan(_profile(groups, "cuda"), PEAKS)
+    assert on_gpu["cpu_figures"] is False and "note" not in on_gpu
+
+
+def test_table_renders_every_row():
+    from rich.console import Console
+
+    groups = [_group("softmax", {"M": 8, "N": 8}, 0.75, 0.75),
+              {**_group("other", {}, 0.25, 0.25), "target": None,
+               "other_ops": [{"op": "aten::add", "time_ms": 0.25, "share": 0.25, "calls": 3}]}]
+    console = Console(width=150, record=True)
+    console.print(plan.table(plan.make_plan(_profile(groups), PEAKS)))
+    text = console.export_text()
+    assert "softmax[x]" in text and "other: add" in text and "CPU figures" in text
+    assert "75.0%" in text and "25.0%" in text

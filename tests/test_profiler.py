@@ -1,0 +1,238 @@
+"""The profiler: measured time by kernel type, hand-written forms recognised by the ops they run,
+shares that add up to 1, and the `profile` command's JSON."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autokernel import profiler
+from autokernel.modelfile import load_model, spec_from_options
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+DESIGN_KEYS = {"device", "dtype", "total_ms", "coverage", "entries", "total_ceiling_e2e_speedup"}
+DESIGN_ENTRY_KEYS = {"rank", "kernel_type", "op", "shapes", "dtype", "calls", "time_ms", "share", "bound",
+                     "ceiling_speedup", "projected_e2e_speedup"}
+
+
+def run_profile(path, iters=2, **options):
+    return profiler.profile_model(load_model(spec_from_options(path, device="cpu", **options)),
+                                  iters=iters, warmup=1)
+
+
+def by_type(prof):
+    found = {}
+    for g in prof.groups:
+        found.setdefault(g["kernel_type"], []).append(g)
+    return found
+
+
+def write(tmp_path, text, name="model.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return run_profile(EXAMPLES / "llama_tiny.py")
+
+
+def test_llama_time_lands_in_named_kernel_types(llama):
+    types = by_type(llama)
+    assert {"rmsnorm", "rotary_embedding", "fused_mlp", "flash_attention", "matmul"} <= set(types)
+    assert llama.coverage >= 0.9
+    assert sum(g["share"] for g in llama.groups) == pytest.approx(1.0, abs=0.01)
+    assert llama.total_ms == pytest.approx(sum(g["time_ms"] for g in llama.groups))
+
+
+def test_llama_groups_carry_what_the_search_and_verify_need(llama):
+    types = by_type(llama)
+    (rms,) = types["rmsnorm"]
+    assert rms["route"] == "module" and rms["calls"] == 9  # 2 per layer x 4 + the final norm
+    assert rms["dims"] == {"M": 128, "N": 384} and rms["target"] == "rmsnorm[128x384:float32]"
+    assert {"name": "layers.0.input_layernorm", "class": "RMSNorm"} in rms["modules"]
+    assert {"aten::pow", "aten::mean", "aten::rsqrt"} <= set(rms["ops"])
+    (mlp,) = types["fused_mlp"]
+    assert mlp["route"] == "module" and mlp["dims"] == {"M": 128, "D": 384, "F": 1024}
+    assert mlp["shapes"] == [[1, 128, 384], [1024, 384], [1024, 384], [384, 1024]]
+    assert [m["class"] for m in mlp["modules"]] == ["MLP"] * 4
+    assert {p["kernel_type"] for p in mlp["parts"]} >= {"matmul"}
+    (rope,) = types["rotary_embedding"]
+    assert rope["route"] == "pattern" and rope["calls"] == 8  # q and k in 4 layers
+    assert rope["dims"] == {"B": 1, "H": 6, "S": 128, "D": 64}
+    (attn,) = types["flash_attention"]
+    assert attn["route"] == "op" and attn["causal"] is True and attn["dims"] == {"B": 1, "H": 6, "S": 128, "D": 64}
+    assert "aten::scaled_dot_product_attention" in attn["ops"]
+    linears = {g["target"]: g for g in types["matmul"]}
+    assert linears["matmul[128x384x384:float32]"]["calls"] == 16  # q, k, v, o in 4 layers
+    assert linears["matmul[128x384x2048:float32]"]["modules"] == [{"name": "lm_head", "class": "Linear"}]
+    assert "aten::linear" in linears["matmul[128x384x384:float32]"]["ops"]
+    # the gate/up/down projections are the SwiGLU group's, not counted again as matmuls
+    assert not any("mlp" in m["name"] for g in types["matmul"] for m in g["modules"])
+
+
+def test_gpt2_layernorm_softmax_matmul_and_explicit_attention():
+    prof = run_profile(EXAMPLES / "gpt2_tiny.py")
+    types = by_type(prof)
+    assert {"layernorm", "matmul", "flash_attention"} <= set(types)
+    assert sum(g["share"] for g in prof.groups) == pytest.approx(1.0, abs=0.01)
+    (attn,) = types["flash_attention"]
+    assert attn["route"] == "pattern" and attn["causal"] is True  # the module's tril buffer
+    assert attn["dims"] == {"B": 1, "H": 6, "S": 128, "D": 64}
+    softmax = [p for p in attn["parts"] if p["kernel_type"] == "softmax"]
+    assert softmax and softmax[0]["target"] == "softmax[768x128:float32]"
+    assert sum(p["share"] for p in attn["parts"]) == pytest.approx(attn["share"])
+    assert types["layernorm"][0]["calls"] == 9 and types["layernorm"][0]["route"] == "op"
+    other = types["other"][0]
+    assert "aten::gelu" in [o["op"] for o in other["other_ops"]]
+
+
+def test_forms_are_recognised_by_their_ops_not_their_class_names(tmp_path):
+    path = write(tmp_path, """
+        import torch, torch.nn as nn
+
+        class Scaler(nn.Module):          # does RMSNorm's work under another name
+            def __init__(self, n):
+                super().__init__()
+                self.g = nn.Parameter(torch.ones(n))
+            def forward(self, x):
+                return self.g * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+
+        class RMSNorm(nn.Module):         # the name, without the work
+            def forward(self, x):
+                return x * 2.0
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = Scaler(64), RMSNorm()
+            def forward(self, x):
+                return self.b(self.a(x))
+
+        def get_inputs():
+            return [torch.randn(32, 64)]
+        """)
+    types = by_type(run_profile(path))
+    (rms,) = types["rmsnorm"]
+    assert rms["modules"] == [{"name": "a", "class": "Scaler"}] and rms["dims"] == {"M": 32, "N": 64}
+    assert [o["op"] for o in types["other"][0]["other_ops"]] == ["aten::mul"]
+
+
+def test_explicit_attention_without_mask_and_cross_entropy_pair(tmp_path):
+    path = write(tmp_path, """
+        import torch, torch.nn as nn, torch.nn.functional as F
+
+        class Model(nn.Module):
+            def forward(self, q, k, v, targets):
+                p = torch.softmax(q @ k.transpose(-2, -1) / 8.0, dim=-1)
+                o = (p @ v).flatten(0, 2)
+                return F.nll_loss(F.log_softmax(o, dim=-1), targets), F.log_softmax(o, dim=-1)
+
+        def get_inputs():
+            return [torch.randn(2, 2, 16, 8), torch.randn(2, 2, 16, 8), torch.randn(2, 2, 16, 8),
+                    torch.randint(0, 8, (64,))]
+        """)
+    types = by_type(run_profile(path))
+    (attn,) = types["flash_attention"]
+    assert attn["causal"] is False and attn["dims"] == {"B": 2, "H": 2, "S": 16, "D": 8}
+    (ce,) = types["cross_entropy"]
+    assert ce["dims"] == {"N": 64, "V": 8} and ce["route"] == "pattern"
+    # a log_softmax on its own is not a cross-entropy
+    assert "aten::log_softmax" in [o["op"] for o in types["other"][0]["other_ops"]]
+
+
+@pytest.mark.parametrize("name, kernel_type, target", [
+    ("softmax", "softmax", "softmax[64x4096:float32]"),
+    ("rmsnorm", "rmsnorm", "rmsnorm[512x1024:float32]"),
+    ("matmul", "matmul", "matmul[512x1024x512:float32]"),
+    ("layernorm", "layernorm", "layernorm[1024x1024:float32]"),
+    ("cross_entropy", "cross_entropy", "cross_entropy[128x8192:float32]"),
+])
+def test_kernelbench_examples_map_to_their_type(name, kernel_type, target):
+    prof = run_profile(EXAMPLES / "kernelbench" / f"{name}.py", iters=1)
+    top = prof.groups[0]
+    assert (top["kernel_type"], top["target"]) == (kernel_type, target)
+    assert prof.coverage > 0.95
+
+
+def test_each_call_counts_at_its_fastest():
+    # two iterations of two calls each; a stall in one call of one iteration is left out
+    assert profiler._best_us([[1.0, 50.0], [3.0, 2.0]]) == pytest.approx(3.0)
+    # calls that differ between iterations: the fastest whole iteration
+    assert profiler._best_us([[1.0, 5.0, 1.0], [4.0, 2.0]]) == pytest.approx(6.0)
+
+
+def test_trace_is_written(tmp_path):
+    trace = tmp_path / "trace.json"
+    loaded = load_model(spec_from_options(EXAMPLES / "kernelbench" / "softmax.py", device="cpu"))
+    profiler.profile_model(loaded, iters=1, warmup=0, trace_path=str(trace))
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e.get("name") for e in events}
+    assert "aten::softmax" in names and profiler.ROOT in names
+
+
+# ---------------------------------------------------------------- the command
+@pytest.fixture
+def seeded_peaks(tmp_path, monkeypatch):
+    """A peaks cache already in place, so the command does not spend seconds probing."""
+    from harness import peaks
+
+    monkeypatch.setenv("AUTOKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    path = peaks.cache_path("cpu")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"device": "test cpu", "copy_gbps": 20.0, "matmul_tflops": {"float32": 0.2},
+                                "measured_at": "2026-01-01T00:00:00+00:00", "method": "seeded by a test"}))
+    return {**os.environ, "AUTOKERNEL_CACHE_DIR": str(tmp_path / "cache")}
+
+
+def autokernel(args, env, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "autokernel", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=300)
+
+
+def test_profile_command_json_on_stdout(seeded_peaks, tmp_path):
+    trace = tmp_path / "t.json"
+    done = autokernel(["profile", "examples/llama_tiny.py", "--json", "-", "--iters", "2", "--warmup", "1",
+                       "--trace", str(trace)], seeded_peaks)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)  # stdout is the JSON and nothing else
+    assert DESIGN_KEYS <= set(plan)
+    assert plan["device"] == "cpu" and plan["cpu_figures"] is True and plan["device_name"] == "test cpu"
+    for entry in plan["entries"]:
+        assert DESIGN_ENTRY_KEYS <= set(entry)
+        if entry["kernel_type"] != "other":
+            assert {"dims", "target", "modules", "ops", "route"} <= set(entry)
+            assert entry["bound"] in ("memory", "compute") and entry["ceiling_speedup"] >= 1.0
+    assert [e["rank"] for e in plan["entries"]] == list(range(1, len(plan["entries"]) + 1))
+    assert sum(e["share"] for e in plan["entries"]) == pytest.approx(1.0, abs=0.01)
+    assert plan["coverage"] >= 0.9 and plan["total_ceiling_e2e_speedup"] >= 1.0
+    assert plan["model"]["path"] == "examples/llama_tiny.py"
+    assert "rmsnorm[128x384" in done.stderr and "CPU figures" in done.stderr  # the table went to stderr
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_profile_command_plain_module_options(seeded_peaks, tmp_path):
+    out = tmp_path / "p" / "profile.json"
+    done = autokernel(["profile", "examples/gpt2_tiny.py", "--class-name", "GPT2Tiny", "--input-dtype", "tokens",
+                       "--vocab-size", "2048", "--input-shape", "1,64", "--iters", "1", "--warmup", "0",
+                       "--json", str(out)], seeded_peaks)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(out.read_text())
+    assert plan["model"]["class_name"] == "GPT2Tiny" and plan["model"]["input_shape"] == [1, 64]
+    targets = {e["target"] for e in plan["entries"]}
+    assert "layernorm[64x384:float32]" in targets
+    assert "layernorm[64x384" in done.stdout  # the table, on stdout when the JSON goes to a file
+
+
+def test_profile_command_reports_the_users_error(seeded_peaks, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x)\n        return x\n")
+    done = autokernel(["profile", str(bad)], seeded_peaks)
+    assert done.returncode == 1
+    message = " ".join(done.stderr.split())  # the console wraps long lines
+    assert f"{bad}:3: syntax error" in message and "Traceback" not in message
