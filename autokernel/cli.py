@@ -189,53 +189,52 @@ def optimize(
 # ---- end optimize ---------------------------------------------------------------------------
 
 
-# ---- optimize -------------------------------------------------------------------------------
-from autokernel.modelfile import ModelOptions as _ModelOptions  # noqa: E402
-from autokernel.modelfile import model_options as _model_options  # noqa: E402
+# ---- kernelbench ----------------------------------------------------------------------------
+kb_app = typer.Typer(no_args_is_help=True, help="KernelBench: judge ModelNew solutions, search for them, score runs.")
+app.add_typer(kb_app, name="kernelbench")
 
 
-@app.command()
-@_model_options
-def optimize(
-    model: Optional[Path] = typer.Argument(None, help="A KernelBench-format file, or any file with an nn.Module class."),
-    agent: Optional[str] = typer.Option(None, "--agent", help="llm or tune (default: llm when an API key is set, else tune)."),
-    llm: Optional[str] = typer.Option(None, "--llm", help="Model name at the endpoint (default: gpt-4.1)."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="An OpenAI-compatible endpoint, e.g. http://localhost:8000/v1."),
-    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="The environment variable holding the API key."),
-    budget: Optional[str] = typer.Option(None, "--budget", help="Search time for the whole run, e.g. 8h, 90m (default 8h)."),
-    max_experiments: Optional[int] = typer.Option(None, "--max-experiments", min=0, help="Proposals per target after the baseline."),
-    top: int = typer.Option(3, "--top", min=1, help="How many of the plan's targets to search, in Amdahl order."),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Continue the run with this id (also after a crash)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Wall-clock limit per judged candidate, seconds."),
-    plain: bool = typer.Option(False, "--plain", help="Plain log lines even on a terminal."),
-    model_opts: _ModelOptions = None,
+@kb_app.command("eval")
+def kernelbench_eval(
+    problem: Path = typer.Option(..., "--problem", help="A KernelBench problem file (Model, get_inputs, get_init_inputs)."),
+    solution: Path = typer.Option(..., "--solution", help="A file that defines ModelNew."),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or bf16 (atol=rtol 1e-4, 1e-2, 1e-2)."),
+    json_out: bool = typer.Option(False, "--json", help="Print exactly one verdict JSON object on stdout."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Wall-clock limit in seconds for each child process."),
+    reps: Optional[int] = typer.Option(None, "--reps", help="Timed reps (default: 100 on a GPU, 10 on the CPU)."),
+    no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
+    compile_timeout: Optional[float] = typer.Option(None, "--compile-timeout", help="Seconds for the torch.compile baseline (default: max(--timeout, 300))."),
 ) -> None:
-    """Profile MODEL, then search faster kernels for its top bottlenecks, judging every candidate."""
-    from autokernel import display as shown
-    from autokernel import loop
-    from autokernel import run as runs
-    from autokernel.errors import UsageError
-    budget_s = runs.parse_duration_s(budget) if budget is not None else None
-    if resume is not None:
-        run, state, config = runs.resume(runs_dir, resume, {"budget_s": budget_s, "timeout_s": timeout,
-                                                             "max_experiments": max_experiments})
-    elif model is None:
-        raise UsageError("give a MODEL file to optimize, or --resume RUN_ID", "e.g. autokernel optimize model.py --budget 2h")
-    else:
-        options = runs.OptimizeOptions(agent=agent, llm=llm or runs.DEFAULT_LLM, base_url=base_url,
-                                       api_key_env=api_key_env, budget_s=budget_s or 8 * 3600.0,
-                                       max_experiments=max_experiments, top=top, timeout_s=timeout)
-        run, state, config = runs.start(model_opts.spec(model), options, runs_dir,
-                                        log=lambda m: err.print(m, highlight=False))
-    err.print(f"run {run.run_id} in {run.path} ({state.agent} agent)", highlight=False)
-    view = shown.make_display(state, live=False if plain else None)
-    try:
-        state = loop.execute(run, state, config, display=view)
-    finally:
-        view.close()
-    Console(width=max(Console().width, 120)).print(shown.summary_table(state))
-    if state.status == "interrupted":
-        err.print(f"resume with: autokernel optimize --resume {run.run_id} --runs-dir {runs_dir}", highlight=False)
-    raise typer.Exit(130 if state.status == "interrupted" else 0)
-# ---- end optimize ---------------------------------------------------------------------------
+    """Judge a ModelNew file against a problem's Model: correctness, integrity, timing."""
+    import json
+    from autokernel.kernelbench import evaluate as kb_evaluate
+    from autokernel.kernelbench.render import verdict_text
+    opts = kb_evaluate.EvalOptions(device=device, precision=precision, timeout_s=timeout, reps=reps,
+                                   compile_baseline=not no_compile, compile_timeout_s=compile_timeout)
+    verdict = kb_evaluate.evaluate(problem, solution, opts)
+    typer.echo(json.dumps(verdict, default=str) if json_out else verdict_text(verdict))
+    raise typer.Exit(0 if verdict["correct"] else 1)
+
+
+@kb_app.command("score")
+def kernelbench_score(
+    run: str = typer.Argument(..., help="A run id under --runs-dir, a run folder, or its kernelbench.json."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+    export: Optional[Path] = typer.Option(None, "--export", help="Write level_{L}_problem_{id}_sample_0_kernel.py files here."),
+    json_out: bool = typer.Option(False, "--json", help="Print the score as one JSON object on stdout."),
+) -> None:
+    """fast_p (p = 0, 0.5, 0.8, 1, 1.5, 2) and geometric-mean speedups vs eager and torch.compile."""
+    import json
+    from autokernel.kernelbench import score as kb_score
+    from autokernel.kernelbench.render import score_text
+    path = kb_score.summary_path(run, runs_dir)
+    _, results = kb_score.load_results(path)
+    result = kb_score.score(results)
+    if export is not None:
+        written, skipped = kb_score.export(results, path.parent, export)
+        result["exported"] = [str(p) for p in written]
+        for why in skipped:
+            err.print(f"not exported: {why}", highlight=False)
+    typer.echo(json.dumps(result) if json_out else score_text(result))
+# ---- end kernelbench ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ again before each input set and each forward. Every forward runs under torch.no_
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import hashlib
 import importlib.util
 import json
@@ -421,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--warmup", type=int, default=3)
     a = p.parse_args(argv)
+    faulthandler.enable()  # a segfault in a kernel leaves a Python traceback in stderr for the verdict
     tensors: dict[str, torch.Tensor] = {}
     stage(a.out, "load_problem")
     try:

@@ -26,6 +26,7 @@ from autokernel.kernelbench import checks
 from autokernel.kernelbench.problems import check_problem_file, check_solution_file, problem_from_file
 
 DEFAULT_REPS = {"cuda": 100, "cpu": 10}  # KernelBench times 100 trials; the interpreter is slow
+STAGES = ("load", "correctness", "integrity", "timing")
 STAGE_NAMES = {"load_problem": "load", "load": "load", "correctness": "correctness", "replay": "integrity",
                "timing": "timing", "compile": "timing", "reference": "reference"}
 
@@ -161,6 +162,9 @@ class Verdict:
 
     def end(self, verdict: str, stage: str | None, reason: str) -> dict:
         self.data.update(verdict=verdict, failed_stage=stage, reason=reason, correct=verdict == "PASS")
+        reached = STAGES.index(stage) if stage in STAGES else len(STAGES)
+        self.data["stages"] = [{"name": name, "status": "pass" if i < reached else "fail" if i == reached else "skip",
+                                "detail": reason if i == reached else ""} for i, name in enumerate(STAGES)]
         return self.data
 
     def child_failed(self, run: ChildRun, opts: EvalOptions) -> dict | None:
@@ -293,9 +297,6 @@ def _judge_timed_outputs(v: Verdict, ref: Reference, timed: ChildRun, opts: Eval
 def _speedups(v: Verdict, ref: Reference, timed: ChildRun, opts: EvalOptions, compiled: dict | None) -> None:
     mine, eager = timed.result["timing"], ref.result["timing"]
     comp = (compiled or {}).get("timing")
-    v.data["timing"] = {"solution": mine, "eager": eager, "compile": comp,
-                        "fresh_input_sets": timed.result.get("fresh_sets"),
-                        "host_wall_median_us": timed.result.get("host_wall_median_us")}
     if compiled is None:
         v.data["notes"].append("torch.compile baseline not requested")
     elif comp is None:
@@ -303,6 +304,12 @@ def _speedups(v: Verdict, ref: Reference, timed: ChildRun, opts: EvalOptions, co
     speed = {"eager": eager["median_us"] / mine["median_us"] if mine["median_us"] > 0 else None,
              "compile": comp["median_us"] / mine["median_us"] if comp and mine["median_us"] > 0 else None}
     v.data.update(speedup_vs_eager=speed["eager"], speedup_vs_compile=speed["compile"])
+    # the solution's figures on top (as in every verdict of this project), the baselines nested
+    v.data["timing"] = {**mine, "baseline_median_us": eager["median_us"], "speedup_vs_eager": speed["eager"],
+                        "compile_median_us": comp["median_us"] if comp else None,
+                        "speedup_vs_compile": speed["compile"], "eager": eager, "compile": comp,
+                        "fresh_input_sets": timed.result.get("fresh_sets"),
+                        "host_wall_median_us": timed.result.get("host_wall_median_us")}
     v.data["flags"] += checks.speed_flags(speed)
     v.data["flags"] += checks.stream_flag(mine["median_us"], timed.result.get("host_wall_median_us"))
     roof = checks.roofline(mine["median_us"], ref.result["flops"], ref.result["bytes"],
