@@ -105,6 +105,12 @@ def make_plan(profile: Any, peaks: dict, model: dict | None = None) -> dict:
     }
     if on_cpu:
         plan["note"] = CPU_NOTE
+    faster = [r["target"] for r in rows if r.get("roofline_us") and r["per_call_us"] < 0.9 * r["roofline_us"]]
+    if faster:
+        from harness.peaks import cache_path
+        plan["warnings"] = [f"{', '.join(faster)} ran faster than the measured peaks allow: the peaks were "
+                            f"probably probed while the machine was busy; delete {cache_path(profile.device)} "
+                            "to measure them again"]
     if model is not None:
         plan["model"] = model
     return plan
@@ -143,7 +149,8 @@ def table(plan: dict, max_rows: int = 20) -> Any:
     t.caption = (f"{plan['coverage']:.1%} of the time in named kernel types. ceiling: the group's speedup at "
                  f"the roofline; e2e: the model's, by Amdahl. All mapped groups at their ceilings: "
                  f"{plan['total_ceiling_e2e_speedup']:.2f}x end to end."
-                 + (f"\n{plan['note']}." if plan.get("note") else ""))
+                 + (f"\n{plan['note']}." if plan.get("note") else "")
+                 + "".join(f"\nwarning: {w}" for w in plan.get("warnings", [])))
     t.caption_justify = "left"
     return t
 

@@ -128,8 +128,8 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.startswith("cuda"):
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    names = {id(m): (q, type(m).__name__) for q, m in loaded.model.named_modules()}
-    handles = _hook_modules(loaded.model, names)
+    modules = dict(loaded.model.named_modules())
+    handles = _hook_modules(modules)
     try:
         with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
             profiled_s = [_timed(loaded.forward, inputs, device, ROOT) for _ in range(iters)]
@@ -138,13 +138,13 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
             h.remove()
     if trace_path:
         prof.export_chrome_trace(str(trace_path))
-    modules = dict(loaded.model.named_modules())
-    tallies = [_Tally(modules) for _ in range(iters)]
-    roots = [_node(e, device) for e in prof.events() if e.name == ROOT and e.cpu_parent is None]
-    for tally, root in zip(tallies, roots):
-        tally.scope(root)
+    tallies = []
+    for evt in (e for e in prof.events() if e.name == ROOT and e.cpu_parent is None):
+        tallies.append(_Tally(modules))
+        tallies[-1].scope(_node(evt, device))
     groups = _summarise(tallies)
-    return Profile(device=device, device_name=_device_name(device), dtype=_model_dtype(loaded.model),
+    name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
+    return Profile(device=device, device_name=name, dtype=_model_dtype(loaded.model),
                    total_ms=sum(g["time_ms"] for g in groups), forward_ms=statistics.median(plain_s) * 1e3,
                    profiled_forward_ms=statistics.median(profiled_s) * 1e3, iters=iters, warmup=warmup,
                    groups=groups, forward_samples_ms=[t * 1e3 for t in plain_s],
@@ -163,12 +163,14 @@ def _timed(forward: Callable, inputs: list, device: str, label: Optional[str] = 
     return time.perf_counter() - t0
 
 
-def _hook_modules(model: torch.nn.Module, names: dict) -> list:
+def _hook_modules(modules: dict[str, torch.nn.Module]) -> list:
+    """A record_function range around every module call, named after the module: the profiler
+    then knows which module each op ran in (with_modules only does this for TorchScript)."""
+    names = {id(m): f"module::{q or '<root>'}::{type(m).__name__}" for q, m in modules.items()}
     stack: list = []
 
     def enter(module, args):
-        qual, cls = names[id(module)]
-        rf = record_function(f"module::{qual or '<root>'}::{cls}")
+        rf = record_function(names[id(module)])
         rf.__enter__()
         stack.append(rf)
 
@@ -176,7 +178,7 @@ def _hook_modules(model: torch.nn.Module, names: dict) -> list:
         stack.pop().__exit__(None, None, None)
 
     handles = []
-    for m in model.modules():
+    for m in modules.values():
         handles += [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
     return handles
 
@@ -194,10 +196,6 @@ def _node(evt: Any, device: str) -> Node:
     kids = sorted(evt.cpu_children, key=lambda e: e.time_range.start)
     return Node(evt.name, float(self_us), list(evt.input_shapes or []), list(getattr(evt, "input_dtypes", None) or []),
                 list(evt.concrete_inputs or []), [_node(c, device) for c in kids], module)
-
-
-def _device_name(device: str) -> str:
-    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
 
 
 def _model_dtype(model: torch.nn.Module) -> str:
@@ -320,9 +318,9 @@ def _op_types() -> dict[str, str]:
 
 def _map_op(node: Node) -> Optional[Call]:
     kernel_type = _op_types().get(node.name)
-    if kernel_type is None:
-        return None
     s = node.shapes
+    if kernel_type is None or len(s) < 2 or not s[0]:  # every mapped op has a tensor and one more argument
+        return None
     dtype = _dtype(node)
     recorded = [x for x in s if x]
     if kernel_type == "matmul":
@@ -335,7 +333,7 @@ def _map_op(node: Node) -> Optional[Call]:
     elif kernel_type in ("softmax", "reduce"):
         dim = node.concrete[1] if len(node.concrete) > 1 else None
         dim = dim[0] if isinstance(dim, list) and len(dim) == 1 else dim
-        if not s[0] or dim not in (-1, len(s[0]) - 1):
+        if dim not in (-1, len(s[0]) - 1):
             return None
         args = [s[0]]
     elif kernel_type in ("layernorm", "rmsnorm"):

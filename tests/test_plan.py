@@ -117,3 +117,13 @@ def test_table_renders_every_row():
     text = console.export_text()
     assert "softmax[x]" in text and "other: add" in text and "CPU figures" in text
     assert "75.0%" in text and "25.0%" in text
+
+
+def test_peaks_lower_than_what_ran_are_flagged():
+    # a softmax that took half its roofline time: the peaks must have been measured too low
+    half_ms = 0.5 * 0.08388608
+    result = plan.make_plan(_profile([_group("softmax", {"M": 1024, "N": 1024}, half_ms, 1.0)]), PEAKS)
+    assert result["entries"][0]["ceiling_speedup"] == 1.0
+    assert "softmax[x] ran faster than the measured peaks allow" in result["warnings"][0]
+    fine = plan.make_plan(_profile([_group("softmax", {"M": 1024, "N": 1024}, 4 * 0.08388608, 1.0)]), PEAKS)
+    assert "warnings" not in fine
