@@ -43,6 +43,16 @@ def api_key_from_env(api_key_env: str = DEFAULT_API_KEY_ENV) -> str | None:
     return value or None
 
 
+def choose_agent(agent: str | None, api_key_env: str = DEFAULT_API_KEY_ENV) -> str:
+    """"llm" or "tune" as asked; when not asked, the LLM exactly when its API key is configured."""
+    if agent is None:
+        return "llm" if api_key_from_env(api_key_env) else "tune"
+    if agent not in ("llm", "tune"):
+        from autokernel.errors import UsageError
+        raise UsageError(f"unknown agent {agent!r}", "use --agent llm or --agent tune")
+    return agent
+
+
 def _stderr_line(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 

@@ -101,6 +101,7 @@ class TargetSearch:
         self.next_offer, self.time_cap_s = next_offer, time_cap_s
         self._paused_s = paused_s  # LLM outage time so far: not charged to the budget
         self.leaderboard = Leaderboard(run.leaderboard_path)
+        self._clock: tuple[float, float] | None = None  # (start, LLM pause so far) of the experiment
         self.best_source, self.best_verdict = self._load_best()
 
     # ------------------------------------------------------------------ driving
@@ -121,7 +122,7 @@ class TargetSearch:
         if self.state.budget_left_s <= 0:
             raise BudgetExhausted(f"the time budget of {self.state.budget_s / 3600:.2f} h is spent")
         if s.max_experiments is not None and t.proposals >= s.max_experiments:
-            raise TargetDone(f"{s.max_experiments} experiments done")
+            raise TargetDone(f"experiment budget spent ({s.max_experiments} per target)")
         if t.seconds >= self.time_cap_s:
             raise TargetDone(f"its share of the time budget ({self.time_cap_s / 60:.1f} min) is spent")
         streak = 0
@@ -139,7 +140,7 @@ class TargetSearch:
         happens, so an interrupt or a crash loses this experiment at most."""
         t = self.target
         number = t.next_experiment
-        start, paused_before = time.monotonic(), self._paused_s()
+        self._clock = (time.monotonic(), self._paused_s())
         try:
             baseline = candidate is not None
             if candidate is None:
@@ -150,10 +151,17 @@ class TargetSearch:
             self.proposer.observe(candidate, verdict)  # the tuner learns the starter's config too
             return self._record(number, candidate, verdict, decision)
         finally:
-            charged = max(time.monotonic() - start - (self._paused_s() - paused_before), 0.0)
-            t.seconds += charged
-            self.state.elapsed_s += charged
-            self.run.save_state(self.state)
+            if self._clock is not None:  # stopped before _record saved: charge and save here
+                self._charge()
+                self.run.save_state(self.state)
+
+    def _charge(self) -> None:
+        """Charge the experiment's time to the target and the run, less any LLM outage."""
+        start, paused_before = self._clock
+        charged = max(time.monotonic() - start - (self._paused_s() - paused_before), 0.0)
+        self.target.seconds += charged
+        self.state.elapsed_s += charged
+        self._clock = None
 
     # ------------------------------------------------------------------ one experiment's parts
     def context(self, number: int) -> SearchContext:
@@ -210,6 +218,7 @@ class TargetSearch:
             self._new_best(number, candidate, verdict)
         t.history.append({**experiment.to_json(), "row": row})
         t.next_experiment = number + 1
+        self._charge()
         self.run.save_state(self.state)  # the state first: a resume re-appends a row it lacks
         self.leaderboard.append(row)
         self._show("experiment", t, experiment)

@@ -6,7 +6,7 @@ reply) and the offline tuner (autokernel.tuner). The loop holds a Proposer and d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 NO_CODE_MESSAGE = "the reply held no complete ```python block with the kernel file; nothing was judged"
 
@@ -127,13 +127,15 @@ class LLMProposer:
 
     name = "llm"
 
-    def __init__(self, client) -> None:
+    def __init__(self, client, messages_for: Callable[[SearchContext], list[dict]] | None = None) -> None:
         self.client = client  # an autokernel.llm.LLMClient (or anything with its query())
+        # what to ask: prompt.build_messages by default; another task (KernelBench) passes its own
+        self.messages_for = messages_for
 
     def propose(self, ctx: SearchContext) -> Candidate:
         from autokernel import prompt
         from autokernel.kernel_source import description_of, extract_last_python_block
-        messages = prompt.build_messages(ctx)
+        messages = (self.messages_for or prompt.build_messages)(ctx)
         reply = self.client.query(messages)
         source = extract_last_python_block(reply.text)
         description = description_of(reply.text) or ("LLM proposal" if source else "reply without a kernel")

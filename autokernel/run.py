@@ -51,10 +51,11 @@ def new_run_id(runs_dir: Path) -> str:
     return run_id
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:
+    text = json.dumps(data, indent=indent, default=str, separators=None if indent else (",", ":"))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, default=str)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -123,7 +124,9 @@ class RunState:
     version: int = STATE_VERSION
 
     def to_json(self) -> dict:
-        return asdict(self)
+        # shallow on purpose: json.dumps walks the history anyway, and a deep copy of a long
+        # history on every save was most of the loop's own time
+        return {**self.__dict__, "targets": [dict(t.__dict__) for t in self.targets]}
 
     @staticmethod
     def from_json(d: dict) -> "RunState":
@@ -174,7 +177,7 @@ class RunDir:
         write_json_atomic(path, data)
 
     def save_state(self, state: RunState) -> None:
-        write_json_atomic(self.state_path, state.to_json())
+        write_json_atomic(self.state_path, state.to_json(), indent=None)  # compact: saved every experiment
 
     def load_state(self) -> RunState:
         return RunState.from_json(self._read(self.state_path))
@@ -219,12 +222,8 @@ class OptimizeOptions:
     seed: int = 0
 
     def resolved_agent(self) -> str:
-        from autokernel.llm import api_key_from_env
-        if self.agent is None:
-            return "llm" if api_key_from_env(self.api_key_env) else "tune"
-        if self.agent not in ("llm", "tune"):
-            raise UsageError(f"unknown agent {self.agent!r}", "use --agent llm or --agent tune")
-        return self.agent
+        from autokernel.llm import choose_agent
+        return choose_agent(self.agent, self.api_key_env)
 
 
 def pick_targets(plan: dict, top: int) -> list[TargetState]:

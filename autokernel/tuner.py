@@ -21,7 +21,7 @@ from autokernel.proposer import Candidate, SearchContext
 # Spaces up to this many configurations are enumerated once, so exhaustion is known exactly and an
 # untried configuration can be drawn when the sampler keeps repeating itself.
 ENUMERATION_LIMIT = 100_000
-MAX_ASKS = 64  # sampler suggestions per proposal before drawing an untried configuration directly
+MAX_ASKS = 16  # sampler suggestions per proposal before drawing an untried configuration directly
 
 Key = tuple[tuple[str, Any], ...]
 

@@ -159,3 +159,13 @@ def test_llm_proposer_takes_the_last_python_block(fake_openai, client_for):
     second = proposer.propose(_ctx())
     assert second.parse_error and second.source is None
     assert second.response == "I am not sure what to change."
+
+
+def test_llm_proposer_with_messages_of_another_task(fake_openai, client_for):
+    from autokernel.proposer import LLMProposer
+    fake_openai.script(reply("Done.\n```python\nclass ModelNew: pass\n```"))
+    client, _, _ = client_for(fake_openai)
+    ask = [{"role": "user", "content": "write ModelNew for problem 19"}]
+    candidate = LLMProposer(client, messages_for=lambda ctx: ask).propose(_ctx())
+    assert fake_openai.requests[0]["messages"] == ask
+    assert candidate.source == "class ModelNew: pass\n" and "problem 19" in candidate.prompt

@@ -172,4 +172,101 @@ def test_llm_agent_end_to_end(tmp_path, fake_openai, monkeypatch):
     assert "[softmax[16x256:float32] #1] KEEP PASS" in out and "#4] REVERT FAIL at parse" in out
     rendered = io.StringIO()
     Console(file=rendered, width=200).print(summary_table(state))
-    assert "softmax[16x256:float32]" in rendered.getvalue() and "4 experiments done" in rendered.getvalue()
+    assert "softmax[16x256:float32]" in rendered.getvalue() and "experiment budget spent (4 per target)" in rendered.getvalue()
+
+
+# ------------------------------------------------------------------ stopping rules, with the judge seam
+# These drive the real loop, tuner, leaderboard and state through the judge's seam (any function
+# of (kernel file, target, device) -> verdict) with verdicts computed from each file's CONFIG, so
+# the stopping rules are checked in milliseconds; the real judge runs in the end-to-end tests.
+def config_judge(cost_us):
+    from autokernel.kernel_source import read_literals
+
+    def judge(kernel_file, *, target, device, arch, timeout_s):
+        config = read_literals(kernel_file.read_text())["CONFIG"]
+        median_us = cost_us(config)
+        return {"verdict": "PASS", "failed_stage": None, "stages": [],
+                "timing": {"median_us": median_us, "iqr_us": 0.0, "reps": 20, "baseline_median_us": 100.0,
+                           "speedup_vs_eager": 100.0 / median_us},
+                "roofline": {"bound": "memory"}, "device": {"type": "cpu"}}
+    return judge
+
+
+def new_run(tmp_path, targets, budget_s=3600.0, max_experiments=None, plateau=3):
+    run = runs.RunDir(tmp_path / "run")
+    run.create()
+    state = RunState(run_id="run", agent="tune", budget_s=budget_s, targets=targets)
+    settings = loop.SearchSettings(max_experiments=max_experiments, plateau=plateau)
+    return run, state, settings
+
+
+def search(run, state, settings, cost_us):
+    loop.search_all(run, state, settings, loop.proposer_factory("tune", seed=0),
+                    starter_source=loop.starter_sources(run), judge=config_judge(cost_us))
+
+
+def softmax_target(**kw):
+    return target(name="softmax[8x128:float32]", **kw)
+
+
+def test_plateau_ends_a_target_and_the_state_says_why(tmp_path):
+    run, state, settings = new_run(tmp_path, [softmax_target(share=1.0)], plateau=3)
+    search(run, state, settings, lambda c: 50.0)  # every configuration equally fast: no keeps
+    t = state.targets[0]
+    assert t.status == "done" and "3 experiments in a row" in t.stop_reason
+    assert [h["decision"] for h in t.history] == ["BASELINE", "REVERT", "REVERT", "REVERT"]
+    assert json.loads(run.state_path.read_text())["targets"][0]["status"] == "done"
+
+
+def test_keeps_follow_the_timing_and_best_file_follows_the_keeps(tmp_path):
+    run, state, settings = new_run(tmp_path, [softmax_target(share=1.0)], max_experiments=6, plateau=99)
+    search(run, state, settings, lambda c: 10.0 + c["BLOCK_N"] / 512 + c["num_warps"])
+    t = state.targets[0]
+    kept = [h for h in t.history if h["decision"] in ("BASELINE", "KEEP")]
+    medians = [h["median_us"] for h in kept]
+    assert medians == sorted(medians, reverse=True) and t.best_median_us == medians[-1]
+    assert t.proposals == 6 and "experiment budget spent (6 per target)" in t.stop_reason
+    best_source = run.best_file(t).read_text()
+    assert best_source == run.experiment_file(t, t.best_experiment).read_text()
+    frame = board.read(run.leaderboard_path)
+    assert len(frame) == 7 and list(frame["decision"]) == [h["decision"] for h in t.history]
+
+
+def test_budget_exhausted_ends_the_run_leaving_the_target_resumable(tmp_path):
+    run, state, settings = new_run(tmp_path, [softmax_target(share=1.0)], budget_s=0.0)
+    with pytest.raises(loop.BudgetExhausted):
+        search(run, state, settings, lambda c: 50.0)
+    t = state.targets[0]
+    assert t.status == "searching" and t.next_experiment == 1  # the baseline ran, nothing more
+
+
+def test_moves_on_when_the_next_target_offers_more(tmp_path):
+    small = softmax_target(share=0.01, ceiling_speedup=1.5, rank=1)
+    big = target(name="softmax[8x128:float32]#2", share=0.9, ceiling_speedup=10.0, rank=2)
+    run, state, settings = new_run(tmp_path, [small, big], max_experiments=1)
+    search(run, state, settings, lambda c: 70.0)  # 100/70 = 1.43x of a 1.5x ceiling: little left
+    assert "the next target offers more" in small.stop_reason and small.proposals == 0
+    assert big.status == "done" and big.proposals == 1
+    assert run.best_file(small).exists() and run.best_file(big).exists()
+
+
+def test_resume_repairs_rows_the_leaderboard_lost(tmp_path):
+    run, state, settings = new_run(tmp_path, [softmax_target(share=1.0)], max_experiments=2)
+    search(run, state, settings, lambda c: 50.0)
+    run.write_json(run.config_path, {"options": {"budget_s": 3600.0}})
+    lines = run.leaderboard_path.read_text().splitlines(keepends=True)
+    run.leaderboard_path.write_text("".join(lines[:-1]))  # a crash between state and leaderboard
+    _, resumed, _ = runs.resume(tmp_path, "run")
+    assert list(board.read(run.leaderboard_path)["experiment"]) == [0, 1, 2]
+    assert resumed.targets[0].next_experiment == 3
+
+
+def test_live_display_renders_on_a_terminal():
+    from autokernel.display import LiveDisplay
+    out = io.StringIO()
+    state = RunState(run_id="r1", agent="llm", targets=[softmax_target(share=0.5)])
+    view = LiveDisplay(state, Console(file=out, force_terminal=True, width=120))
+    view.start_target(state.targets[0], 0, 1)
+    view.status("experiment 1: judging")
+    view.close()
+    assert "softmax[8x128:float32]" in out.getvalue() and "r1" in out.getvalue()
