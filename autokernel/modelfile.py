@@ -210,7 +210,9 @@ def _option_params() -> list[inspect.Parameter]:
 def model_options(command: Callable) -> Callable:
     """Decorator for a typer command: adds the seven model options and passes their values to the
     command as its `model_opts: ModelOptions` parameter."""
-    sig = inspect.signature(command)
+    # evaluated: under `from __future__ import annotations` they are strings that only resolve in
+    # the command's own module, and typer will look them up from this wrapper's
+    sig = inspect.signature(command, eval_str=True)
     own = [p for p in sig.parameters.values() if p.name != "model_opts"]
     params = own + _option_params()
     names = [f.name for f in fields(ModelOptions)]
