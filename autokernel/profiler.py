@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
+from torch.autograd import DeviceType
 from torch.autograd.profiler import record_function
 
 from harness import registry
@@ -139,7 +140,9 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
     if trace_path:
         prof.export_chrome_trace(str(trace_path))
     tallies = []
-    for evt in (e for e in prof.events() if e.name == ROOT and e.cpu_parent is None):
+    # on a GPU each range is also recorded on the device's timeline: keep the CPU-side tree
+    for evt in (e for e in prof.events() if e.name == ROOT and e.cpu_parent is None
+                and e.device_type == DeviceType.CPU):
         tallies.append(_Tally(modules))
         tallies[-1].scope(_node(evt, device))
     groups = _summarise(tallies)
