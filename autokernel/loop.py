@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from autokernel.errors import BudgetExhausted, Interrupted, Plateau, StopSearch
+from autokernel.errors import BudgetExhausted, Interrupted, Plateau, StopSearch, UserError
 from autokernel.leaderboard import Leaderboard, make_row
 from autokernel.proposer import NO_CODE_MESSAGE, Candidate, Experiment, Proposer, SearchContext
 from autokernel.run import RunDir, RunState, TargetState
@@ -47,8 +47,11 @@ class SearchSettings:
 
 
 def default_judge(kernel_file: Path, *, target, device: str, arch: str, timeout_s: float | None) -> dict:
-    from harness.judge import judge
-    return judge(kernel_file, target=target, device=device, arch=arch, timeout_s=timeout_s)
+    from harness.judge import JudgeUsageError, judge
+    try:
+        return judge(kernel_file, target=target, device=device, arch=arch, timeout_s=timeout_s)
+    except JudgeUsageError as e:  # the run's own settings, not the candidate: nothing can be judged
+        raise UserError(f"the judge cannot run: {e}", "check --device and --timeout, then --resume") from None
 
 
 def notch_us(median_us: float, iqr_us: float | None, reps: int | None) -> float:
