@@ -237,4 +237,106 @@ def kernelbench_score(
         for why in skipped:
             err.print(f"not exported: {why}", highlight=False)
     typer.echo(json.dumps(result) if json_out else score_text(result))
+
+
+@kb_app.command("run")
+def kernelbench_run(
+    kb_dir: Optional[Path] = typer.Option(None, "--kb-dir", help="KernelBench's repository root, or the folder holding level1/ ... level4/."),
+    level: Optional[int] = typer.Option(None, "--level", help="The level to search (1-4)."),
+    problems: Optional[str] = typer.Option(None, "--problems", help="Problem ids, e.g. 1-10,17 (default: the whole level)."),
+    agent: Optional[str] = typer.Option(None, "--agent", help="llm or tune (default: llm when an API key is set, else tune)."),
+    budget_per_problem: str = typer.Option("30m", "--budget-per-problem", help="Search time per problem, e.g. 30m, 1h."),
+    max_experiments: Optional[int] = typer.Option(None, "--max-experiments", min=0, help="Proposals per problem after the baseline."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue the run with this id (also after a crash)."),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or bf16."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="Model name at the endpoint (default: gpt-4.1)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="An OpenAI-compatible endpoint, e.g. http://localhost:8000/v1."),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="The environment variable holding the API key."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Wall-clock limit in seconds for each judge child process."),
+    reps: Optional[int] = typer.Option(None, "--reps", help="Timed reps (default: 100 on a GPU, 10 on the CPU)."),
+    no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
+) -> None:
+    """Search ModelNew solutions for a level's problems; write kernelbench.json for `score`."""
+    from autokernel.errors import UsageError
+    from autokernel.kernelbench import run as kb_run
+    from autokernel.kernelbench import score as kb_score
+    from autokernel.kernelbench.render import score_text
+    from autokernel.run import parse_duration_s
+    budget_s = parse_duration_s(budget_per_problem)
+    if resume is not None:
+        run, state, config = kb_run.resume(runs_dir, resume, {"budget_per_problem_s": budget_s,
+                                                              "max_experiments": max_experiments})
+    elif kb_dir is None or level is None:
+        raise UsageError("give --kb-dir and --level (or --resume RUN_ID)",
+                         "e.g. autokernel kernelbench run --kb-dir ~/KernelBench --level 1 --problems 1-10")
+    else:
+        options = kb_run.KBRunOptions(agent=agent, budget_per_problem_s=budget_s, max_experiments=max_experiments,
+                                      llm=llm or kb_run.DEFAULT_LLM, base_url=base_url, api_key_env=api_key_env,
+                                      device=device, precision=precision, timeout_s=timeout, reps=reps,
+                                      compile_baseline=not no_compile)
+        run, state, config = kb_run.start(kb_dir, level, problems, options, runs_dir)
+    err.print(f"run {run.run_id} in {run.path} ({state.agent} agent)", highlight=False)
+    state = kb_run.execute(run, state, config, log=lambda m: err.print(m, highlight=False))
+    _, results = kb_score.load_results(run.path / kb_score.SUMMARY_FILE)
+    typer.echo(score_text(kb_score.score(results)))
+    if state.status == "interrupted":
+        err.print(f"resume with: autokernel kernelbench run --resume {run.run_id} --runs-dir {runs_dir}", highlight=False)
+    raise typer.Exit(130 if state.status == "interrupted" else 0)
 # ---- end kernelbench ------------------------------------------------------------------------
+
+
+# ---- verify/report/export ----
+@app.command()
+def verify(
+    run: str = typer.Argument(..., help="A run id under --runs-dir, or a run folder."),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: the run's)."),
+    compile_baseline: bool = typer.Option(False, "--compile", help="Also time torch.compile of the unmodified model."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+) -> None:
+    """Plug the run's winners into the unmodified model: same outputs? how much faster end to end?"""
+    from autokernel import verify as verifier
+    from autokernel.errors import UsageError
+    from autokernel.verify_view import summary
+    if device not in (None, "cpu", "cuda"):
+        raise UsageError(f"--device {device!r} is not supported", "use cuda or cpu")
+    folder = verifier.run_folder(run, runs_dir)
+    result = verifier.verify(folder, device=device, compile_baseline=compile_baseline,
+                             log=lambda m: err.print(m, highlight=False))
+    Console(width=max(Console().width, 120)).print(summary(result))
+    err.print(f"wrote {folder / verifier.FILENAME}", highlight=False)
+    if not result["ok"]:
+        raise UserError(f"verify failed: {', '.join(result['guilty']) or 'the outputs differ'}"
+                        + (" changed the model's outputs or raised" if result["guilty"] else ""),
+                        "`autokernel export` leaves the guilty kernels out; see verify.json for the errors")
+
+
+@app.command()
+def report(
+    run: str = typer.Argument(..., help="A run id under --runs-dir, or a run folder."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+) -> None:
+    """Write report.md and progress.png in the run: the plan, each target's search, the end-to-end result."""
+    from autokernel import report as reporter
+    from autokernel.verify import run_folder
+    folder = run_folder(run, runs_dir)
+    for path in reporter.write_report(folder):
+        err.print(f"wrote {path}", highlight=False)
+
+
+@app.command()
+def export(
+    run: str = typer.Argument(..., help="A run id under --runs-dir, or a run folder."),
+    out: Path = typer.Option(..., "--out", help="Folder to write the autokernel_kernels package into."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+) -> None:
+    """Write a self-contained package (torch + triton only) with the run's verified winners and patch(model)."""
+    from autokernel import export as exporter
+    from autokernel.verify import run_folder
+    manifest = exporter.export(run_folder(run, runs_dir), out)
+    for left in manifest["left_out"]:
+        err.print(f"left out {left['target']}: {left['reason']}", highlight=False)
+    err.print(f"wrote {manifest['package']} with {len(manifest['kernels'])} kernel(s); "
+              f"use: with autokernel_kernels.patch(model): model(x)", highlight=False)
+# ---- end verify/report/export ---------------------------------------------------------------

@@ -155,6 +155,7 @@ SUSPICIOUS_SOURCE = (
     (r"^\s*(import|from)\s+(harness|autokernel)\b", "imports the judge"),
     (r"torch\.cuda\.(Stream|stream)\b", "uses a side CUDA stream: the timer covers the current stream"),
     (r"\bthreading\b|\bmultiprocessing\b", "starts threads or processes"),
+    (r"\btorch\.compile\b", "calls torch.compile: PyTorch's compiler, not a kernel of its own"),
 )
 
 
