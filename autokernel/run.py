@@ -303,9 +303,12 @@ def resume(runs_dir: Path, run_id: str, overrides: dict | None = None) -> tuple[
 
 def repair_leaderboard(run: RunDir, state: RunState) -> None:
     """Append the rows state.json has and the leaderboard lacks (a crash between the two writes)."""
+    import pandas as pd
+
     from autokernel.leaderboard import Leaderboard, read
     board = read(run.leaderboard_path)
-    present = set(zip(board["target"], board["experiment"].astype(int)))
+    present = {(name, int(number)) for name, number in zip(board["target"], board["experiment"])
+               if pd.notna(number)}
     writer = Leaderboard(run.leaderboard_path)
     for target in state.targets:
         for h in target.history:
