@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from harness.candidate import error_text, observed_call
+from harness.judge import versions as judge_versions
 
 SEED = 42
 TIME_SEED = 10_000  # timed reps get seeds TIME_SEED + i, far from the trial seeds
@@ -299,7 +300,7 @@ def run_reference(a, bench: Bench, out: Path, tensors: dict) -> dict:
               "mutates_input": bool(observed.mutated),
               "flops": flops.get_total_flops(),
               "bytes": sum(x.numel() * x.element_size() for x in list(inputs) + outs if isinstance(x, torch.Tensor)),
-              "device": device_info(bench.device), "versions": versions()}
+              "device": device_info(bench.device), "versions": judge_versions()}
     stage(out, "timing")
     timed = time_model(bench, model, a.reps, a.warmup)
     result.update(timing=timed["timing"], fresh_sets=timed["fresh_sets"])
@@ -372,16 +373,6 @@ MODES = {"reference": run_reference, "compile": run_compile, "check": run_check,
 # ---------------------------------------------------------------------------------- plumbing
 def stage(out: Path, name: str) -> None:
     (out / "stage").write_text(name)
-
-
-def versions() -> dict:
-    try:
-        import triton
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
-    return {"torch": torch.__version__, "triton": triton_version, "cuda": torch.version.cuda,
-            "python": platform.python_version()}
 
 
 def device_info(device: torch.device) -> dict:
