@@ -1,0 +1,180 @@
+"""Cross-entropy (mean over rows) in CUDA C++: a fused online log-sum-exp per row, then a
+deterministic mean.
+
+Memory traffic. The logits are read exactly once: N * V * elem_size bytes plus 8 * N for the int64
+targets, about 4 FLOPs per logit (max, subtract, exp, add): memory-bound. The first kernel gives each
+row one thread block; each thread keeps a running (max, sum of exp(x - max)) over its slice, the
+block merges them with warp shuffles, and thread 0 writes the row's loss lse - x[target] to an fp32
+buffer of N values. The second kernel, one block, adds those N losses in a fixed order and divides
+by the number of counted rows: no atomics, so the same inputs give the same bits.
+
+Semantics follow F.cross_entropy: a target of -100 (the default ignore_index) contributes nothing
+and is not counted; a target outside [0, V) gives NaN rather than a read out of bounds.
+"""
+from harness.cuda_build import load_cuda
+
+KERNEL_TYPE = "cross_entropy"
+BACKEND = "cuda"
+
+TUNABLES = {"THREADS": [64, 128, 256, 512, 1024]}
+CONSTRAINTS = ["THREADS % 32 == 0"]
+CONFIG = {"THREADS": 256}
+
+CUDA_KERNELS = r'''
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+enum : int { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_BF16 = 2 };
+constexpr int64_t IGNORE_INDEX = -100;
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// A (max, sum of exp(x - max)) pair; merging two is one step of the online log-sum-exp.
+struct MaxSum { float m, s; };
+
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+__device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    MaxSum other = {__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.s, offset)};
+    v = merge(v, other);
+  }
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS) row_loss_kernel(const T* __restrict__ logits,
+                                                           const int64_t* __restrict__ targets,
+                                                           float* __restrict__ losses, int64_t vocab) {
+  __shared__ MaxSum warp_parts[THREADS / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const T* row = logits + (int64_t)blockIdx.x * vocab;
+  MaxSum part = {-FLT_MAX, 0.f};
+  for (int64_t c = threadIdx.x; c < vocab; c += THREADS) {
+    const float v = to_float(row[c]);
+    if (v > part.m) {
+      part.s = part.s * expf(part.m - v) + 1.f;
+      part.m = v;
+    } else {
+      part.s += expf(v - part.m);
+    }
+  }
+  part = warp_merge(part);
+  if (lane == 0) warp_parts[warp] = part;
+  __syncthreads();
+  if (warp == 0) {
+    part = lane < THREADS / 32 ? warp_parts[lane] : MaxSum{-FLT_MAX, 0.f};
+    part = warp_merge(part);
+    if (lane == 0) {
+      const int64_t t = targets[blockIdx.x];
+      float loss;
+      if (t == IGNORE_INDEX) loss = 0.f;
+      else if (t < 0 || t >= vocab) loss = NAN;
+      else loss = part.m + logf(part.s) - to_float(row[t]);
+      losses[blockIdx.x] = loss;
+    }
+  }
+}
+
+// One block: the mean of the counted rows' losses, summed in a fixed order.
+__global__ void __launch_bounds__(THREADS) mean_kernel(const float* __restrict__ losses,
+                                                       const int64_t* __restrict__ targets, float* __restrict__ out,
+                                                       int64_t rows) {
+  __shared__ float warp_sums[THREADS / 32], warp_counts[THREADS / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float sum = 0.f, count = 0.f;
+  for (int64_t r = threadIdx.x; r < rows; r += THREADS) {
+    sum += losses[r];
+    count += targets[r] != IGNORE_INDEX ? 1.f : 0.f;
+  }
+  sum = warp_sum(sum);
+  count = warp_sum(count);
+  if (lane == 0) {
+    warp_sums[warp] = sum;
+    warp_counts[warp] = count;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    sum = warp_sum(lane < THREADS / 32 ? warp_sums[lane] : 0.f);
+    count = warp_sum(lane < THREADS / 32 ? warp_counts[lane] : 0.f);
+    if (lane == 0) *out = sum / count;  // no counted row: 0 / 0 = NaN, as F.cross_entropy gives
+  }
+}
+
+template <typename T>
+static void launch_rows(const void* logits, const int64_t* targets, float* losses, int64_t rows, int64_t vocab,
+                        cudaStream_t stream) {
+  row_loss_kernel<T><<<(unsigned)rows, THREADS, 0, stream>>>(static_cast<const T*>(logits), targets, losses, vocab);
+}
+
+// logits contiguous [rows, vocab] of dtype DTYPE_*; targets int64 [rows]; losses fp32 scratch [rows];
+// out: one fp32 value.
+void cross_entropy_launch(const void* logits, const int64_t* targets, float* losses, float* out, int64_t rows,
+                          int64_t vocab, int dtype, cudaStream_t stream) {
+  switch (dtype) {
+    case DTYPE_F32: launch_rows<float>(logits, targets, losses, rows, vocab, stream); break;
+    case DTYPE_F16: launch_rows<__half>(logits, targets, losses, rows, vocab, stream); break;
+    case DTYPE_BF16: launch_rows<__nv_bfloat16>(logits, targets, losses, rows, vocab, stream); break;
+  }
+  mean_kernel<<<1, THREADS, 0, stream>>>(losses, targets, out, rows);
+}
+'''
+
+CUDA_HOST = r'''
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+static int dtype_code(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat32: return DTYPE_F32;
+    case torch::kFloat16: return DTYPE_F16;
+    case torch::kBFloat16: return DTYPE_BF16;
+    default: TORCH_CHECK(false, "cross_entropy: unsupported dtype ", t.scalar_type());
+  }
+  return -1;
+}
+
+torch::Tensor cross_entropy_fwd(torch::Tensor logits, torch::Tensor targets) {
+  TORCH_CHECK(logits.is_cuda() && targets.is_cuda(), "cross_entropy: tensors must be on a CUDA device");
+  TORCH_CHECK(logits.dim() == 2, "cross_entropy: logits must be [N, V]");
+  TORCH_CHECK(targets.scalar_type() == torch::kInt64 && targets.dim() == 1 && targets.size(0) == logits.size(0),
+              "cross_entropy: targets must be int64 [N]");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const int code = dtype_code(logits);
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  TORCH_CHECK(vocab > 0, "cross_entropy: V must be at least 1");
+  TORCH_CHECK(rows < (int64_t(1) << 31), "cross_entropy: too many rows for one grid");
+  auto out = torch::empty({}, logits.options().dtype(torch::kFloat32));
+  auto losses = torch::empty({rows}, logits.options().dtype(torch::kFloat32));
+  auto lc = logits.contiguous(), tc = targets.contiguous();
+  if (rows == 0) {
+    out.fill_(NAN);  // the mean of nothing, as F.cross_entropy gives
+    return out;
+  }
+  cross_entropy_launch(lc.data_ptr(), tc.data_ptr<int64_t>(), losses.data_ptr<float>(), out.data_ptr<float>(), rows,
+                       vocab, code, at::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+'''
+
+FUNCTIONS = ["cross_entropy_fwd"]
+
+
+def kernel_fn(logits, targets):
+    return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).cross_entropy_fwd(logits, targets)

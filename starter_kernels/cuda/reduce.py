@@ -1,0 +1,128 @@
+"""Sum over the last dim in CUDA C++ with fp32 accumulation: one thread block per row.
+
+Memory traffic. Read x once, write one value per row: (M * N + M) * elem_size bytes for M * N
+additions, so it is purely memory-bound; the whole game is keeping enough loads in flight. Each
+thread accumulates a strided slice of the row in fp32 (UNROLL independent partial sums, so as many
+loads are outstanding per thread), then the block adds the partial sums in a fixed tree: the same
+inputs always give the same bits.
+
+Numerics: fp32 accumulation whatever the input dtype, rounded once to x's dtype at the store, so
+an fp16 row whose sum exceeds 65504 becomes inf exactly where the reference does.
+"""
+from harness.cuda_build import load_cuda
+
+KERNEL_TYPE = "reduce"
+BACKEND = "cuda"
+
+TUNABLES = {"THREADS": [64, 128, 256, 512, 1024], "UNROLL": [1, 2, 4, 8]}
+CONSTRAINTS = ["THREADS % 32 == 0"]
+CONFIG = {"THREADS": 256, "UNROLL": 4}
+
+CUDA_KERNELS = r'''
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cstdint>
+
+enum : int { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_BF16 = 2 };
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// The block's sum of v, valid in thread 0; a fixed tree, so deterministic.
+__device__ float block_sum(float v) {
+  __shared__ float warp_parts[THREADS / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if (lane == 0) warp_parts[warp] = v;
+  __syncthreads();
+  v = 0.f;
+  if (warp == 0) {
+    v = lane < THREADS / 32 ? warp_parts[lane] : 0.f;
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS) reduce_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols) {
+  const T* x_row = x + (int64_t)blockIdx.x * cols;
+  float partial[UNROLL];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) partial[u] = 0.f;
+  constexpr int64_t step = (int64_t)THREADS * UNROLL;
+  int64_t c = threadIdx.x;
+  for (; c + (UNROLL - 1) * THREADS < cols; c += step) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) partial[u] += to_float(x_row[c + u * THREADS]);
+  }
+  for (; c < cols; c += THREADS) partial[0] += to_float(x_row[c]);
+  float sum = 0.f;
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) sum += partial[u];
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) y[blockIdx.x] = from_float<T>(sum);
+}
+
+template <typename T>
+static void launch(const void* x, void* y, int64_t rows, int64_t cols, cudaStream_t stream) {
+  reduce_kernel<T><<<(unsigned)rows, THREADS, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), cols);
+}
+
+// x contiguous [rows, cols], y [rows]; dtype one of DTYPE_*.
+void reduce_launch(const void* x, void* y, int64_t rows, int64_t cols, int dtype, cudaStream_t stream) {
+  switch (dtype) {
+    case DTYPE_F32: launch<float>(x, y, rows, cols, stream); break;
+    case DTYPE_F16: launch<__half>(x, y, rows, cols, stream); break;
+    case DTYPE_BF16: launch<__nv_bfloat16>(x, y, rows, cols, stream); break;
+  }
+}
+'''
+
+CUDA_HOST = r'''
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+static int dtype_code(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat32: return DTYPE_F32;
+    case torch::kFloat16: return DTYPE_F16;
+    case torch::kBFloat16: return DTYPE_BF16;
+    default: TORCH_CHECK(false, "reduce: unsupported dtype ", t.scalar_type());
+  }
+  return -1;
+}
+
+torch::Tensor reduce_fwd(torch::Tensor x) {
+  TORCH_CHECK(x.is_cuda(), "reduce: x must be a CUDA tensor");
+  TORCH_CHECK(x.dim() >= 1, "reduce: x needs at least one dim");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int code = dtype_code(x);
+  auto out_sizes = x.sizes().vec();
+  out_sizes.pop_back();
+  const int64_t cols = x.size(-1);
+  if (cols == 0) return torch::zeros(out_sizes, x.options());  // an empty sum is 0, as in torch
+  auto y = torch::empty(out_sizes, x.options());
+  if (y.numel() == 0) return y;
+  const int64_t rows = y.numel();
+  TORCH_CHECK(rows < (int64_t(1) << 31), "reduce: too many rows for one grid");
+  auto xc = x.contiguous();
+  reduce_launch(xc.data_ptr(), y.data_ptr(), rows, cols, code, at::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return y;
+}
+'''
+
+FUNCTIONS = ["reduce_fwd"]
+
+
+def kernel_fn(x):
+    return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).reduce_fwd(x)

@@ -1,0 +1,115 @@
+"""Rotary position embedding in CUDA C++: y = x * cos + rotate_half(x) * sin.
+
+Memory traffic. x [B, H, S, D] is read once and y written once; cos and sin [S, D] are shared by all
+B * H heads, so they stay in L2 and cost (2 * S * D) * elem_size once: (2 * B * H * S * D +
+2 * S * D) * elem_size bytes for 3 FLOPs per element, purely memory-bound. Each thread block takes
+one row of D elements (one position of one head) and a chunk of THREADS columns of it; each thread
+reads x[d], its partner x[d +- D/2] (the same row, so the same cache lines), cos[s, d] and sin[s, d].
+
+rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]); for an odd D the first part is the longer one,
+D - D/2 elements, exactly as the reference's slicing gives.
+"""
+from harness.cuda_build import load_cuda
+
+KERNEL_TYPE = "rotary_embedding"
+BACKEND = "cuda"
+
+TUNABLES = {"THREADS": [32, 64, 128, 256]}
+CONSTRAINTS = ["THREADS % 32 == 0"]
+CONFIG = {"THREADS": 128}
+
+CUDA_KERNELS = r'''
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cstdint>
+
+enum : int { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_BF16 = 2 };
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// grid.x: one row (b, h, s) per block; grid.y: chunks of THREADS columns.
+template <typename T>
+__global__ void __launch_bounds__(THREADS) rotary_kernel(const T* __restrict__ x, const T* __restrict__ cos_t,
+                                                         const T* __restrict__ sin_t, T* __restrict__ y,
+                                                         int seq_len, int dim) {
+  const int d = blockIdx.y * THREADS + threadIdx.x;
+  if (d >= dim) return;
+  const int64_t row = blockIdx.x;
+  const int s = (int)(row % seq_len);
+  const int half = dim / 2, first = dim - half;  // rotate_half = cat(-x[half:], x[:half])
+  const T* x_row = x + row * dim;
+  const float rotated = d < first ? -to_float(x_row[half + d]) : to_float(x_row[d - first]);
+  const int64_t table = (int64_t)s * dim + d;
+  y[row * dim + d] = from_float<T>(to_float(x_row[d]) * to_float(cos_t[table]) + rotated * to_float(sin_t[table]));
+}
+
+template <typename T>
+static void launch(const void* x, const void* c, const void* s, void* y, int64_t rows, int seq_len, int dim,
+                   cudaStream_t stream) {
+  const dim3 grid((unsigned)rows, (unsigned)((dim + THREADS - 1) / THREADS));
+  rotary_kernel<T><<<grid, THREADS, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(c),
+                                                 static_cast<const T*>(s), static_cast<T*>(y), seq_len, dim);
+}
+
+// x, y contiguous [rows = B * H * S, D]; cos, sin contiguous [S, D]; all of one dtype (DTYPE_*).
+void rotary_launch(const void* x, const void* c, const void* s, void* y, int64_t rows, int seq_len, int dim,
+                   int dtype, cudaStream_t stream) {
+  switch (dtype) {
+    case DTYPE_F32: launch<float>(x, c, s, y, rows, seq_len, dim, stream); break;
+    case DTYPE_F16: launch<__half>(x, c, s, y, rows, seq_len, dim, stream); break;
+    case DTYPE_BF16: launch<__nv_bfloat16>(x, c, s, y, rows, seq_len, dim, stream); break;
+  }
+}
+'''
+
+CUDA_HOST = r'''
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+static int dtype_code(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat32: return DTYPE_F32;
+    case torch::kFloat16: return DTYPE_F16;
+    case torch::kBFloat16: return DTYPE_BF16;
+    default: TORCH_CHECK(false, "rotary_embedding: unsupported dtype ", t.scalar_type());
+  }
+  return -1;
+}
+
+torch::Tensor rotary_fwd(torch::Tensor x, torch::Tensor cos_t, torch::Tensor sin_t) {
+  TORCH_CHECK(x.is_cuda() && cos_t.is_cuda() && sin_t.is_cuda(), "rotary_embedding: tensors must be on a CUDA device");
+  TORCH_CHECK(x.dim() == 4, "rotary_embedding: x must be [B, H, S, D]");
+  const int64_t seq_len = x.size(2), dim = x.size(3);
+  TORCH_CHECK(cos_t.dim() == 2 && cos_t.size(0) == seq_len && cos_t.size(1) == dim && sin_t.sizes() == cos_t.sizes(),
+              "rotary_embedding: cos and sin must be [S, D]");
+  TORCH_CHECK(cos_t.scalar_type() == x.scalar_type() && sin_t.scalar_type() == x.scalar_type(),
+              "rotary_embedding: x, cos and sin must share a dtype");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int code = dtype_code(x);
+  auto y = torch::empty(x.sizes(), x.options());
+  if (y.numel() == 0) return y;
+  const int64_t rows = y.numel() / dim;
+  TORCH_CHECK(rows < (int64_t(1) << 31) && dim < (int64_t(1) << 31), "rotary_embedding: too large for one grid");
+  auto xc = x.contiguous(), cc = cos_t.contiguous(), sc = sin_t.contiguous();
+  rotary_launch(xc.data_ptr(), cc.data_ptr(), sc.data_ptr(), y.data_ptr(), rows, (int)seq_len, (int)dim, code,
+                at::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return y;
+}
+'''
+
+FUNCTIONS = ["rotary_fwd"]
+
+
+def kernel_fn(x, cos, sin):
+    return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).rotary_fwd(x, cos, sin)

@@ -1,0 +1,148 @@
+"""Softmax over the last dim in CUDA C++: one thread block per row.
+
+Memory traffic. A softmax must read x once and write y once: 2 * M * N * elem_size bytes for M rows
+of N columns, about 5 FLOPs per element, so it is memory-bound on every GPU. This kernel sweeps a
+row twice: the first sweep keeps, per thread, a running maximum and a running sum of exponentials
+rescaled whenever the maximum grows (the online softmax), merged across the block with warp
+shuffles; the second re-reads the row (from L2 for rows up to a few MB in flight) and writes
+exp(x - max) / sum. That is 3 * M * N * elem_size bytes through the memory hierarchy, of which the
+re-read is mostly cache. Holding a short row in registers between the sweeps removes the re-read.
+
+Numerics: statistics in fp32 whatever the input dtype; the output is rounded once, at the store.
+The running maximum starts at the lowest finite float, so a lane that has seen only -inf (masked
+attention scores) adds exp(-inf) = 0 instead of computing -inf - (-inf) = NaN.
+"""
+from harness.cuda_build import load_cuda
+
+KERNEL_TYPE = "softmax"
+BACKEND = "cuda"
+
+TUNABLES = {"THREADS": [64, 128, 256, 512, 1024]}
+CONSTRAINTS = ["THREADS % 32 == 0"]
+CONFIG = {"THREADS": 256}
+
+CUDA_KERNELS = r'''
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cfloat>
+#include <cstdint>
+
+enum : int { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_BF16 = 2 };
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// A (max, sum of exp(x - max)) pair; merging two is one step of the online softmax.
+struct MaxSum { float m, s; };
+
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+__device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    MaxSum other = {__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.s, offset)};
+    v = merge(v, other);
+  }
+  return v;
+}
+
+// The row's (max, sum) in every thread; a fixed merge order, so the result is deterministic.
+__device__ MaxSum block_merge(MaxSum v) {
+  __shared__ MaxSum warp_parts[THREADS / 32];
+  __shared__ MaxSum row;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_merge(v);
+  if (lane == 0) warp_parts[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < THREADS / 32 ? warp_parts[lane] : MaxSum{-FLT_MAX, 0.f};
+    v = warp_merge(v);
+    if (lane == 0) row = v;
+  }
+  __syncthreads();
+  return row;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS) softmax_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                          int64_t cols) {
+  const T* x_row = x + (int64_t)blockIdx.x * cols;
+  T* y_row = y + (int64_t)blockIdx.x * cols;
+  MaxSum part = {-FLT_MAX, 0.f};
+  for (int64_t c = threadIdx.x; c < cols; c += THREADS) {
+    const float v = to_float(x_row[c]);
+    if (v > part.m) {
+      part.s = part.s * expf(part.m - v) + 1.f;
+      part.m = v;
+    } else {
+      part.s += expf(v - part.m);
+    }
+  }
+  const MaxSum row = block_merge(part);
+  const float inv_sum = 1.f / row.s;
+  for (int64_t c = threadIdx.x; c < cols; c += THREADS) {
+    y_row[c] = from_float<T>(expf(to_float(x_row[c]) - row.m) * inv_sum);
+  }
+}
+
+template <typename T>
+static void launch(const void* x, void* y, int64_t rows, int64_t cols, cudaStream_t stream) {
+  softmax_kernel<T><<<(unsigned)rows, THREADS, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), cols);
+}
+
+// x and y contiguous [rows, cols]; dtype one of DTYPE_*.
+void softmax_launch(const void* x, void* y, int64_t rows, int64_t cols, int dtype, cudaStream_t stream) {
+  switch (dtype) {
+    case DTYPE_F32: launch<float>(x, y, rows, cols, stream); break;
+    case DTYPE_F16: launch<__half>(x, y, rows, cols, stream); break;
+    case DTYPE_BF16: launch<__nv_bfloat16>(x, y, rows, cols, stream); break;
+  }
+}
+'''
+
+CUDA_HOST = r'''
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+static int dtype_code(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat32: return DTYPE_F32;
+    case torch::kFloat16: return DTYPE_F16;
+    case torch::kBFloat16: return DTYPE_BF16;
+    default: TORCH_CHECK(false, "softmax: unsupported dtype ", t.scalar_type());
+  }
+  return -1;
+}
+
+torch::Tensor softmax_fwd(torch::Tensor x) {
+  TORCH_CHECK(x.is_cuda(), "softmax: x must be a CUDA tensor");
+  TORCH_CHECK(x.dim() >= 1, "softmax: x needs at least one dim");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int code = dtype_code(x);
+  auto xc = x.contiguous();
+  auto y = torch::empty(x.sizes(), x.options());
+  if (y.numel() == 0) return y;
+  const int64_t cols = x.size(-1), rows = y.numel() / cols;
+  TORCH_CHECK(rows < (int64_t(1) << 31), "softmax: too many rows for one grid");
+  softmax_launch(xc.data_ptr(), y.data_ptr(), rows, cols, code, at::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return y;
+}
+'''
+
+FUNCTIONS = ["softmax_fwd"]
+
+
+def kernel_fn(x):
+    return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).softmax_fwd(x)
