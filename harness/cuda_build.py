@@ -56,7 +56,9 @@ import inspect
 import os
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +124,75 @@ def nvcc_path() -> str | None:
         if root and (Path(root) / "bin" / "nvcc").is_file():
             return str(Path(root) / "bin" / "nvcc")
     return None
+
+
+def nvcc_command(nvcc: str, cc: int, source: Path, cubin: Path) -> list[str]:
+    """nvcc for the target only, with ptxas's per-kernel report (-Xptxas -v) and load_inline's flags."""
+    return [nvcc, f"-arch=sm_{cc}", "-cubin", "-Xptxas", "-v", *NVCC_FLAGS, *TORCH_NVCC_FLAGS,
+            "-o", str(cubin), str(source)]
+
+
+def run_nvcc(nvcc: str, source: str, cc: int, timeout_s: float) -> tuple[str, bytes | None]:
+    """(nvcc's and ptxas's output, the cubin or None when it failed) for one translation unit."""
+    with tempfile.TemporaryDirectory(prefix="autokernel_nvcc_") as tmp:
+        src, cubin = Path(tmp) / "kernels.cu", Path(tmp) / "kernels.cubin"
+        src.write_text(source)
+        done = subprocess.run(nvcc_command(nvcc, cc, src, cubin), capture_output=True, text=True,
+                              timeout=timeout_s, cwd=tmp)
+        log = (done.stdout + done.stderr).replace(str(src), "kernels.cu")
+        ok = done.returncode == 0 and cubin.is_file()
+        return log, cubin.read_bytes() if ok else None
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PTXAS_PROPS = re.compile(r"Function properties for (\S+)")
+_PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_ptxas_log(log: str) -> dict[str, dict[str, int]]:
+    """{mangled kernel name: {"registers", "spills", "shared_bytes"}} from `ptxas -v` output.
+    Spill lines of non-entry (device) functions are folded into no kernel: ptxas reports them
+    separately and inlined code is counted in its caller."""
+    kernels: dict[str, dict[str, int]] = {}
+    entry = props = None
+    for line in log.splitlines():
+        if m := _PTXAS_ENTRY.search(line):
+            entry = m.group(1)
+            kernels.setdefault(entry, {"registers": 0, "spills": 0, "shared_bytes": 0})
+        elif m := _PTXAS_PROPS.search(line):
+            props = m.group(1)
+        elif (m := _PTXAS_SPILLS.search(line)) and props in kernels:
+            kernels[props]["spills"] = int(m.group(1)) + int(m.group(2))
+        elif (m := _PTXAS_USED.search(line)) and entry in kernels:
+            kernels[entry]["registers"] = int(m.group(1))
+            kernels[entry]["shared_bytes"] = int(m.group(2) or 0)
+    return kernels
+
+
+
+def demangle(names: list[str]) -> dict[str, str]:
+    """Readable kernel names: `softmax_kernel<__half, 256>` for a mangled template instance (the
+    return type and parameter list dropped). Names stay mangled where c++filt is missing."""
+    tool = shutil.which("c++filt")
+    if not tool or not names:
+        return {n: n for n in names}
+    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout
+    readable = out.splitlines()
+    if len(readable) != len(names):
+        return {n: n for n in names}
+    return {n: _short_signature(r) for n, r in zip(names, readable)}
+
+
+def _short_signature(text: str) -> str:
+    text = re.sub(r"^void ", "", text.strip())
+    depth = 0
+    for i, ch in enumerate(text):  # cut at the parameter list's opening parenthesis
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0:
+            return text[:i]
+    return text
 
 
 def cache_root() -> Path:

@@ -21,7 +21,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from harness import cuda_build
 
@@ -32,8 +32,11 @@ from harness import cuda_build
 MAX_SHARED_BYTES = {70: 96 * 1024, 72: 96 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024,
                     87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024,
                     103: 227 * 1024, 120: 99 * 1024, 121: 99 * 1024}
-# Statically declared __shared__ arrays: 48 KiB per block on every architecture (same guide).
+# Statically declared __shared__ arrays: 48 KiB per block on every architecture; at most 1024
+# threads per block and 64 Ki 32-bit registers per block from compute capability 5.0 on (same table).
 MAX_STATIC_SHARED_BYTES = 48 * 1024
+MAX_THREADS_PER_BLOCK = 1024
+MAX_REGISTERS_PER_BLOCK = 64 * 1024
 # Spill stores + loads (bytes per thread, as ptxas counts them) above which a kernel is reported as
 # spilling heavily: 64 fp32 values' worth. A few spilled bytes sit in L1 and cost little; beyond
 # this the local-memory traffic competes with the kernel's own loads, and the fix (smaller tiles,
@@ -52,6 +55,7 @@ class KernelResources:
     shared_bytes: int  # per block: static + dynamic as far as the compiler knows
     hash: str = ""  # sha256 of the kernel's compiled code (a prefix): "different compiled code"
     config: str = ""  # what was specialized: constexprs and launch options
+    threads: int = 0  # per block when the compiler fixes it (Triton: 32 * num_warps); 0 unknown
 
     def to_json(self) -> dict[str, Any]:
         out = {"name": self.name, "registers": self.registers, "spills": self.spills,
@@ -60,6 +64,8 @@ class KernelResources:
             out["hash"] = self.hash
         if self.config:
             out["config"] = self.config
+        if self.threads:
+            out["threads"] = self.threads
         return out
 
 
@@ -96,18 +102,31 @@ def _kib(n: int) -> str:
     return f"{n / 1024:g} KiB"
 
 
+def _launch_problem(k: KernelResources, cc: int) -> str | None:
+    """Why this kernel would fail to launch on sm_`cc`, in words; None when it would launch."""
+    label = f"{k.name}{f' [{k.config}]' if k.config else ''}"
+    limit = shared_limit(cc)
+    if limit is not None and k.shared_bytes > limit:
+        return (f"{label} needs {k.shared_bytes} B ({_kib(k.shared_bytes)}) of shared memory per block; "
+                f"sm_{cc} allows at most {limit} B ({_kib(limit)}) per block, so it would fail to launch "
+                "there: use smaller blocks or fewer pipeline stages")
+    if k.threads > MAX_THREADS_PER_BLOCK:
+        return (f"{label} runs {k.threads} threads per block; CUDA allows at most {MAX_THREADS_PER_BLOCK} "
+                "(num_warps <= 32)")
+    if k.threads and k.registers * k.threads > MAX_REGISTERS_PER_BLOCK:
+        return (f"{label} needs {k.registers} registers x {k.threads} threads per block, more than the "
+                f"{MAX_REGISTERS_PER_BLOCK} a block may hold: use fewer warps or smaller blocks")
+    return None
+
+
 def summarize(kernels: list[KernelResources], cc: int, seconds: float, what: str) -> TargetCompile:
-    """Check the per-block shared-memory limit and turn per-kernel figures into the stage result."""
+    """Check the per-block launch limits and turn per-kernel figures into the stage result."""
     arch = f"sm_{cc}"
     limit = shared_limit(cc)
-    over = [k for k in kernels if limit is not None and k.shared_bytes > limit]
-    if over:
-        k = over[0]
-        return TargetCompile(False, (
-            f"{k.name}{f' [{k.config}]' if k.config else ''} needs {k.shared_bytes} B "
-            f"({_kib(k.shared_bytes)}) of shared memory per block; {arch} allows at most {limit} B "
-            f"({_kib(limit)}) per block, so it would fail to launch there: use smaller blocks or "
-            "fewer pipeline stages"), None, kernels)
+    for k in kernels:
+        problem = _launch_problem(k, cc)
+        if problem:
+            return TargetCompile(False, problem, None, kernels)
     resources = {"arch": arch, "registers": max((k.registers for k in kernels), default=0),
                  "spills": sum(k.spills for k in kernels),
                  "shared_bytes": max((k.shared_bytes for k in kernels), default=0),
@@ -126,33 +145,7 @@ def summarize(kernels: list[KernelResources], cc: int, seconds: float, what: str
     return TargetCompile(True, detail, resources, kernels)
 
 
-# ------------------------------------------------------------------ reading compiled code
-_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
-_PTXAS_PROPS = re.compile(r"Function properties for (\S+)")
-_PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
-_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
-
-
-def parse_ptxas_log(log: str) -> dict[str, dict[str, int]]:
-    """{mangled kernel name: {"registers", "spills", "shared_bytes"}} from `ptxas -v` output.
-    Spill lines of non-entry (device) functions are folded into no kernel: ptxas reports them
-    separately and inlined code is counted in its caller."""
-    kernels: dict[str, dict[str, int]] = {}
-    entry = props = None
-    for line in log.splitlines():
-        if m := _PTXAS_ENTRY.search(line):
-            entry = m.group(1)
-            kernels.setdefault(entry, {"registers": 0, "spills": 0, "shared_bytes": 0})
-        elif m := _PTXAS_PROPS.search(line):
-            props = m.group(1)
-        elif (m := _PTXAS_SPILLS.search(line)) and props in kernels:
-            kernels[props]["spills"] = int(m.group(1)) + int(m.group(2))
-        elif (m := _PTXAS_USED.search(line)) and entry in kernels:
-            kernels[entry]["registers"] = int(m.group(1))
-            kernels[entry]["shared_bytes"] = int(m.group(2) or 0)
-    return kernels
-
-
+# ------------------------------------------------------------------ reading cubins
 _CUOBJDUMP_FUNCTION = re.compile(
     r"Function ([^:\s]+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 
@@ -164,41 +157,11 @@ def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
             for m in _CUOBJDUMP_FUNCTION.finditer(text)}
 
 
-def demangle(names: list[str]) -> dict[str, str]:
-    """Readable kernel names: `softmax_kernel<__half, 256>` for a mangled template instance (the
-    return type and parameter list dropped). Names stay mangled where c++filt is missing."""
-    import shutil
-    tool = shutil.which("c++filt")
-    if not tool or not names:
-        return {n: n for n in names}
-    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout
-    readable = out.splitlines()
-    if len(readable) != len(names):
-        return {n: n for n in names}
-    return {n: _short_signature(r) for n, r in zip(names, readable)}
-
-
-def _short_signature(text: str) -> str:
-    text = re.sub(r"^void ", "", text.strip())
-    depth = 0
-    for i, ch in enumerate(text):  # cut at the parameter list's opening parenthesis
-        depth += ch == "<"
-        depth -= ch == ">"
-        if ch == "(" and depth == 0:
-            return text[:i]
-    return text
-
-
 def code_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------ CUDA C++
-def _nvcc_command(nvcc: str, cc: int, source: Path, cubin: Path) -> list[str]:
-    return [nvcc, f"-arch=sm_{cc}", "-cubin", "-Xptxas", "-v", *cuda_build.NVCC_FLAGS,
-            *cuda_build.TORCH_NVCC_FLAGS, "-o", str(cubin), str(source)]
-
-
 def _cuda_failure(log: str, cc: int) -> str:
     hints = []
     if "too much shared data" in log:
@@ -206,7 +169,7 @@ def _cuda_failure(log: str, cc: int) -> str:
                      f"({_kib(MAX_STATIC_SHARED_BYTES)}) per block on every GPU; larger tiles need "
                      "dynamic shared memory (extern __shared__ and cudaFuncSetAttribute in the "
                      f"launcher), up to {shared_limit(cc)} B on sm_{cc}")
-    if re.search(r"torch/|ATen/|c10/", log) and "cannot open source file" in log:
+    if re.search(r"(torch|ATen|c10)/\S+\.h", log) and re.search(r"cannot open source file|No such file", log):
         hints.append("CUDA_KERNELS must not include torch headers: host code that uses torch "
                      "belongs in CUDA_HOST")
     hint = "".join(f"\nhint: {h}" for h in hints)
@@ -237,29 +200,22 @@ def compile_cuda(module, arch: str = "sm_90") -> TargetCompile:
 
 def _compile_cuda_source(nvcc: str, source: str, cc: int) -> TargetCompile:
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="autokernel_nvcc_") as tmp:
-        src, cubin = Path(tmp) / "kernels.cu", Path(tmp) / "kernels.cubin"
-        src.write_text(source)
-        try:
-            done = subprocess.run(_nvcc_command(nvcc, cc, src, cubin), capture_output=True, text=True,
-                                  timeout=_NVCC_TIMEOUT_S, cwd=tmp)
-        except subprocess.TimeoutExpired:
-            return TargetCompile(False, f"nvcc did not finish compiling for sm_{cc} within "
-                                        f"{_NVCC_TIMEOUT_S:.0f} s")
-        log = (done.stdout + done.stderr).replace(str(src), "kernels.cu")
-        if done.returncode != 0 or not cubin.is_file():
-            return TargetCompile(False, _cuda_failure(log, cc))
-        digest = code_hash(cubin.read_bytes())
-    figures = parse_ptxas_log(log)
+    try:
+        log, cubin = cuda_build.run_nvcc(nvcc, source, cc, _NVCC_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return TargetCompile(False, f"nvcc did not finish compiling for sm_{cc} within {_NVCC_TIMEOUT_S:.0f} s")
+    if cubin is None:
+        return TargetCompile(False, _cuda_failure(log, cc))
+    figures = cuda_build.parse_ptxas_log(log)
     if not figures:
         return TargetCompile(False, f"CUDA_KERNELS compiled for sm_{cc} but defines no __global__ "
                                     "kernel: nothing would run on the GPU")
-    names = demangle(sorted(figures))
+    names = cuda_build.demangle(sorted(figures))
     kernels = [KernelResources(names[n], f["registers"], f["spills"], f["shared_bytes"])
                for n, f in sorted(figures.items())]
     result = summarize(kernels, cc, time.perf_counter() - started, "CUDA kernel(s)")
     if result.resources is not None:
-        result.resources["code_hash"] = digest
+        result.resources["code_hash"] = code_hash(cubin)
     return result
 
 
@@ -343,38 +299,35 @@ def _compiled_mode(records):
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
     swapped: dict[int, Any] = {}
-    undo: list[tuple[Any, Any, Any]] = []  # (namespace dict or closure cell, key or None, original)
+    undo: list[Callable[[], None]] = []
 
-    def put(holder, key, value) -> None:
-        if key is None:
-            undo.append((holder, None, holder.cell_contents))
-            holder.cell_contents = value
-        else:
-            undo.append((holder, key, holder[key]))
-            holder[key] = value
+    def put(namespace: dict, key: str, value) -> None:
+        original, namespace[key] = namespace[key], value
+        undo.append(lambda: namespace.__setitem__(key, original))
 
     def convert(itf):
         if id(itf) not in swapped:
             swapped[id(itf)] = JITFunction(itf.fn, **itf.kwargs)
-            scan(itf.fn)
+            scan_function(itf.fn)
         return swapped[id(itf)]
 
-    def scan(fn) -> None:
-        for key, value in list(fn.__globals__.items()):
+    def scan(namespace: dict) -> None:
+        for key, value in list(namespace.items()):
             if isinstance(value, InterpretedFunction):
-                put(fn.__globals__, key, convert(value))
+                put(namespace, key, convert(value))
+
+    def scan_function(fn) -> None:
+        scan(fn.__globals__)
         for cell in getattr(fn, "__closure__", None) or ():
             if isinstance(cell.cell_contents, InterpretedFunction):
-                put(cell, None, convert(cell.cell_contents))
+                original, cell.cell_contents = cell.cell_contents, convert(cell.cell_contents)
+                undo.append(lambda cell=cell, original=original: setattr(cell, "cell_contents", original))
 
     for name, mod in list(sys.modules.items()):
         if (name == "triton" or name.startswith("triton.")) and mod is not None:
-            namespace = vars(mod)
-            for key, value in list(namespace.items()):
-                if isinstance(value, InterpretedFunction):
-                    put(namespace, key, convert(value))
+            scan(vars(mod))
     for record in records:
-        scan(record.fn)
+        scan_function(record.fn)
     for namespace, key, original in _leaked_interpreter_patches():
         put(namespace, key, original)
     try:
@@ -382,11 +335,8 @@ def _compiled_mode(records):
             triton.knobs.runtime.interpret = False  # constexpr functions return constexprs again
             yield
     finally:
-        for holder, key, original in reversed(undo):
-            if key is None:
-                holder.cell_contents = original
-            else:
-                holder[key] = original
+        for restore in reversed(undo):
+            restore()
 
 
 # What triton.runtime.interpreter._patch_lang_core sets on a language module besides builtins.
@@ -474,6 +424,7 @@ def _triton_resources(kernel, cc: int, config: str) -> KernelResources:
             done = subprocess.run([get_ptxas(cc).path, "-v", f"--gpu-name={sm_arch_from_capability(cc)}",
                                    str(ptx), "-o", str(Path(tmp) / "again.cubin")],
                                   capture_output=True, text=True, timeout=_NVCC_TIMEOUT_S)
-            spills = sum(f["spills"] for f in parse_ptxas_log(done.stdout + done.stderr).values())
+            spills = sum(f["spills"] for f in cuda_build.parse_ptxas_log(done.stdout + done.stderr).values())
     shared = max(int(kernel.metadata.shared or 0), u["shared"])
-    return KernelResources(name, u["registers"], spills, shared, code_hash(cubin), config)
+    threads = 32 * int(kernel.metadata.num_warps)
+    return KernelResources(name, u["registers"], spills, shared, code_hash(cubin), config, threads)
