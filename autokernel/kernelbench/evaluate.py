@@ -140,11 +140,11 @@ class RefCache:
         return ref.compiled
 
 
-def _death(run: ChildRun, what: str, timeout_s: float) -> str:
+def _death(run: ChildRun, what: str, timeout_s: float, tail: bool = True) -> str:
     if run.timed_out:
         return f"{what} took longer than {timeout_s:.0f} s (during {run.stage})"
     how = run.signal or f"exit status {run.returncode}"
-    return f"{what} died ({how}) during {run.stage}" + (f":\n{run.stderr_tail}" if run.stderr_tail else "")
+    return f"{what} died ({how}) during {run.stage}" + (f":\n{run.stderr_tail}" if tail and run.stderr_tail else "")
 
 
 # ------------------------------------------------------------------------------ the verdict
@@ -176,7 +176,8 @@ class Verdict:
                                               "the child's whole process group was killed")
         if run.result is None:
             self.data["stderr_tail"] = run.stderr_tail
-            return self.end("CRASH", stage, _death(run, "the solution's process", opts.timeout_s))
+            return self.end("CRASH", stage, _death(run, "the solution's process", opts.timeout_s, tail=False)
+                            + "; its stderr is in stderr_tail")
         if "error" in run.result:
             stage = STAGE_NAMES.get(run.result.get("stage", run.stage), "load")
             return self.end("FAIL", stage, run.result["error"])
