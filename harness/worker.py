@@ -287,6 +287,19 @@ def _target_compile():
     return target_compile
 
 
+def _die_with_parent() -> None:
+    """A judge killed with kill -9 cannot kill its worker; the kernel asks Linux to do it."""
+    try:
+        import ctypes
+        import signal
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the judge's own timeout still applies
+        return
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.worker")
     p.add_argument("kernel_file", type=Path)
@@ -298,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     if ns.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("the judge's worker must run with TRITON_INTERPRET=1 on the CPU")
+    _die_with_parent()
     target = Case.from_json(json.loads(ns.target)) if ns.target else None
     log = Log(ns.out_dir)
     log.event(event="started")

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -139,3 +140,37 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state not in ("Z", "X")
+
+
+def test_worker_dies_with_a_killed_judge(tmp_path):
+    """kill -9 of the judging process (e.g. of `autokernel optimize`) must not orphan its worker."""
+    kernel = tmp_path / "hangs.py"
+    kernel.write_text("KERNEL_TYPE = 'softmax'\nBACKEND = 'triton'\ndef kernel_fn(x):\n    while True:\n        pass\n")
+    code = "import sys\nfrom harness.judge import judge\njudge(sys.argv[1], device='cpu', timeout_s=600)\n"
+    parent = subprocess.Popen([sys.executable, "-c", code, str(kernel)])
+    try:
+        deadline = time.time() + 60
+        workers: list[int] = []
+        while time.time() < deadline and not workers:
+            time.sleep(0.5)
+            workers = _workers_for(kernel)
+        assert workers, "the worker never started"
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in workers)
+
+
+def _workers_for(kernel: Path) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            cmd = stat.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"harness.worker" in cmd and str(kernel).encode() in cmd:
+            found.append(int(stat.parent.name))
+    return found
