@@ -154,16 +154,17 @@ def _match_call(call: ast.Call, params: tuple[str, ...], attrs: dict[str, str]) 
 def wrap_starter(problem_source: str, match: Match, starter_source: str) -> str:
     """A self-contained ModelNew file: the starter verbatim, then Model and the adapter."""
     tree = ast.parse(problem_source)
+    fixed = ["import math", "import torch", "import torch.nn as nn", "import torch.nn.functional as F"]
     imports = [ast.get_source_segment(problem_source, n) for n in tree.body
                if isinstance(n, (ast.Import, ast.ImportFrom))]
+    imports = [i for i in dict.fromkeys(imports) if i not in fixed]
     model = ast.get_source_segment(problem_source, _model_class(tree))
     params = ", ".join(("self",) + match.params)
     parts = [starter_source.rstrip(), "",
              "# ---- KernelBench adapter (generated) " + "-" * 60,
              "# ModelNew is the problem's Model (same __init__: same parameters, same random",
              "# initialisation) whose forward runs kernel_fn above instead of PyTorch's op.",
-             "import math", "", "import torch", "import torch.nn as nn", "import torch.nn.functional as F",
-             *imports, "", "", model, "",
+             *fixed, *imports, "", "", model, "",
              HELPERS[match.helper].rstrip() if match.helper else "", "", "",
              "class ModelNew(Model):",
              f"    def forward({params}):",
