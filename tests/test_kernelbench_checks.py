@@ -34,6 +34,9 @@ def test_trivial_outputs_are_named():
     assert checks.trivial_output([torch.full((4, 4), 3e-5)], 1e-4) == "an all-zero output"
     assert checks.trivial_output([torch.full((4, 4), 7.0)], 1e-4).startswith("a constant output")
     assert checks.trivial_output([torch.randn(4, 4)], 1e-4) is None
+    # a loss (one element) is not passed by "its own mean"; only zeros would count against it
+    assert checks.trivial_output([torch.tensor(2.0031)], 1e-4) is None
+    assert checks.trivial_output([torch.tensor(3e-5)], 1e-4) == "an all-zero output"
     # two outputs: one that shows whether the solution computed anything is enough
     assert checks.trivial_output([torch.zeros(3), torch.randn(8)], 1e-4) is None
 
@@ -43,6 +46,9 @@ def test_fixed_output_over_trials():
     assert checks.fixed_output_passes(same, 1e-4)
     varied = [[torch.randn(5, generator=torch.Generator().manual_seed(s))] for s in range(5)]
     assert not checks.fixed_output_passes(varied, 1e-4)
+    # a loss over huge random inputs barely moves: a hard-coded value would pass every trial
+    assert checks.fixed_output_passes([[torch.tensor(2.0 + d)] for d in (0, 5e-5, -4e-5, 2e-5, 0)], 1e-4)
+    assert not checks.fixed_output_passes([[torch.tensor(2.0 + d)] for d in (0, 3e-3, -2e-3, 1e-3, 0)], 1e-4)
 
 
 def test_ops_policy():
