@@ -1,0 +1,113 @@
+"""Judged kernels for one model, and a router that plugs them into the unmodified model.
+
+Written by `autokernel export` (this file is its package's __init__.py, copied verbatim; inside
+autokernel itself it has no manifest and so no kernels). Needs torch and triton only:
+
+    import torch
+    import autokernel_kernels
+
+    with torch.inference_mode(), autokernel_kernels.patch(model) as router:
+        out = model(x)                   # calls that match a kernel's target run the kernel
+    router.tally.to_json()               # per kernel: calls served, fallbacks and why
+    autokernel_kernels.KERNELS           # target, kernel type, dims, dtype, source file of each
+    autokernel_kernels.selftest()        # each kernel against PyTorch at its target shape
+
+Without a GPU, set TRITON_INTERPRET=1 before importing it (the kernels then run in the Triton
+interpreter: correct, and slow). The routing package is the one `autokernel verify` used, copied
+file for file, so the calls served here are the calls that were verified.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Iterable, Iterator, Optional
+
+import torch
+
+from . import routing
+
+MANIFEST = "manifest.json"
+
+
+def _manifest() -> dict:
+    path = Path(__file__).with_name(MANIFEST)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"kernels": [], "left_out": []}
+
+
+KERNELS: list[dict] = _manifest()["kernels"]
+
+
+def winners(targets: Optional[Iterable[str]] = None) -> list:
+    """The kernels as the router's winners; importing a kernel file runs its @triton.jit."""
+    wanted = None if targets is None else set(targets)
+    unknown = (wanted or set()) - {k["target"] for k in KERNELS}
+    if unknown:
+        raise KeyError(f"no kernel for {', '.join(sorted(unknown))}: known targets are "
+                       f"{', '.join(k['target'] for k in KERNELS) or 'none'}")
+    here = Path(__file__).resolve().parent
+    found = []
+    for k in KERNELS:
+        if wanted is not None and k["target"] not in wanted:
+            continue
+        module = routing.load_kernel(here / k["source"], f"{__name__}.kernels.{Path(k['source']).stem}")
+        found.append(routing.Winner(target=k["target"], kernel_type=k["kernel_type"], dims=k["dims"], dtype=k["dtype"],
+                                    kernel_fn=module.kernel_fn, kwargs=k.get("kwargs", {}), route=k.get("route", "op"),
+                                    modules=k.get("modules", [])))
+    return found
+
+
+@contextlib.contextmanager
+def patch(model: torch.nn.Module, targets: Optional[Iterable[str]] = None) -> Iterator:
+    """Route `model`'s matching calls to the kernels (all, or those of `targets`) while inside;
+    everything is restored on exit. Yields the router; its tally says what was served."""
+    router = routing.Router(winners(targets))
+    with router.patched(model):
+        yield router
+
+
+def selftest(device: Optional[str] = None, seed: int = 0) -> dict[str, float]:
+    """Each kernel against the PyTorch reference (in float64) at its target shape: the error
+    relative to the reference's rms per target. Raises AssertionError naming any beyond tolerance."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    errors, bad = {}, []
+    for w in winners():
+        gen = torch.Generator().manual_seed(seed)
+        args, kwargs = _inputs(w, gen)
+        args = [a.to(device) for a in args]
+        with torch.no_grad():
+            out = w.kernel_fn(*args, **kwargs)
+            ref = routing.REFERENCES[w.kernel_type](*[a.double() if a.is_floating_point() else a for a in args],
+                                                    **kwargs)
+        errors[w.target] = routing.error_vs(out, ref)[1]
+        if errors[w.target] > routing.TOLERANCE.get(w.dtype, routing.TOLERANCE["float32"]):
+            bad.append(f"{w.target}: error {errors[w.target]:.3g} of the reference's rms")
+    assert not bad, "kernels that differ from PyTorch: " + "; ".join(bad)
+    return errors
+
+
+def _inputs(w, gen: torch.Generator) -> tuple[list, dict]:
+    """Seeded inputs at a kernel's target dims, in its dtype, scaled so outputs stay O(1)."""
+    d, dtype = w.dims, getattr(torch, w.dtype)
+
+    def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * scale).to(dtype)
+    t = w.kernel_type
+    if t == "matmul":
+        return [randn(d["M"], d["K"]), randn(d["K"], d["N"], scale=d["K"] ** -0.5)], {}
+    if t in ("softmax", "reduce"):
+        return [randn(d["M"], d["N"])], {}
+    if t == "layernorm":
+        return [randn(d["M"], d["N"]), randn(d["N"]), randn(d["N"])], {}
+    if t == "rmsnorm":
+        return [randn(d["M"], d["N"]), randn(d["N"])], {}
+    if t == "cross_entropy":
+        return [randn(d["N"], d["V"]), torch.randint(0, d["V"], (d["N"],), generator=gen)], {}
+    if t == "fused_mlp":
+        return [randn(d["M"], d["D"]), randn(d["F"], d["D"], scale=d["D"] ** -0.5),
+                randn(d["F"], d["D"], scale=d["D"] ** -0.5), randn(d["D"], d["F"], scale=d["F"] ** -0.5)], {}
+    shape = (d["B"], d["H"], d["S"], d["D"])
+    if t == "flash_attention":
+        return [randn(*shape), randn(*shape), randn(*shape)], {"causal": bool(w.kwargs.get("causal", False))}
+    angles = torch.randn(d["S"], d["D"] // 2, generator=gen).repeat(1, 2)  # rotate-half tables
+    return [randn(*shape), angles.cos().to(dtype), angles.sin().to(dtype)], {}
