@@ -285,3 +285,60 @@ def kernelbench_run(
         err.print(f"resume with: autokernel kernelbench run --resume {run.run_id} --runs-dir {runs_dir}", highlight=False)
     raise typer.Exit(130 if state.status == "interrupted" else 0)
 # ---- end kernelbench ------------------------------------------------------------------------
+
+
+# ---- verify/report/export ----
+@app.command()
+def verify(
+    run: str = typer.Argument(..., help="A run id under --runs-dir, or a run folder."),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: the run's)."),
+    compile_baseline: bool = typer.Option(False, "--compile", help="Also time torch.compile of the unmodified model."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+) -> None:
+    """Plug the run's winners into the unmodified model: same outputs? how much faster end to end?"""
+    from autokernel import verify as verifier
+    from autokernel.errors import UsageError
+    if device not in (None, "cpu", "cuda"):
+        raise UsageError(f"--device {device!r} is not supported", "use cuda or cpu")
+    folder = verifier.run_folder(run, runs_dir)
+    result = verifier.verify(folder, device=device, compile_baseline=compile_baseline,
+                             log=lambda m: err.print(m, highlight=False))
+    Console(width=max(Console().width, 120)).print(verifier.summary_table(result))
+    err.print(f"wrote {folder / verifier.FILENAME}", highlight=False)
+    if not result["ok"]:
+        raise UserError(f"verify failed: {', '.join(result['guilty']) or 'the outputs differ'}"
+                        + (" changed the model's outputs or raised" if result["guilty"] else ""),
+                        "`autokernel export` leaves the guilty kernels out; see verify.json for the errors")
+
+
+@app.command()
+def report(
+    run: str = typer.Argument(..., help="A run id under --runs-dir, or a run folder."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+) -> None:
+    """Write report.md and progress.png in the run: the plan, each target's search, the end-to-end result."""
+    from autokernel import report as reporter
+    from autokernel.verify import run_folder
+    folder = run_folder(run, runs_dir)
+    for path in reporter.write_report(folder):
+        err.print(f"wrote {path}", highlight=False)
+
+
+@app.command()
+def export(
+    run: str = typer.Argument(..., help="A run id under --runs-dir, or a run folder."),
+    out: Path = typer.Option(..., "--out", help="Folder to write the autokernel_kernels package into."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+) -> None:
+    """Write a self-contained package (torch + triton only) with the run's verified winners and patch(model)."""
+    from autokernel import export as exporter
+    from autokernel.verify import run_folder
+    manifest = exporter.export(run_folder(run, runs_dir), out)
+    if not manifest["verified"]:
+        err.print(f"note: this run has no verify.json, so no kernel was checked inside the model; "
+                  f"run `autokernel verify {run}` first", highlight=False)
+    for left in manifest["left_out"]:
+        err.print(f"left out {left['target']}: {left['reason']}", highlight=False)
+    err.print(f"wrote {manifest['package']} with {len(manifest['kernels'])} kernel(s); "
+              f"use: with autokernel_kernels.patch(model): model(x)", highlight=False)
+# ---- end verify/report/export ---------------------------------------------------------------
