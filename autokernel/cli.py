@@ -183,6 +183,9 @@ def optimize(
     finally:
         view.close()
     Console(width=max(Console().width, 120)).print(shown.summary_table(state))
+    if state.status == "done":  # the winners inside the model; a failure is reported, the run kept
+        from autokernel.verify import after_optimize
+        after_optimize(run.path, log=lambda m: err.print(m, highlight=False))
     if state.status == "interrupted":
         err.print(f"resume with: autokernel optimize --resume {run.run_id} --runs-dir {runs_dir}", highlight=False)
     raise typer.Exit(130 if state.status == "interrupted" else 0)
