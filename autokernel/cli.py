@@ -182,7 +182,8 @@ def optimize(
         state = loop.execute(run, state, config, display=view)
     finally:
         view.close()
-    Console(width=max(Console().width, 120)).print(shown.summary_table(state))
+    cpu_figures = (config.get("device") or {}).get("type") == "cpu"
+    Console(width=max(Console().width, 120)).print(shown.summary_table(state, cpu_figures))
     if state.status == "done":  # the winners inside the model; a failure is reported, the run kept
         from autokernel.verify import after_optimize
         after_optimize(run.path, log=lambda m: err.print(m, highlight=False))

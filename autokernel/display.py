@@ -129,7 +129,7 @@ def make_display(state: RunState, live: bool | None = None) -> LogDisplay:
     return LiveDisplay(state) if live else LogDisplay(state)
 
 
-def summary_table(state: RunState) -> Table:
+def summary_table(state: RunState, cpu_figures: bool = False) -> Table:
     """The end of a run: per target, what was tried and what was won."""
     table = Table(title=f"Run {state.run_id}: {state.status} ({state.stop_reason})", title_justify="left",
                   header_style="bold")
@@ -143,5 +143,8 @@ def summary_table(state: RunState) -> Table:
                       t.stop_reason or t.status)
     table.caption = (f"search time {_hours(state.elapsed_s)} of {_hours(state.budget_s)}; best kernels in "
                      f"best/, every experiment in leaderboard.tsv")
+    if cpu_figures:
+        table.caption += ("\nCPU figures: Triton-interpreter time against PyTorch on the CPU; "
+                          "they say nothing about GPU speed")
     table.caption_justify = "left"
     return table
