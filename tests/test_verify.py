@@ -1,0 +1,291 @@
+"""verify and its router: every route a winner can take inside an unmodified model, what falls back
+and why, restoring the model afterwards, and a wrong kernel named guilty.
+
+The routing tests use kernels written in PyTorch (the router does not care what a kernel_fn runs);
+the run tests use the real Triton starters in the Triton interpreter."""
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autokernel import routing
+from autokernel import verify as verifier
+from autokernel.run import RunDir, RunState, TargetState
+from harness import registry
+from harness.registry import Case
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA = ROOT / "examples" / "llama_tiny.py"
+# LlamaTiny(vocab, dim, layers, heads, ffn): head dim 16, 8 tokens; small enough for the interpreter
+LLAMA_ARGS = [64, 32, 1, 2, 64]
+NORMS = [{"name": n, "class": "RMSNorm"} for n in ("layers.0.input_layernorm", "layers.0.post_attention_layernorm", "norm")]
+ATTENTION = [{"name": "layers.0.self_attn", "class": "Attention"}]
+# (target, kernel type, dims, kwargs, route, modules, calls per forward)
+TARGETS = [
+    ("rmsnorm[8x32:float32]", "rmsnorm", {"M": 8, "N": 32}, {}, "module", NORMS, 3),
+    ("rotary_embedding[1x2x8x16:float32]", "rotary_embedding", {"B": 1, "H": 2, "S": 8, "D": 16}, {}, "pattern", ATTENTION, 2),
+    ("fused_mlp[8x32x64:float32]", "fused_mlp", {"M": 8, "D": 32, "F": 64}, {}, "module",
+     [{"name": "layers.0.mlp", "class": "MLP"}], 1),
+    ("flash_attention[1x2x8x16:float32,causal]", "flash_attention", {"B": 1, "H": 2, "S": 8, "D": 16},
+     {"causal": True}, "op", ATTENTION, 1),
+    ("matmul[8x32x32:float32]", "matmul", {"M": 8, "K": 32, "N": 32}, {}, "op",
+     [{"name": f"layers.0.self_attn.{p}_proj", "class": "Linear"} for p in "qkvo"], 4),
+]
+
+
+def example(path: Path = LLAMA):
+    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def pytorch_kernel(kernel_type, calls):
+    def kernel_fn(*args, **kwargs):
+        calls.append(kernel_type)
+        out = routing.REFERENCES[kernel_type](*args, **kwargs)
+        return out if kernel_type == "cross_entropy" else out.to(args[0].dtype)
+    return kernel_fn
+
+
+def winners(calls, targets=TARGETS):
+    return [routing.Winner(t, kt, dims, "float32", pytorch_kernel(kt, calls), kwargs, route, modules)
+            for t, kt, dims, kwargs, route, modules, _ in targets]
+
+
+def llama():
+    module = example()
+    torch.manual_seed(0)
+    return module, module.LlamaTiny(*LLAMA_ARGS).eval(), torch.randint(0, 64, (1, 8))
+
+
+# ---------------------------------------------------------------- the router
+def test_every_route_serves_its_calls_and_the_outputs_stay_the_same():
+    module, model, tokens = llama()
+    calls = []
+    with torch.no_grad():
+        expected = model(tokens)
+        router = routing.Router(winners(calls))
+        with router.patched(model):
+            outs = [model(tokens) for _ in range(2)]
+    for out in outs:
+        assert (out - expected).abs().max().item() < 1e-5
+    tally = router.tally.to_json()
+    for target, kernel_type, *_, per_forward in TARGETS:
+        assert tally["per_kernel"][target]["calls_served"] == 2 * per_forward, target
+        assert tally["per_kernel"][target]["fallbacks"] == 0
+        assert calls.count(kernel_type) == 2 * per_forward
+    assert tally["per_kernel"]["rotary_embedding[1x2x8x16:float32]"]["served_by_op"] == {"apply_rotary_pos_emb": 4}
+    # the lm head (8 tokens x 32 -> 64) is a product no winner was judged at
+    assert tally["per_op"]["F.linear"] == {"routed": 8, "fell_back": 2,
+                                           "reasons": {"no winner at matmul[8x32x64:float32]": 2}}
+
+
+def test_leaving_the_context_restores_the_model():
+    module, model, tokens = llama()
+    original_rotary = module.apply_rotary_pos_emb
+    calls = []
+    router = routing.Router(winners(calls))
+    with torch.no_grad(), router.patched(model):
+        assert "forward" in vars(model.layers[0].mlp)
+        assert module.apply_rotary_pos_emb is not original_rotary
+    assert "forward" not in vars(model.layers[0].mlp) and "forward" not in vars(model.norm)
+    assert module.apply_rotary_pos_emb is original_rotary
+    calls.clear()
+    with torch.no_grad():
+        model(tokens)
+    assert calls == []
+
+
+class ShiftedNorm(nn.Module):
+    """Looks like an RMSNorm (one weight, an eps) but subtracts the mean: a layer norm without bias."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.eps, self.weight = 1e-6, nn.Parameter(torch.ones(dim) * 1.5)
+
+    def forward(self, x):
+        x = x - x.mean(-1, keepdim=True)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def test_a_form_that_computes_something_else_is_never_served():
+    model = nn.Sequential(nn.Linear(16, 16, bias=False), ShiftedNorm(16)).eval()
+    x = torch.randn(4, 16) + 3.0
+    calls = []
+    norm = [("rmsnorm[4x16:float32]", "rmsnorm", {"M": 4, "N": 16}, {}, "module", [{"name": "1", "class": "ShiftedNorm"}], 1)]
+    router = routing.Router(winners(calls, norm))
+    with torch.no_grad():
+        expected = model(x)
+        with router.patched(model):
+            outs = [model(x) for _ in range(3)]
+    assert all(torch.equal(o, expected) for o in outs)
+    assert calls == []
+    kernel = router.tally.to_json()["per_kernel"]["rmsnorm[4x16:float32]"]
+    assert kernel["calls_served"] == 0 and kernel["fallbacks"] == 3
+    assert "did not match the rmsnorm reference" in next(iter(kernel["fallback_reasons"]))
+
+
+class Blocked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16, bias=True)
+        self.w = nn.Parameter(torch.randn(16, 16) / 4)
+
+    def forward(self, x, mask):
+        q = (self.proj(x) + x @ self.w).view(1, 2, 4, 8)
+        attn = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        return torch.softmax(attn, dim=0)  # over dim 0: not the softmax type, never counted
+
+
+def test_calls_a_winner_matches_but_cannot_serve_fall_back_with_their_reason():
+    model, x, mask = Blocked().eval(), torch.randn(4, 16), torch.ones(4, 4, dtype=torch.bool)
+    calls = []
+    targets = [("matmul[4x16x16:float32]", "matmul", {"M": 4, "K": 16, "N": 16}, {}, "op", [], 0),
+               ("flash_attention[1x2x4x8:float32]", "flash_attention", {"B": 1, "H": 2, "S": 4, "D": 8}, {}, "op", [], 0),
+               ("softmax[8x8:float32]", "softmax", {"M": 8, "N": 8}, {}, "op", [], 0)]
+    router = routing.Router(winners(calls, targets))
+    expected = model(x, mask)
+    with router.patched(model):
+        with torch.no_grad():
+            assert torch.equal(model(x, mask), expected.detach())
+        model(x, mask)  # with autograd on: no kernel has a backward
+    assert calls == ["matmul"]  # x @ w, without autograd
+    kernels = router.tally.to_json()["per_kernel"]
+    assert kernels["matmul[4x16x16:float32]"]["calls_served"] == 1
+    assert kernels["matmul[4x16x16:float32]"]["fallback_reasons"] == {
+        "bias: the matmul kernel has no bias epilogue": 2,
+        "autograd: the kernel has no backward (run under torch.no_grad or inference_mode)": 1}
+    reasons = kernels["flash_attention[1x2x4x8:float32]"]["fallback_reasons"]
+    assert reasons == {"an attn_mask": 2}
+    assert kernels["softmax[8x8:float32]"]["fallbacks"] == 0 and "softmax" not in router.tally.to_json()["per_op"]
+
+
+def test_attention_written_inline_is_counted_as_a_fallback_and_its_softmax_still_routes():
+    gpt2 = example(ROOT / "examples" / "gpt2_tiny.py")
+    torch.manual_seed(0)
+    model, tokens = gpt2.GPT2Tiny(64, 32, 1, 2, 16).eval(), torch.randint(0, 64, (1, 8))
+    calls = []
+    attention = [{"name": "h.0.attn", "class": "CausalSelfAttention"}]
+    targets = [("flash_attention[1x2x8x16:float32,causal]", "flash_attention", {"B": 1, "H": 2, "S": 8, "D": 16},
+                {"causal": True}, "pattern", attention, 0),
+               ("softmax[16x8:float32]", "softmax", {"M": 16, "N": 8}, {}, "op", attention, 1)]
+    router = routing.Router(winners(calls, targets))
+    with torch.no_grad():
+        expected = model(tokens)
+        with router.patched(model):
+            assert (model(tokens) - expected).abs().max().item() < 1e-5
+    kernels = router.tally.to_json()["per_kernel"]
+    assert kernels["softmax[16x8:float32]"]["calls_served"] == 1 and calls == ["softmax"]
+    flash = kernels["flash_attention[1x2x8x16:float32,causal]"]
+    assert flash["calls_served"] == 0 and flash["fallbacks"] == 1
+    assert "written inline in CausalSelfAttention.forward" in next(iter(flash["fallback_reasons"]))
+
+
+@pytest.mark.parametrize("kernel_type", registry.names())
+def test_dims_and_references_agree_with_the_registry(kernel_type):
+    # the router carries its own copies (the exported package has no harness): they must not drift
+    kt = registry.get(kernel_type)
+    args, kwargs = registry.build_inputs(Case.make(kernel_type, kt.smoke_shape, "float32", seed=3))
+    assert routing.DIMS[kernel_type](*args) == kt.shape_of(*args)
+    ours = routing.REFERENCES[kernel_type](*[a.double() if a.is_floating_point() else a for a in args], **kwargs)
+    assert routing.error_vs(ours, kt.reference(*args, **kwargs))[1] < 1e-10
+
+
+# ---------------------------------------------------------------- verify on a run, real Triton kernels
+def make_run(root: Path) -> Path:
+    """A finished run on the tiny LLaMA whose winners are the Triton starters at its shapes."""
+    from autokernel.modelfile import ModelSpec
+    from starter_kernels import starter_path
+    run = RunDir(root / "run-starters")
+    run.create()
+    spec = ModelSpec(path=str(LLAMA), class_name="LlamaTiny", input_shape=[1, 8], input_dtype="tokens",
+                     vocab_size=64, init_args=LLAMA_ARGS, device="cpu")
+    state = RunState(run_id=run.run_id, agent="tune", status="done")
+    entries = []
+    for rank, (target, kernel_type, dims, kwargs, route, modules, _) in enumerate(TARGETS, 1):
+        t = TargetState(name=target, kernel_type=kernel_type, dims=dims, dtype="float32", rank=rank, share=0.1,
+                        kwargs=kwargs, status="done", best_experiment=0, best_median_us=100.0,
+                        baseline_median_us=100.0, eager_median_us=50.0)
+        state.targets.append(t)
+        shutil.copyfile(starter_path(kernel_type), run.best_file(t))
+        entries.append({"rank": rank, "kernel_type": kernel_type, "target": target, "route": route, "modules": modules})
+    run.write_json(run.config_path, {"run_id": run.run_id, "model": spec.to_json(), "device": {"type": "cpu"}})
+    run.write_json(run.plan_path, {"device": "cpu", "entries": entries})
+    run.save_state(state)
+    return run.path
+
+
+@pytest.fixture(scope="module")
+def starter_run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("verify"))
+
+
+def test_verify_routes_every_form_to_real_kernels_and_writes_verify_json(starter_run, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # verify sets it too; this puts it back afterwards
+    result = verifier.verify(starter_run, seeds=(0, 1))
+    written = json.loads((starter_run / "verify.json").read_text())
+    assert written["outputs_match"] is True and written["ok"] is True and written["guilty"] == []
+    assert written["max_rel_err"] < 1e-4 and written["cpu_figures"] is True and written["device"] == "cpu"
+    assert written["e2e_speedup"] > 0 and written["projected_e2e_speedup"] == pytest.approx(1 / (1 - 5 * 0.1 * (1 - 2)))
+    for target, *_, per_forward in TARGETS:
+        assert written["per_kernel"][target]["calls_served"] == 2 * per_forward, target
+        assert written["per_kernel"][target]["fallbacks"] == 0
+    assert written["per_op"]["F.linear"]["reasons"] == {"no winner at matmul[8x32x64:float32]": 2}
+    assert result["per_kernel"] == written["per_kernel"]
+
+
+WRONG_RMSNORM = '''
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "rmsnorm"
+BACKEND = "triton"
+
+
+@triton.jit
+def _scale(y_ptr, x_ptr, w_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n
+    x = tl.load(x_ptr + row * n + cols, mask=mask, other=0.0)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    tl.store(y_ptr + row * n + cols, x * w, mask=mask)  # forgets to normalise
+
+
+def kernel_fn(x, weight, eps=1e-6):
+    x2 = x.contiguous().reshape(-1, x.shape[-1])
+    y = x2.new_empty(x2.shape)
+    _scale[(x2.shape[0],)](y, x2, weight, x2.shape[1], BLOCK=triton.next_power_of_2(x2.shape[1]))
+    return y.view(x.shape)
+'''
+
+
+def test_a_wrong_winner_fails_verify_is_named_and_left_out_of_the_export(starter_run, tmp_path):
+    from autokernel import export as exporter
+    run = tmp_path / "run-wrong"
+    shutil.copytree(starter_run, run)
+    (run / "verify.json").unlink(missing_ok=True)
+    (run / "best" / "rmsnorm-8x32-float32.py").write_text(WRONG_RMSNORM)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "autokernel", "verify", str(run)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "rmsnorm[8x32:float32]" in proc.stderr and "verify failed" in proc.stderr
+    result = json.loads((run / "verify.json").read_text())
+    assert result["outputs_match"] is False and result["ok"] is False
+    assert result["guilty"] == ["rmsnorm[8x32:float32]"]
+    assert result["outputs_match_without_guilty"] is True
+    assert "rmsnorm[8x32:float32]" not in result["patched_targets"] and len(result["patched_targets"]) == 4
+    manifest = exporter.export(run, tmp_path / "out")
+    assert [k["reason"].split(":")[0] for k in manifest["left_out"]] == ["guilty in verify.json"]
+    assert "rmsnorm[8x32:float32]" not in {k["target"] for k in manifest["kernels"]}
+    assert len(manifest["kernels"]) == 4
