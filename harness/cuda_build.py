@@ -39,6 +39,12 @@ kernels are C++ text in two literals:
   call on `at::cuda::getCurrentCUDAStream()`. It is appended to CUDA_KERNELS in one .cu file, so
   it sees the launchers without prototypes. It is only built where a GPU is, by `load_cuda`.
 - `FUNCTIONS` names the CUDA_HOST functions Python may call (plain, not overloaded or templated).
+- Two small headers are on the include path of both compiles, for a file that wants them:
+  `#include "autokernel_cuda.cuh"` (CUDA_KERNELS) gives the dtype codes DTYPE_F32 / DTYPE_F16 /
+  DTYPE_BF16, `to_float(x)` and `from_float<T>(v)` for float, __half and __nv_bfloat16, and
+  `AUTOKERNEL_DISPATCH(dtype, T, body)`, which runs body with T bound to the code's C++ type;
+  `#include "autokernel_torch.h"` (CUDA_HOST) adds `dtype_code(tensor, "op")`. Their text is
+  DEVICE_HEADER and HOST_HEADER below.
 - Built as torch builds extensions: with `-O3`, without `--use_fast_math` (fp32 means IEEE fp32),
   and with torch's `__CUDA_NO_HALF_OPERATORS__`-style defines in force in both compiles, so
   convert `__half` and `__nv_bfloat16` explicitly (`__half2float`, `__float2half_rn`, ...).
@@ -71,6 +77,66 @@ NVCC_FLAGS = ("-O3", "-std=c++17")
 TORCH_NVCC_FLAGS = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                     "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
                     "--expt-relaxed-constexpr")
+
+DEVICE_HEADER_NAME, HOST_HEADER_NAME = "autokernel_cuda.cuh", "autokernel_torch.h"
+DEVICE_HEADER = r"""// autokernel_cuda.cuh: dtype plumbing for CUDA kernel files (include it or not).
+#pragma once
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cstdint>
+
+// What a launcher is told about its tensors' element type (dtype_code in autokernel_torch.h).
+enum : int { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_BF16 = 2 };
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+// Round to nearest even, once: the only rounding an fp32-accumulating kernel does.
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Runs the statements after T with T bound to float, __half or __nv_bfloat16 as dtype says.
+#define AUTOKERNEL_DISPATCH(dtype, T, ...)                            \
+  switch (dtype) {                                                    \
+    case DTYPE_F32: { using T = float; __VA_ARGS__; } break;          \
+    case DTYPE_F16: { using T = __half; __VA_ARGS__; } break;         \
+    case DTYPE_BF16: { using T = __nv_bfloat16; __VA_ARGS__; } break; \
+  }
+"""
+HOST_HEADER = r"""// autokernel_torch.h: the torch side of a CUDA kernel file's dtype plumbing.
+#pragma once
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include "autokernel_cuda.cuh"
+
+// The launcher's dtype code of a tensor; any other dtype is an error that names the operation.
+inline int dtype_code(const torch::Tensor& t, const char* op) {
+  switch (t.scalar_type()) {
+    case torch::kFloat32: return DTYPE_F32;
+    case torch::kFloat16: return DTYPE_F16;
+    case torch::kBFloat16: return DTYPE_BF16;
+    default: TORCH_CHECK(false, op, ": unsupported dtype ", t.scalar_type(), " (float32, float16 or bfloat16)");
+  }
+  return -1;
+}
+"""
+
+
+def write_headers(folder: Path) -> Path:
+    """DEVICE_HEADER and HOST_HEADER as files in `folder`, the include path of both compiles."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in ((DEVICE_HEADER_NAME, DEVICE_HEADER), (HOST_HEADER_NAME, HOST_HEADER)):
+        path = folder / name
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+    return folder
+
 
 _MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BUILT: dict[tuple, Any] = {}
@@ -126,10 +192,10 @@ def nvcc_path() -> str | None:
     return None
 
 
-def nvcc_command(nvcc: str, cc: int, source: Path, cubin: Path) -> list[str]:
+def nvcc_command(nvcc: str, cc: int, source: Path, cubin: Path, include: Path) -> list[str]:
     """nvcc for the target only, with ptxas's per-kernel report (-Xptxas -v) and load_inline's flags."""
     return [nvcc, f"-arch=sm_{cc}", "-cubin", "-Xptxas", "-v", *NVCC_FLAGS, *TORCH_NVCC_FLAGS,
-            "-o", str(cubin), str(source)]
+            f"-I{include}", "-o", str(cubin), str(source)]
 
 
 def run_nvcc(nvcc: str, source: str, cc: int, timeout_s: float) -> tuple[str, bytes | None]:
@@ -137,7 +203,8 @@ def run_nvcc(nvcc: str, source: str, cc: int, timeout_s: float) -> tuple[str, by
     with tempfile.TemporaryDirectory(prefix="autokernel_nvcc_") as tmp:
         src, cubin = Path(tmp) / "kernels.cu", Path(tmp) / "kernels.cubin"
         src.write_text(source)
-        done = subprocess.run(nvcc_command(nvcc, cc, src, cubin), capture_output=True, text=True,
+        include = write_headers(Path(tmp) / "include")
+        done = subprocess.run(nvcc_command(nvcc, cc, src, cubin, include), capture_output=True, text=True,
                               timeout=timeout_s, cwd=tmp)
         log = (done.stdout + done.stderr).replace(str(src), "kernels.cu")
         ok = done.returncode == 0 and cubin.is_file()
@@ -204,8 +271,8 @@ def build_hash(source: str, arch: str | None) -> str:
     """Everything that changes the built binary: the source (config included), the flags, the arch,
     and the torch/CUDA/Python the extension links against."""
     import torch
-    parts = [source, repr(NVCC_FLAGS), str(arch), torch.__version__, str(torch.version.cuda),
-             sys.version.split()[0]]
+    parts = [source, DEVICE_HEADER, HOST_HEADER, repr(NVCC_FLAGS), str(arch), torch.__version__,
+             str(torch.version.cuda), sys.version.split()[0]]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
@@ -226,6 +293,7 @@ def _build(name: str, source: str, functions: tuple[str, ...], arch: str | None)
     build_dir.mkdir(parents=True, exist_ok=True)
     kwargs: dict[str, Any] = dict(name=ext_name, cpp_sources=[""], cuda_sources=[source], functions=None,
                                   extra_cuda_cflags=[*NVCC_FLAGS, *_arch_flags(arch)],
+                                  extra_include_paths=[str(write_headers(build_dir / "include"))],
                                   build_directory=str(build_dir), with_cuda=True, verbose=False)
     if "no_implicit_headers" in inspect.signature(inspect.unwrap(cpp_extension.load_inline)).parameters:
         kwargs["no_implicit_headers"] = True  # main.cpp is empty: do not compile torch's headers twice

@@ -22,6 +22,9 @@ kernel; on a GPU, `load_cuda` builds CUDA_KERNELS + CUDA_HOST as one extension, 
 config, cached on disk. So what is checked is exactly what runs.
 
 Conventions the starters follow:
+- They include the two optional headers cuda_build provides: "autokernel_cuda.cuh" in
+  CUDA_KERNELS (dtype codes, to_float / from_float<T>, AUTOKERNEL_DISPATCH) and
+  "autokernel_torch.h" in CUDA_HOST (dtype_code(tensor, "op")).
 - One launcher per operation takes a dtype code (DTYPE_F32 / F16 / BF16) and instantiates the
   kernel template for float, __half and __nv_bfloat16, so every instantiation is compiled (and
   reported) by the compile stage. No fp16 round trip for fp32 inputs.

@@ -21,19 +21,11 @@ CONSTRAINTS = ["THREADS % 32 == 0"]
 CONFIG = {"THREADS": 256}
 
 CUDA_KERNELS = r'''
-#include <cuda_runtime.h>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+#include "autokernel_cuda.cuh"
 #include <cfloat>
 #include <cmath>
-#include <cstdint>
 
-enum : int { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_BF16 = 2 };
 constexpr int64_t IGNORE_INDEX = -100;
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // A (max, sum of exp(x - max)) pair; merging two is one step of the online log-sum-exp.
 struct MaxSum { float m, s; };
@@ -125,29 +117,13 @@ static void launch_rows(const void* logits, const int64_t* targets, float* losse
 // out: one fp32 value.
 void cross_entropy_launch(const void* logits, const int64_t* targets, float* losses, float* out, int64_t rows,
                           int64_t vocab, int dtype, cudaStream_t stream) {
-  switch (dtype) {
-    case DTYPE_F32: launch_rows<float>(logits, targets, losses, rows, vocab, stream); break;
-    case DTYPE_F16: launch_rows<__half>(logits, targets, losses, rows, vocab, stream); break;
-    case DTYPE_BF16: launch_rows<__nv_bfloat16>(logits, targets, losses, rows, vocab, stream); break;
-  }
+  AUTOKERNEL_DISPATCH(dtype, T, launch_rows<T>(logits, targets, losses, rows, vocab, stream));
   mean_kernel<<<1, THREADS, 0, stream>>>(losses, targets, out, rows);
 }
 '''
 
 CUDA_HOST = r'''
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-
-static int dtype_code(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kFloat32: return DTYPE_F32;
-    case torch::kFloat16: return DTYPE_F16;
-    case torch::kBFloat16: return DTYPE_BF16;
-    default: TORCH_CHECK(false, "cross_entropy: unsupported dtype ", t.scalar_type());
-  }
-  return -1;
-}
+#include "autokernel_torch.h"
 
 torch::Tensor cross_entropy_fwd(torch::Tensor logits, torch::Tensor targets) {
   TORCH_CHECK(logits.is_cuda() && targets.is_cuda(), "cross_entropy: tensors must be on a CUDA device");
@@ -155,7 +131,7 @@ torch::Tensor cross_entropy_fwd(torch::Tensor logits, torch::Tensor targets) {
   TORCH_CHECK(targets.scalar_type() == torch::kInt64 && targets.dim() == 1 && targets.size(0) == logits.size(0),
               "cross_entropy: targets must be int64 [N]");
   const c10::cuda::CUDAGuard guard(logits.device());
-  const int code = dtype_code(logits);
+  const int code = dtype_code(logits, "cross_entropy");
   const int64_t rows = logits.size(0), vocab = logits.size(1);
   TORCH_CHECK(vocab > 0, "cross_entropy: V must be at least 1");
   TORCH_CHECK(rows < (int64_t(1) << 31), "cross_entropy: too many rows for one grid");

@@ -20,22 +20,7 @@ CONSTRAINTS = ["THREADS % 32 == 0"]
 CONFIG = {"THREADS": 256}
 
 CUDA_KERNELS = r'''
-#include <cuda_runtime.h>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <cstdint>
-
-enum : int { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_BF16 = 2 };
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+#include "autokernel_cuda.cuh"
 
 // Welford statistics of a set of values: how many, their mean, and the sum of squared deviations.
 struct Stats { float n, mean, m2; };
@@ -105,28 +90,12 @@ static void launch(const void* x, const void* w, const void* b, void* y, int64_t
 // x, y contiguous [rows, cols]; weight, bias contiguous [cols]; all of one dtype (DTYPE_*).
 void layernorm_launch(const void* x, const void* w, const void* b, void* y, int64_t rows, int64_t cols, float eps,
                       int dtype, cudaStream_t stream) {
-  switch (dtype) {
-    case DTYPE_F32: launch<float>(x, w, b, y, rows, cols, eps, stream); break;
-    case DTYPE_F16: launch<__half>(x, w, b, y, rows, cols, eps, stream); break;
-    case DTYPE_BF16: launch<__nv_bfloat16>(x, w, b, y, rows, cols, eps, stream); break;
-  }
+  AUTOKERNEL_DISPATCH(dtype, T, launch<T>(x, w, b, y, rows, cols, eps, stream));
 }
 '''
 
 CUDA_HOST = r'''
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-
-static int dtype_code(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kFloat32: return DTYPE_F32;
-    case torch::kFloat16: return DTYPE_F16;
-    case torch::kBFloat16: return DTYPE_BF16;
-    default: TORCH_CHECK(false, "layernorm: unsupported dtype ", t.scalar_type());
-  }
-  return -1;
-}
+#include "autokernel_torch.h"
 
 torch::Tensor layernorm_fwd(torch::Tensor x, torch::Tensor weight, torch::Tensor bias, double eps) {
   TORCH_CHECK(x.is_cuda() && weight.is_cuda() && bias.is_cuda(), "layernorm: tensors must be on a CUDA device");
@@ -136,7 +105,7 @@ torch::Tensor layernorm_fwd(torch::Tensor x, torch::Tensor weight, torch::Tensor
   TORCH_CHECK(weight.scalar_type() == x.scalar_type() && bias.scalar_type() == x.scalar_type(),
               "layernorm: x, weight and bias must share a dtype");
   const c10::cuda::CUDAGuard guard(x.device());
-  const int code = dtype_code(x);
+  const int code = dtype_code(x, "layernorm");
   auto xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
   auto y = torch::empty(x.sizes(), x.options());
   if (y.numel() == 0) return y;

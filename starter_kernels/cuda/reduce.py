@@ -19,22 +19,7 @@ CONSTRAINTS = ["THREADS % 32 == 0"]
 CONFIG = {"THREADS": 256, "UNROLL": 4}
 
 CUDA_KERNELS = r'''
-#include <cuda_runtime.h>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <cstdint>
-
-enum : int { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_BF16 = 2 };
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+#include "autokernel_cuda.cuh"
 
 // The block's sum of v, valid in thread 0; a fixed tree, so deterministic.
 __device__ float block_sum(float v) {
@@ -78,34 +63,18 @@ static void launch(const void* x, void* y, int64_t rows, int64_t cols, cudaStrea
 
 // x contiguous [rows, cols], y [rows]; dtype one of DTYPE_*.
 void reduce_launch(const void* x, void* y, int64_t rows, int64_t cols, int dtype, cudaStream_t stream) {
-  switch (dtype) {
-    case DTYPE_F32: launch<float>(x, y, rows, cols, stream); break;
-    case DTYPE_F16: launch<__half>(x, y, rows, cols, stream); break;
-    case DTYPE_BF16: launch<__nv_bfloat16>(x, y, rows, cols, stream); break;
-  }
+  AUTOKERNEL_DISPATCH(dtype, T, launch<T>(x, y, rows, cols, stream));
 }
 '''
 
 CUDA_HOST = r'''
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-
-static int dtype_code(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kFloat32: return DTYPE_F32;
-    case torch::kFloat16: return DTYPE_F16;
-    case torch::kBFloat16: return DTYPE_BF16;
-    default: TORCH_CHECK(false, "reduce: unsupported dtype ", t.scalar_type());
-  }
-  return -1;
-}
+#include "autokernel_torch.h"
 
 torch::Tensor reduce_fwd(torch::Tensor x) {
   TORCH_CHECK(x.is_cuda(), "reduce: x must be a CUDA tensor");
   TORCH_CHECK(x.dim() >= 1, "reduce: x needs at least one dim");
   const c10::cuda::CUDAGuard guard(x.device());
-  const int code = dtype_code(x);
+  const int code = dtype_code(x, "reduce");
   auto out_sizes = x.sizes().vec();
   out_sizes.pop_back();
   const int64_t cols = x.size(-1);

@@ -19,22 +19,7 @@ CONSTRAINTS = ["THREADS % 32 == 0"]
 CONFIG = {"THREADS": 128}
 
 CUDA_KERNELS = r'''
-#include <cuda_runtime.h>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <cstdint>
-
-enum : int { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_BF16 = 2 };
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+#include "autokernel_cuda.cuh"
 
 // grid.x: one row (b, h, s) per block; grid.y: chunks of THREADS columns.
 template <typename T>
@@ -63,28 +48,12 @@ static void launch(const void* x, const void* c, const void* s, void* y, int64_t
 // x, y contiguous [rows = B * H * S, D]; cos, sin contiguous [S, D]; all of one dtype (DTYPE_*).
 void rotary_launch(const void* x, const void* c, const void* s, void* y, int64_t rows, int seq_len, int dim,
                    int dtype, cudaStream_t stream) {
-  switch (dtype) {
-    case DTYPE_F32: launch<float>(x, c, s, y, rows, seq_len, dim, stream); break;
-    case DTYPE_F16: launch<__half>(x, c, s, y, rows, seq_len, dim, stream); break;
-    case DTYPE_BF16: launch<__nv_bfloat16>(x, c, s, y, rows, seq_len, dim, stream); break;
-  }
+  AUTOKERNEL_DISPATCH(dtype, T, launch<T>(x, c, s, y, rows, seq_len, dim, stream));
 }
 '''
 
 CUDA_HOST = r'''
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-
-static int dtype_code(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kFloat32: return DTYPE_F32;
-    case torch::kFloat16: return DTYPE_F16;
-    case torch::kBFloat16: return DTYPE_BF16;
-    default: TORCH_CHECK(false, "rotary_embedding: unsupported dtype ", t.scalar_type());
-  }
-  return -1;
-}
+#include "autokernel_torch.h"
 
 torch::Tensor rotary_fwd(torch::Tensor x, torch::Tensor cos_t, torch::Tensor sin_t) {
   TORCH_CHECK(x.is_cuda() && cos_t.is_cuda() && sin_t.is_cuda(), "rotary_embedding: tensors must be on a CUDA device");
@@ -95,7 +64,7 @@ torch::Tensor rotary_fwd(torch::Tensor x, torch::Tensor cos_t, torch::Tensor sin
   TORCH_CHECK(cos_t.scalar_type() == x.scalar_type() && sin_t.scalar_type() == x.scalar_type(),
               "rotary_embedding: x, cos and sin must share a dtype");
   const c10::cuda::CUDAGuard guard(x.device());
-  const int code = dtype_code(x);
+  const int code = dtype_code(x, "rotary_embedding");
   auto y = torch::empty(x.sizes(), x.options());
   if (y.numel() == 0) return y;
   const int64_t rows = y.numel() / dim;

@@ -22,23 +22,8 @@ CONSTRAINTS = ["THREADS % 32 == 0"]
 CONFIG = {"THREADS": 256}
 
 CUDA_KERNELS = r'''
-#include <cuda_runtime.h>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+#include "autokernel_cuda.cuh"
 #include <cfloat>
-#include <cstdint>
-
-enum : int { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_BF16 = 2 };
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 // A (max, sum of exp(x - max)) pair; merging two is one step of the online softmax.
 struct MaxSum { float m, s; };
@@ -102,34 +87,18 @@ static void launch(const void* x, void* y, int64_t rows, int64_t cols, cudaStrea
 
 // x and y contiguous [rows, cols]; dtype one of DTYPE_*.
 void softmax_launch(const void* x, void* y, int64_t rows, int64_t cols, int dtype, cudaStream_t stream) {
-  switch (dtype) {
-    case DTYPE_F32: launch<float>(x, y, rows, cols, stream); break;
-    case DTYPE_F16: launch<__half>(x, y, rows, cols, stream); break;
-    case DTYPE_BF16: launch<__nv_bfloat16>(x, y, rows, cols, stream); break;
-  }
+  AUTOKERNEL_DISPATCH(dtype, T, launch<T>(x, y, rows, cols, stream));
 }
 '''
 
 CUDA_HOST = r'''
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-
-static int dtype_code(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kFloat32: return DTYPE_F32;
-    case torch::kFloat16: return DTYPE_F16;
-    case torch::kBFloat16: return DTYPE_BF16;
-    default: TORCH_CHECK(false, "softmax: unsupported dtype ", t.scalar_type());
-  }
-  return -1;
-}
+#include "autokernel_torch.h"
 
 torch::Tensor softmax_fwd(torch::Tensor x) {
   TORCH_CHECK(x.is_cuda(), "softmax: x must be a CUDA tensor");
   TORCH_CHECK(x.dim() >= 1, "softmax: x needs at least one dim");
   const c10::cuda::CUDAGuard guard(x.device());
-  const int code = dtype_code(x);
+  const int code = dtype_code(x, "softmax");
   auto xc = x.contiguous();
   auto y = torch::empty(x.sizes(), x.options());
   if (y.numel() == 0) return y;
