@@ -178,9 +178,9 @@ class Verdict:
             self.data["stderr_tail"] = run.stderr_tail
             return self.end("CRASH", stage, _death(run, "the solution's process", opts.timeout_s, tail=False)
                             + "; its stderr is in stderr_tail")
-        if "error" in run.result:
+        if "error" in run.result or "problem_error" in run.result:
             stage = STAGE_NAMES.get(run.result.get("stage", run.stage), "load")
-            return self.end("FAIL", stage, run.result["error"])
+            return self.end("FAIL", stage, run.result.get("error") or run.result["problem_error"])
         return None
 
 
