@@ -67,15 +67,15 @@ def plot_progress(frame: Any, title: str = "") -> Any:
         ax.step(x, [b if b is not None else math.nan for b in best], where="post", color=color, label=target)
         passed = [(e, y) for e, y in zip(x, ys) if y is not None]
         if passed:
-            ax.scatter(*zip(*passed), color=color, alpha=0.35, s=14)
+            ax.scatter(*zip(*passed), color=color, alpha=0.35, s=14, gid=f"passed:{target}")
         kept = [(e, y) for e, y, k in zip(x, ys, _kept(rows)) if k and y is not None]
         if kept:
-            ax.scatter(*zip(*kept), color=color, s=46, edgecolors="black", zorder=3)
+            ax.scatter(*zip(*kept), color=color, s=46, edgecolors="black", zorder=3, gid=f"kept:{target}")
         failed = [(e, b) for e, b, v in zip(x, best, rows["verdict"]) if v != "PASS"]
         if failed:
             floor = min((b for b in best if b is not None), default=1.0)
             ax.scatter([e for e, _ in failed], [b if b is not None else floor for _, b in failed],
-                       color=color, marker="x", s=40, zorder=3)
+                       color=color, marker="x", s=40, zorder=3, gid=f"failed:{target}")
     if speedups and max(speedups) / max(min(speedups), 1e-30) > 10:
         ax.set_yscale("log")  # CPU-interpreter speedups span orders of magnitude
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
