@@ -48,6 +48,12 @@ def is_allowed(func) -> bool:
 class ComputeRecorder(TorchDispatchMode):
     """Records aten compute ops run outside kernel launches (while the monitor is not paused)."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # the default wraps __torch_dispatch__ for dynamo, importing torch._dynamo in every judge
+        # child (over a second of start-up); this mode never runs under torch.compile
+        return False
+
     def __init__(self, monitor: LaunchMonitor | None = None):
         super().__init__()
         self.monitor = monitor

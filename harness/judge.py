@@ -48,7 +48,9 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def _child_env(device: str) -> dict[str, str]:
+def child_env(device: str) -> dict[str, str]:
+    """The environment of a judge's child: no secrets, the harness importable, and on the CPU the
+    Triton interpreter switched on before anything can be jitted."""
     root = str(Path(harness.__file__).resolve().parent.parent)
     extra = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
              "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -104,7 +106,7 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
         if compile_baseline:
             argv.append("--compile-baseline")
         spawned = time.time()
-        child = run_isolated(argv, timeout_s, env=_child_env(device), cwd=cwd)
+        child = run_isolated(argv, timeout_s, env=child_env(device), cwd=cwd)
         events = read_events(out_dir)
         bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
         plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)

@@ -76,7 +76,7 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Path | None
               timeout_s: float | None = None) -> ChildRun:
     import torch
     from harness.isolation import run_isolated
-    from harness.judge import _child_env
+    from harness.judge import child_env
     with tempfile.TemporaryDirectory(prefix="ak-kb-") as tmp:
         out, cwd = Path(tmp, "out"), Path(tmp, "cwd")
         out.mkdir()
@@ -86,7 +86,7 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Path | None
                 "--trials", str(opts.trials), "--reps", str(opts.n_reps), "--warmup", str(opts.warmup)]
         if solution is not None:
             argv += ["--solution", str(solution.resolve())]
-        child = run_isolated(argv, timeout_s or opts.timeout_s, env=_child_env(opts.device), cwd=cwd)
+        child = run_isolated(argv, timeout_s or opts.timeout_s, env=child_env(opts.device), cwd=cwd)
         result_path, tensors_path, stage_path = out / "result.json", out / "tensors.pt", out / "stage"
         result = json.loads(result_path.read_text()) if result_path.exists() else None
         # weights_only: the file may come from a solution's process; it must not carry code
