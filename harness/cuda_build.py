@@ -41,8 +41,10 @@ kernels are C++ text in two literals:
 - `FUNCTIONS` names the CUDA_HOST functions Python may call (plain, not overloaded or templated).
 - Two small headers are on the include path of both compiles, for a file that wants them:
   `#include "autokernel_cuda.cuh"` (CUDA_KERNELS) gives the dtype codes DTYPE_F32 / DTYPE_F16 /
-  DTYPE_BF16, `to_float(x)` and `from_float<T>(v)` for float, __half and __nv_bfloat16, and
-  `AUTOKERNEL_DISPATCH(dtype, T, body)`, which runs body with T bound to the code's C++ type;
+  DTYPE_BF16, `to_float(x)` and `from_float<T>(v)` for float, __half and __nv_bfloat16,
+  `AUTOKERNEL_DISPATCH(dtype, T, body)`, which runs body with T bound to the code's C++ type, and
+  fixed-order warp reductions (`warp_sum`, `warp_max`, and `MaxSum` / `merge` / `warp_merge` for
+  online-softmax statistics);
   `#include "autokernel_torch.h"` (CUDA_HOST) adds `dtype_code(tensor, "op")`. Their text is
   DEVICE_HEADER and HOST_HEADER below.
 - Built as torch builds extensions: with `-O3`, without `--use_fast_math` (fp32 means IEEE fp32),
@@ -79,11 +81,12 @@ TORCH_NVCC_FLAGS = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSION
                     "--expt-relaxed-constexpr")
 
 DEVICE_HEADER_NAME, HOST_HEADER_NAME = "autokernel_cuda.cuh", "autokernel_torch.h"
-DEVICE_HEADER = r"""// autokernel_cuda.cuh: dtype plumbing for CUDA kernel files (include it or not).
+DEVICE_HEADER = r"""// autokernel_cuda.cuh: dtype plumbing and warp reductions for CUDA kernel files (include it or not).
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cfloat>
 #include <cstdint>
 
 // What a launcher is told about its tensors' element type (dtype_code in autokernel_torch.h).
@@ -98,6 +101,32 @@ template <> __device__ __forceinline__ float from_float<float>(float v) { return
 template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
+}
+
+// Butterfly reductions over a warp: every lane ends with the same value, combined in a fixed order
+// (so bitwise reproducible). All 32 lanes must call them.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// The (max m, sum s of exp(x - m)) of a set of values; merging two is one online-softmax step.
+// Start a set at {-FLT_MAX, 0}: a lane that has only seen -inf then adds exp(-inf) = 0, never NaN.
+struct MaxSum { float m, s; };
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+__device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    MaxSum other = {__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.s, offset)};
+    v = merge(v, other);
+  }
+  return v;
 }
 
 // Runs the statements after T with T bound to float, __half or __nv_bfloat16 as dtype says.

@@ -22,31 +22,9 @@ CONFIG = {"THREADS": 256}
 
 CUDA_KERNELS = r'''
 #include "autokernel_cuda.cuh"
-#include <cfloat>
 #include <cmath>
 
 constexpr int64_t IGNORE_INDEX = -100;
-
-// A (max, sum of exp(x - max)) pair; merging two is one step of the online log-sum-exp.
-struct MaxSum { float m, s; };
-
-__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-  const float m = fmaxf(a.m, b.m);
-  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
-}
-
-__device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    MaxSum other = {__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.s, offset)};
-    v = merge(v, other);
-  }
-  return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 template <typename T>
 __global__ void __launch_bounds__(THREADS) row_loss_kernel(const T* __restrict__ logits,

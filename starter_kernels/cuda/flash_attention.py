@@ -30,21 +30,10 @@ CONFIG = {"WARPS": 4, "ROWS_PER_WARP": 4}
 
 CUDA_KERNELS = r'''
 #include "autokernel_cuda.cuh"
-#include <cfloat>
 #include <cmath>
 
 constexpr int BLOCK_N = 32;  // keys per tile: one per lane
 constexpr int BLOCK_M = WARPS * ROWS_PER_WARP;
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 // grid: (query tiles, B * H). MAX_D: head_dim rounded up to 32, 64 or 128.
 template <typename T, int MAX_D>

@@ -25,12 +25,12 @@ __device__ float block_sum(float v) {
   __shared__ float warp_parts[THREADS / 32];
   __shared__ float total;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  v = warp_sum(v);
   if (lane == 0) warp_parts[warp] = v;
   __syncthreads();
   if (warp == 0) {
     v = lane < THREADS / 32 ? warp_parts[lane] : 0.f;
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    v = warp_sum(v);
     if (lane == 0) total = v;
   }
   __syncthreads();

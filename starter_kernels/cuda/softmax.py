@@ -23,23 +23,6 @@ CONFIG = {"THREADS": 256}
 
 CUDA_KERNELS = r'''
 #include "autokernel_cuda.cuh"
-#include <cfloat>
-
-// A (max, sum of exp(x - max)) pair; merging two is one step of the online softmax.
-struct MaxSum { float m, s; };
-
-__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-  const float m = fmaxf(a.m, b.m);
-  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
-}
-
-__device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    MaxSum other = {__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.s, offset)};
-    v = merge(v, other);
-  }
-  return v;
-}
 
 // The row's (max, sum) in every thread; a fixed merge order, so the result is deterministic.
 __device__ MaxSum block_merge(MaxSum v) {
