@@ -166,9 +166,10 @@ def test_second_config_is_correct_on_every_judged_case(results, kernel_type):
 
 @pytest.mark.slow
 def test_beyond_the_contract_cases_match_pytorch(results):
-    # ignore_index=-100 in cross_entropy, q and k of different lengths, a 3-D matmul operand
+    # ignore_index=-100 in cross_entropy, q and k of different lengths, head dims that are not
+    # powers of two or below tl.dot's 16, a 3-D matmul operand
     extras = results["second"]["extras"]
-    assert extras["failures"] == [] and extras["cases"] == 4, extras
+    assert extras["failures"] == [] and extras["cases"] == 6, extras
 
 
 # ------------------------------------------------------------------ the checking process
@@ -198,9 +199,10 @@ def _extras(paths: dict[str, str]) -> dict:
     import torch
     import torch.nn.functional as F
     gen = torch.Generator().manual_seed(7)
-    failures = []
+    failures, checked = [], []
 
     def expect(name, got, want, tol):
+        checked.append(name)
         if not torch.allclose(got.double(), want, rtol=tol, atol=tol):
             failures.append(f"{name}: max error {(got.double() - want).abs().max().item():.3g}")
 
@@ -213,10 +215,14 @@ def _extras(paths: dict[str, str]) -> dict:
     for causal in (False, True):
         want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
         expect(f"attention seq_q != seq_k causal={causal}", attn.kernel_fn(q, k, v, causal), want, 1e-5)
+    for head_dim in (2, 96):  # padded to a power of two of at least 16, then masked
+        q, k, v = (torch.randn(1, 2, 20, head_dim, generator=gen) for _ in range(3))
+        want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+        expect(f"attention D={head_dim}", attn.kernel_fn(q, k, v, True), want, 1e-5)
     mm = _load(paths["matmul"])
     a, b = torch.randn(2, 5, 24, generator=gen), torch.randn(24, 9, generator=gen)
     expect("matmul 3-D a", mm.kernel_fn(a, b), a.double() @ b.double(), 1e-5)
-    return {"cases": 4, "failures": failures}
+    return {"cases": len(checked), "failures": failures}
 
 
 def _check_main(out: str, specs: list[str]) -> None:
