@@ -21,6 +21,7 @@ import pytest
 
 from autokernel.kernel_source import apply_config, check_constraints, read_literals
 from harness import registry
+from harness.judge import judge
 from starter_kernels import KERNEL_TYPES, starter_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,14 +106,6 @@ def test_every_dot_asks_for_ieee_fp32(kernel_type):
 
 
 # ------------------------------------------------------------------ judged and checked
-def _judge(path: Path) -> dict:
-    from harness.judge import judge
-    start = time.perf_counter()
-    verdict = judge(path, device="cpu")
-    verdict["test_wall_s"] = time.perf_counter() - start
-    return verdict
-
-
 def _check_second_configs(tmp: Path) -> dict:
     """Second CONFIGs written the tuner's way (only the CONFIG line rewritten), checked in one
     interpreter process."""
@@ -137,7 +130,7 @@ def results(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("starters")
     with ThreadPoolExecutor(PARALLEL_JOBS) as pool:  # each job is its own process: threads suffice
         second = pool.submit(_check_second_configs, tmp)
-        verdicts = {t: pool.submit(_judge, starter_path(t)) for t in KERNEL_TYPES}
+        verdicts = {t: pool.submit(judge, starter_path(t), device="cpu") for t in KERNEL_TYPES}
         return {"verdicts": {t: f.result() for t, f in verdicts.items()}, "second": second.result()}
 
 
