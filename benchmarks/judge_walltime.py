@@ -25,11 +25,14 @@ def main(paths: list[Path]) -> None:
         start = time.perf_counter()
         v = judge(path, device="cpu")
         total = time.perf_counter() - start
-        s = v["judge_seconds"]
+        s = v.get("judge_seconds") or {}
+        if not s:
+            print(f"{path.name:28} {v['verdict']:8} {total:7.2f}   ({v.get('usage_error', 'not judged')})")
+            continue
         fmt = lambda x: f"{x:7.2f}" if isinstance(x, (int, float)) else "      -"  # noqa: E731
         print(f"{path.name:28} {v['verdict']:8} {total:7.2f} {fmt(s['startup']):>8} {fmt(s['compile']):>8} "
               f"{fmt(s['kernel_calls'])} {fmt(s['stages'])} {fmt(s['timing'])} {fmt(s['parent_checks'])}")
 
 
 if __name__ == "__main__":
-    main([Path(p) for p in sys.argv[1:]] or DEFAULT)
+    main([Path(p) for p in sys.argv[1:] if not p.endswith("__init__.py")] or DEFAULT)

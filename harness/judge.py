@@ -54,8 +54,12 @@ def child_env(device: str) -> dict[str, str]:
     root = str(Path(harness.__file__).resolve().parent.parent)
     extra = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
              "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    # Triton 3.9 warns on every compile unless the (unchanged) FMA-contraction default is explicit
+    extra["TRITON_DEFAULT_FP_FUSION"] = os.environ.get("TRITON_DEFAULT_FP_FUSION", "1")
     if device == "cpu":
         extra["TRITON_INTERPRET"] = "1"  # before anything is jitted: the worker imports triton after this
+        # the interpreter's tl.dot runs on numpy's BLAS, whose spinning threads fight a small CPU
+        extra.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("OPENBLAS_NUM_THREADS", "1"))
     return scrubbed_env(extra)
 
 
