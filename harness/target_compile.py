@@ -10,6 +10,7 @@ fails with the limit named, since it would fail to launch there.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import re
@@ -195,7 +196,7 @@ def compile_cuda(module, arch: str = "sm_90") -> TargetCompile:
     key = ("cuda", hashlib.sha256(source.encode()).hexdigest(), nvcc, cc)
     if key not in _CACHE:
         _CACHE[key] = _compile_cuda_source(nvcc, source, cc)
-    return _CACHE[key]
+    return copy.deepcopy(_CACHE[key])  # a caller may annotate its resources: the cache stays as compiled
 
 
 def _compile_cuda_source(nvcc: str, source: str, cc: int) -> TargetCompile:

@@ -329,14 +329,20 @@ def test_load_cuda_builds_once_into_the_cache_and_counts_calls_under_a_monitor(t
     monkeypatch.setenv("AUTOKERNEL_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cpp_extension, "load_inline", fake_load_inline)
     monkeypatch.setattr(cuda_build, "_BUILT", {})
-    module = cuda_build.load_cuda("scale", SCALE, "int f(int x) { return x + 1; }", ["f"], {"THREADS": 64})
-    assert module.f(1) == 2
-    assert cuda_build.load_cuda("scale", SCALE, "int f(int x) { return x + 1; }", ["f"], {"THREADS": 64}) is module
+
+    def load(threads: int):
+        return cuda_build.load_cuda("scale", SCALE, "int f(int x) { return x + 1; }", ["f"], {"THREADS": threads})
+
+    module = load(64)
+    assert module.f(1) == 2 and load(64) is module
     (build_dir,) = [p for p in (tmp_path / "cuda").iterdir() if p.is_dir()]
     assert build_dir.name.startswith("scale_") and "#define THREADS 64" in (build_dir / "cuda.cu").read_text()
+    assert (build_dir / "include" / cuda_build.DEVICE_HEADER_NAME).read_text() == cuda_build.DEVICE_HEADER
     with LaunchMonitor() as monitor:
-        counted = cuda_build.load_cuda("scale", SCALE, "int f(int x) { return x + 1; }", ["f"], {"THREADS": 64})
-        assert counted.f(2) == 3 and counted.f(3) == 4
+        for x in (2, 3):
+            assert load(64).f(x) == x + 1
     assert monitor.cuda_calls == 2
-    other = cuda_build.load_cuda("scale", SCALE, "int f(int x) { return x + 1; }", ["f"], {"THREADS": 128})
-    assert other is module and len([p for p in (tmp_path / "cuda").iterdir() if p.is_dir()]) == 2
+    with monitor:  # entered again: counted again
+        load(64).f(0)
+    assert monitor.cuda_calls == 3 and load(64) is module
+    assert load(128) is module and len([p for p in (tmp_path / "cuda").iterdir() if p.is_dir()]) == 2
