@@ -67,13 +67,14 @@ class WinnerFile:
 def winner_files(run: RunDir) -> list[WinnerFile]:
     """Every target with a best kernel, in plan order, joined with its plan entry (route, modules)."""
     state, plan = run.load_state(), _read_plan(run)
-    entries = {e.get("rank"): e for e in plan.get("entries", [])}
+    by_rank = {e.get("rank"): e for e in plan.get("entries", [])}
+    by_name = {e.get("target"): e for e in plan.get("entries", [])}
     found = []
     for t in state.targets:
         path = run.best_file(t)
         if t.best_experiment is None or not path.is_file():
             continue
-        entry = entries.get(t.rank, {})
+        entry = by_rank.get(t.rank) or by_name.get(t.name.split("#")[0].replace(",causal]", "]"), {})
         found.append(WinnerFile(target=t.name, kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype,
                                 path=path, kwargs=dict(t.kwargs), route=entry.get("route") or "op",
                                 modules=list(entry.get("modules", [])), share=t.share,
@@ -171,7 +172,12 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
     run = RunDir(run_path)
     spec = ModelSpec.from_json(run.load_config()["model"])
     spec.device = device or spec.device
-    if not spec.device.startswith("cuda"):
+    if spec.device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise UserError(f"the run's model is on {spec.device} but this machine has no usable CUDA device",
+                            "verify on a machine with a GPU, or pass --device cpu (Triton interpreter)")
+    else:
         # read when a kernel file's @triton.jit runs: the kernel files are imported below, after this
         os.environ["TRITON_INTERPRET"] = "1"
     files = winner_files(run)
@@ -268,7 +274,8 @@ def summary_table(result: dict) -> Any:
     table = Table(title=f"verify {result['run_id']} on {result['device_name']}{cpu}", title_justify="left",
                   box=box.SIMPLE_HEAD)
     for name in ("target", "route", "served", "fallbacks", "main fallback reason", "kernel vs eager", "verdict"):
-        table.add_column(name, justify="right" if name in ("served", "fallbacks", "kernel vs eager") else "left")
+        table.add_column(name, justify="right" if name in ("served", "fallbacks", "kernel vs eager") else "left",
+                         overflow="fold")
     for target, k in result["per_kernel"].items():
         reasons = k.get("fallback_reasons") or {}
         reason = max(reasons, key=reasons.get) if reasons else ""
