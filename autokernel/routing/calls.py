@@ -5,6 +5,7 @@
 - `OPS`: torch callables as a TorchFunctionMode sees them (F.linear, torch.matmul and @, softmax,
   sum, layer_norm, rms_norm, scaled_dot_product_attention, cross_entropy), each with a parser that
   turns one call into a `Request` (or None: not this type's call, e.g. a softmax over dim 0).
+  F.linear's bias, when it has one, is added to the matmul kernel's output by bias.py (Triton).
 - `FORMS`: rules that read a hand-written form's call (an RMSNorm module's forward(x), a SwiGLU
   module, rotary (x, cos, sin) or (q, k, cos, sin), attention (q, k, v)) as Requests. A rule is
   a guess; the router keeps it only if `reference(...)` reproduces the original's output.
@@ -86,6 +87,7 @@ class Request:
     blocker: str = ""  # why a matching winner still may not serve it (a bias, a mask...)
     late_check: Optional[Callable[[], str]] = None  # a blocker that costs a sync: only when matched
     causal: Optional[bool] = None
+    op: str = ""  # the name it is counted under, when not the torch callable's (F.linear+bias)
 
     def kernel_args(self) -> tuple:
         return self.prepare(self.args) if self.prepare else self.args
@@ -116,11 +118,20 @@ def _as_rows(args: tuple) -> tuple:
     return (a.reshape(-1, a.shape[-1]), *rest)
 
 
-def _product(a: Any, b: Any, blocker: str = "") -> Optional[Request]:
+def _product(a: Any, b: Any, bias: Optional[torch.Tensor] = None) -> Optional[Request]:
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.dim() < 2 or b.dim() != 2:
         return None  # a batched or vector product is not the 2-D matmul type
     lead, n = a.shape[:-1], b.shape[-1]
-    return Request("matmul", (a, b), prepare=_as_rows, finish=lambda out: out.view(*lead, n), blocker=blocker)
+    if bias is None:
+        return Request("matmul", (a, b), prepare=_as_rows, finish=lambda out: out.view(*lead, n))
+
+    def finish(out: torch.Tensor) -> torch.Tensor:
+        from .bias import add_bias  # Triton, imported when first needed
+        return add_bias(out, bias).view(*lead, n)
+    odd = not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,) or bias.dtype != a.dtype \
+        or bias.device != a.device
+    return Request("matmul", (a, b), prepare=_as_rows, finish=finish, op="F.linear+bias",
+                   blocker="a bias of another shape, dtype or device" if odd else "")
 
 
 def _linear(args, kwargs):
@@ -128,8 +139,8 @@ def _linear(args, kwargs):
     weight = p["weight"]
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         return None
-    # nn.Linear computes x @ W.T: the kernel's b is the transposed view of the weight
-    return _product(p["input"], weight.t(), "bias: the matmul kernel has no bias epilogue" if p["bias"] is not None else "")
+    # nn.Linear computes x @ W.T (+ bias): the kernel's b is the transposed view of the weight
+    return _product(p["input"], weight.t(), p["bias"])
 
 
 def _matmul(args, kwargs):

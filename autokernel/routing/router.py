@@ -179,7 +179,7 @@ class Router(TorchFunctionMode):
             request = None
         if request is None or request.kernel_type not in self.by_type:
             return func(*args, **kwargs)
-        out = self.serve(op, [request], lambda outs: outs[0])
+        out = self.serve(request.op or op, [request], lambda outs: outs[0])
         return func(*args, **kwargs) if out is NOTHING else out
 
     # ------------------------------------------------------------------ serving
