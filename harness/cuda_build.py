@@ -279,6 +279,21 @@ def parse_ptxas_log(log: str) -> dict[str, dict[str, int]]:
 
 
 
+_CUOBJDUMP_FUNCTION = re.compile(
+    r"Function ([^:\s]+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+
+
+def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
+    """{kernel name: {"registers", "stack", "shared", "local"}} from `cuobjdump --dump-resource-usage`."""
+    return {m.group(1): {"registers": int(m.group(2)), "stack": int(m.group(3)),
+                         "shared": int(m.group(4)), "local": int(m.group(5))}
+            for m in _CUOBJDUMP_FUNCTION.finditer(text)}
+
+
+def code_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
 def demangle(names: list[str]) -> dict[str, str]:
     """Readable kernel names: `softmax_kernel<__half, 256>` for a mangled template instance (the
     return type and parameter list dropped). Names stay mangled where c++filt is missing."""

@@ -11,6 +11,7 @@ fails with the limit named, since it would fail to launch there.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import os
 import re
@@ -59,15 +60,8 @@ class KernelResources:
     threads: int = 0  # per block when the compiler fixes it (Triton: 32 * num_warps); 0 unknown
 
     def to_json(self) -> dict[str, Any]:
-        out = {"name": self.name, "registers": self.registers, "spills": self.spills,
-               "shared_bytes": self.shared_bytes}
-        if self.hash:
-            out["hash"] = self.hash
-        if self.config:
-            out["config"] = self.config
-        if self.threads:
-            out["threads"] = self.threads
-        return out
+        out = dataclasses.asdict(self)
+        return {k: v for k, v in out.items() if v or k in ("registers", "spills", "shared_bytes")}
 
 
 @dataclass
@@ -146,22 +140,6 @@ def summarize(kernels: list[KernelResources], cc: int, seconds: float, what: str
     return TargetCompile(True, detail, resources, kernels)
 
 
-# ------------------------------------------------------------------ reading cubins
-_CUOBJDUMP_FUNCTION = re.compile(
-    r"Function ([^:\s]+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
-
-
-def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
-    """{kernel name: {"registers", "stack", "shared", "local"}} from `cuobjdump --dump-resource-usage`."""
-    return {m.group(1): {"registers": int(m.group(2)), "stack": int(m.group(3)),
-                         "shared": int(m.group(4)), "local": int(m.group(5))}
-            for m in _CUOBJDUMP_FUNCTION.finditer(text)}
-
-
-def code_hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
 # ------------------------------------------------------------------ CUDA C++
 def _cuda_failure(log: str, cc: int) -> str:
     hints = []
@@ -216,7 +194,7 @@ def _compile_cuda_source(nvcc: str, source: str, cc: int) -> TargetCompile:
                for n, f in sorted(figures.items())]
     result = summarize(kernels, cc, time.perf_counter() - started, "CUDA kernel(s)")
     if result.resources is not None:
-        result.resources["code_hash"] = code_hash(cubin)
+        result.resources["code_hash"] = cuda_build.code_hash(cubin)
     return result
 
 
@@ -234,7 +212,7 @@ def compile_triton(records: list, arch: str = "sm_90") -> TargetCompile:
         return TargetCompile(False, f"Triton cannot compile for a GPU target here: {e}")
     target = GPUTarget("cuda", cc, 32)
     backend = make_backend(target)
-    kernels, seen = [], set()
+    compiled: dict[tuple, tuple[Any, KernelResources | str]] = {}  # specialization -> (fn, result)
     with _compiled_mode(records), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Triton's deprecation notices are not the candidate's
         for record in records:
@@ -244,15 +222,41 @@ def compile_triton(records: list, arch: str = "sm_90") -> TargetCompile:
                 return TargetCompile(False, f"cannot specialize the launch of {record.name} for "
                                             f"sm_{cc}: {type(e).__name__}: {e}")
             key = ("triton", src.hash(), repr(sorted(options.__dict__.items())), cc)
-            if key in seen:
-                continue
-            seen.add(key)
             if key not in _CACHE:
                 _CACHE[key] = _compile_specialization(src, options, target, _config_label(record, options))
-            if isinstance(_CACHE[key], str):
-                return TargetCompile(False, _CACHE[key])
-            kernels.append(_CACHE[key])
-    return summarize(kernels, cc, time.perf_counter() - started, "Triton kernel(s)")
+            compiled[key] = (record.fn, _CACHE[key])
+    kernels, pruned = _prune_autotune_configs(list(compiled.values()), cc)
+    failed = next((r for _, r in compiled.values() if isinstance(r, str) and r not in pruned), None)
+    if failed:
+        return TargetCompile(False, failed)
+    result = summarize(kernels, cc, time.perf_counter() - started, "Triton kernel(s)")
+    if result.ok and pruned:
+        result.detail += (f"; {len(pruned)} autotune config(s) would not run on sm_{cc} and are left out, "
+                          "as Triton's autotuner does")
+    return result
+
+
+def _prune_autotune_configs(results: list[tuple[Any, KernelResources | str]], cc: int):
+    """(kernels, pruned): an @triton.autotune kernel's configs that do not compile or would not
+    launch on the target are dropped, as the autotuner drops them on the GPU, as long as one of
+    its configs remains; any other kernel keeps every specialization (and fails on any)."""
+    kernels, pruned = [], []
+    for fn in dict.fromkeys(fn for fn, _ in results):
+        mine = [r for f, r in results if f is fn]
+        usable = [r for r in mine if isinstance(r, KernelResources) and _launch_problem(r, cc) is None]
+        if usable and _is_autotuned(fn):
+            kernels += usable
+            pruned += [r if isinstance(r, str) else _launch_problem(r, cc) for r in mine if r not in usable]
+        else:
+            kernels += [r for r in mine if isinstance(r, KernelResources)]
+    return kernels, pruned
+
+
+def _is_autotuned(raw) -> bool:
+    found = raw.__globals__.get(raw.__name__)
+    while found is not None and getattr(found, "fn", None) is not None and not hasattr(found, "configs"):
+        found = found.fn  # heuristics over autotune
+    return hasattr(found, "configs")
 
 
 def _config_label(record, options) -> str:
@@ -416,7 +420,7 @@ def _triton_resources(kernel, cc: int, config: str) -> KernelResources:
         path.write_bytes(cubin)
         dump = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", str(path)],
                               capture_output=True, text=True, timeout=60).stdout
-        usage = parse_resource_usage(dump)
+        usage = cuda_build.parse_resource_usage(dump)
         u = usage.get(name) or next(iter(usage.values()), {"registers": 0, "stack": 0, "shared": 0, "local": 0})
         spills = 0
         if u["stack"] or u["local"]:
@@ -428,4 +432,4 @@ def _triton_resources(kernel, cc: int, config: str) -> KernelResources:
             spills = sum(f["spills"] for f in cuda_build.parse_ptxas_log(done.stdout + done.stderr).values())
     shared = max(int(kernel.metadata.shared or 0), u["shared"])
     threads = 32 * int(kernel.metadata.num_warps)
-    return KernelResources(name, u["registers"], spills, shared, code_hash(cubin), config, threads)
+    return KernelResources(name, u["registers"], spills, shared, cuda_build.code_hash(cubin), config, threads)

@@ -26,7 +26,7 @@ import json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 import torch, triton, triton.language as tl
-from harness.launches import LaunchMonitor
+from harness.launches import LaunchMonitor, LaunchRecord
 from harness.target_compile import compile_triton
 
 
@@ -60,6 +60,20 @@ def dot_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=64)],
+                 key=["n"])
+@triton.jit
+def tuned_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+
+
+def config_records(raw):
+    # the launches an autotuner makes while benchmarking its configs on a GPU (it cannot run here)
+    return [LaunchRecord(raw.__name__, raw, {"x_ptr": x, "y_ptr": y, "n": 1000, "BLOCK": block}, ("BLOCK",), None,
+                         {"num_warps": warps}) for block, warps in ((64, 2), (128, 64))]
+
+
 def record(launch):
     with LaunchMonitor(record=True) as monitor:
         launch()
@@ -89,6 +103,8 @@ out["too_many_threads"] = summary(compile_triton(record(lambda: scale_kernel[(4,
     x, y, 1000, BLOCK=256, num_warps=64)), "sm_90"))
 out["spills"] = summary(compile_triton(record(lambda: scale_kernel[(1,)](
     x, y, 1000, BLOCK=1024, num_warps=1, maxnreg=24)), "sm_90"))
+out["autotuned"] = summary(compile_triton(config_records(tuned_kernel.fn.fn), "sm_90"))
+out["not_autotuned"] = summary(compile_triton(config_records(scale_kernel.fn), "sm_90"))
 # the interpreter still works after compiling: the language patches were put back
 scale_kernel[(4,)](x, y, 1000, BLOCK=256)
 out["interpreter_after"] = bool(torch.allclose(y, 2 * x))
@@ -185,6 +201,14 @@ def test_spills_are_counted_and_called_heavy(triton_results):
     tc = triton_results["spills"]
     assert tc["ok"], tc["detail"]
     assert tc["resources"]["spills"] > target_compile.HEAVY_SPILL_BYTES and "heavy spills" in tc["detail"]
+
+
+def test_autotune_configs_that_cannot_run_are_pruned_as_the_autotuner_does(triton_results):
+    tuned, plain = triton_results["autotuned"], triton_results["not_autotuned"]
+    assert tuned["ok"], tuned["detail"]
+    assert [k["config"] for k in tuned["resources"]["kernels"]] == ["BLOCK=64, num_warps=2, num_stages=3"]
+    assert "1 autotune config(s) would not run on sm_90" in tuned["detail"]
+    assert not plain["ok"] and "2048 threads" in plain["detail"]  # the same launches, not autotuned
 
 
 def test_the_interpreter_still_runs_after_compiling(triton_results):
