@@ -5,6 +5,8 @@ The contract of a kernel file with BACKEND = "cuda"
 A CUDA C++ kernel is one Python file, like a Triton one (DESIGN.md, "The kernel file"), whose
 kernels are C++ text in two literals:
 
+    from harness.cuda_build import load_cuda
+
     KERNEL_TYPE = "softmax"
     BACKEND = "cuda"
     TUNABLES = {"THREADS": [128, 256, 512, 1024]}     # optional: the space the offline tuner explores
@@ -30,7 +32,7 @@ kernels are C++ text in two literals:
 - `CUDA_KERNELS` holds the device code and plain C++ launch functions taking raw pointers, sizes
   and a `cudaStream_t`. It includes CUDA headers only (cuda_runtime.h, cuda_fp16.h, cuda_bf16.h,
   mma.h...), never torch's: the compile stage compiles exactly this text with `nvcc -cubin
-  -Xptxas -v` for the target architecture, without a GPU, in about a second, and torch's headers
+  -Xptxas -v` for the target architecture, without a GPU, in one to a few seconds; torch's headers
   would make that a minute. Errors are reported against its own line numbers (`CUDA_KERNELS(12)`).
 - `CONFIG` values (int, float or bool) reach the text as `#define NAME value` lines placed before
   it, so the tuner changes a kernel by rewriting the CONFIG line only. Use them as macros or as
