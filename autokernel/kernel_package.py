@@ -36,10 +36,11 @@ def _manifest() -> dict:
 
 
 KERNELS: list[dict] = _manifest()["kernels"]
+_loaded: dict[str, "routing.Winner"] = {}  # target -> winner, imported on first use
 
 
 def winners(targets: Optional[Iterable[str]] = None) -> list:
-    """The kernels as the router's winners; importing a kernel file runs its @triton.jit."""
+    """The kernels as the router's winners; a kernel file is imported (its @triton.jit runs) once."""
     wanted = None if targets is None else set(targets)
     unknown = (wanted or set()) - {k["target"] for k in KERNELS}
     if unknown:
@@ -50,10 +51,13 @@ def winners(targets: Optional[Iterable[str]] = None) -> list:
     for k in KERNELS:
         if wanted is not None and k["target"] not in wanted:
             continue
-        module = routing.load_kernel(here / k["source"], f"{__name__}.kernels.{Path(k['source']).stem}")
-        found.append(routing.Winner(target=k["target"], kernel_type=k["kernel_type"], dims=k["dims"], dtype=k["dtype"],
-                                    kernel_fn=module.kernel_fn, kwargs=k.get("kwargs", {}), route=k.get("route", "op"),
-                                    modules=k.get("modules", [])))
+        if k["target"] not in _loaded:
+            module = routing.load_kernel(here / k["source"], f"{__name__}.kernels.{Path(k['source']).stem}")
+            _loaded[k["target"]] = routing.Winner(
+                target=k["target"], kernel_type=k["kernel_type"], dims=k["dims"], dtype=k["dtype"],
+                kernel_fn=module.kernel_fn, kwargs=k.get("kwargs", {}), route=k.get("route", "op"),
+                modules=k.get("modules", []))
+        found.append(_loaded[k["target"]])
     return found
 
 
