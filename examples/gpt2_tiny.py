@@ -83,7 +83,9 @@ class GPT2Tiny(nn.Module):
         x = self.wte(idx) + self.wpe(pos)
         for block in self.h:
             x = block(x)
-        return self.lm_head(self.ln_f(x))
+        logits = self.lm_head(self.ln_f(x))
+        # the next-token distribution, as a sampler consumes it
+        return torch.softmax(logits[:, -1, :], dim=-1)
 
 
 class Model(GPT2Tiny):

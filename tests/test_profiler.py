@@ -79,7 +79,8 @@ def test_llama_groups_carry_what_the_search_and_verify_need(llama):
 def test_gpt2_layernorm_softmax_matmul_and_explicit_attention():
     prof = run_profile(EXAMPLES / "gpt2_tiny.py")
     types = by_type(prof)
-    assert {"layernorm", "matmul", "flash_attention"} <= set(types)
+    assert {"layernorm", "softmax", "matmul", "flash_attention"} <= set(types)
+    assert types["softmax"][0]["route"] == "op"  # the sampler's softmax over the vocabulary
     assert sum(g["share"] for g in prof.groups) == pytest.approx(1.0, abs=0.01)
     (attn,) = types["flash_attention"]
     assert attn["route"] == "pattern" and attn["causal"] is True  # the module's tril buffer
