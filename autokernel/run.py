@@ -278,8 +278,10 @@ def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) 
                         "run `autokernel profile` on it to see where its time goes")
     run = RunDir(Path(runs_dir) / new_run_id(Path(runs_dir)))
     run.create()
+    # absolute, so verify and resume find the model from any working directory
+    model = {**spec.to_json(), "path": str(Path(spec.path).resolve())}
     config = {"run_id": run.run_id, "created": datetime.now().isoformat(timespec="seconds"),
-              "model": spec.to_json(), "options": {**asdict(options), "agent": agent},
+              "model": model, "options": {**asdict(options), "agent": agent},
               "device": {"type": spec.device, "name": device_name(spec.device)}, "peaks": peaks,
               "versions": versions()}
     run.write_json(run.plan_path, plan)
