@@ -10,7 +10,6 @@ import ast
 import importlib
 import importlib.util
 import re
-import sys
 import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -221,4 +220,4 @@ if __name__ == "__main__":  # figures for the report: python tests/test_starters
     for (kernel_type, arch, which), tc in sorted(_compile_all().items()):
         res = tc.resources or {}
         print(f"{kernel_type:17s} {arch} {which:7s} ok={tc.ok} registers={res.get('registers')} "
-              f"shared={res.get('shared_bytes')} spills={res.get('spills')} :: {tc.detail[:80]}", file=sys.stdout)
+              f"shared={res.get('shared_bytes')} spills={res.get('spills')} :: {tc.detail[:80]}")
