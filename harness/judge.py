@@ -178,10 +178,12 @@ def _finish(verdict: dict, a: Assessment) -> dict:
 
 
 def versions() -> dict[str, Any]:
+    # read from the package metadata: importing triton here would fix its interpret mode for this
+    # whole process before a later in-process Triton-interpreter run could switch it on
+    from importlib import metadata
     try:
-        import triton
-        triton_version = triton.__version__
-    except ImportError:
+        triton_version = metadata.version("triton")
+    except metadata.PackageNotFoundError:
         triton_version = None
     return {"torch": torch.__version__, "triton": triton_version, "cuda": torch.version.cuda,
             "python": platform.python_version()}

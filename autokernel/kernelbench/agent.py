@@ -2,7 +2,7 @@
 current best ModelNew with what the judge said about it, and the recent experiments."""
 from __future__ import annotations
 
-from autokernel.proposer import Candidate, SearchContext
+from autokernel.proposer import SearchContext
 
 SYSTEM = """You are an expert GPU kernel engineer. You write ModelNew for a KernelBench problem: a \
 drop-in replacement for the problem's Model whose forward computes the same output with custom \
@@ -64,24 +64,7 @@ def build_messages(ctx: SearchContext, problem_source: str, tolerance: float) ->
             {"role": "user", "content": "\n".join(p for p in parts if p)}]
 
 
-class KernelBenchProposer:
-    """Proposer (name "llm") for one problem."""
-
-    name = "llm"
-
-    def __init__(self, client, problem_source: str, tolerance: float):
-        self.client, self.problem_source, self.tolerance = client, problem_source, tolerance
-
-    def propose(self, ctx: SearchContext) -> Candidate:
-        from autokernel import prompt
-        from autokernel.kernel_source import description_of, extract_last_python_block
-        messages = build_messages(ctx, self.problem_source, self.tolerance)
-        reply = self.client.query(messages)
-        source = extract_last_python_block(reply.text)
-        description = description_of(reply.text) or ("LLM proposal" if source else "reply without a file")
-        return Candidate(source=source, description=description, prompt=prompt.render(messages),
-                         response=reply.text, prompt_tokens=reply.prompt_tokens,
-                         completion_tokens=reply.completion_tokens, llm_seconds=reply.seconds)
-
-    def observe(self, candidate: Candidate, verdict: dict | None) -> None:
-        pass  # the next prompt reads the history from the context
+def kernelbench_proposer(client, problem_source: str, tolerance: float):
+    """The LLM proposer (name "llm") for one problem: the generic one, asking KernelBench's prompt."""
+    from autokernel.proposer import LLMProposer
+    return LLMProposer(client, messages_for=lambda ctx: build_messages(ctx, problem_source, tolerance))

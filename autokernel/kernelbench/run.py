@@ -162,8 +162,8 @@ def starter_source(run: RunDir, target: TargetState, problem: Problem) -> str:
 def make_proposer(agent: str, target: TargetState, starter: str, problem: Problem, options: KBRunOptions,
                   client: Any, tolerance: float):
     if agent == "llm":
-        from autokernel.kernelbench.agent import KernelBenchProposer
-        return KernelBenchProposer(client, problem.source(), tolerance)
+        from autokernel.kernelbench.agent import kernelbench_proposer
+        return kernelbench_proposer(client, problem.source(), tolerance)
     from autokernel.kernel_source import read_literals
     from autokernel.tuner import Tuner
     tuner = Tuner(starter, seed=options.seed + target.rank, dims={})
