@@ -3,6 +3,11 @@ import os
 import pytest
 import torch
 
+if not torch.cuda.is_available():
+    # Without a GPU the interpreter is the only Triton there is, and the mode is fixed by whoever
+    # imports triton first (torch itself does, lazily): choose it before any test can.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
