@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -102,6 +103,11 @@ class CallResult:
                 "aliased": self.aliased, "plain": self.plain, "device": self.device}
 
 
+def _device_fault(exc: BaseException) -> bool:
+    accelerator_error = getattr(torch, "AcceleratorError", ())
+    return (accelerator_error and isinstance(exc, accelerator_error)) or "CUDA error" in str(exc)
+
+
 def _storage_ptr(t: torch.Tensor) -> int:
     try:
         return t.untyped_storage().data_ptr()
@@ -123,6 +129,12 @@ def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor) -> CallR
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     except Exception as exc:  # the candidate's bug, reported as its failure, not ours
+        if _device_fault(exc):
+            # a CUDA error poisons the context for every later call: the worker ends here, and the
+            # judge reports a CRASH with this traceback as the tail of stderr
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(3)
         result.error = error_text(exc)
         return result
     result.seconds = time.perf_counter() - start

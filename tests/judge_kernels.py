@@ -86,6 +86,13 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
     # --- determinism
     "jitter": (source(wrapper=WRAPPER.replace(", 0.0,\n", ", (_calls % 3) * 1e-9,\n"),
                       body=BODY + "\n    y = y + jitter"), "FAIL", "determinism"),
+    "unordered_sum": (source(wrapper=WRAPPER.replace(", 0.0,\n", ", float((_calls * 7919) % x2.shape[1]),\n"),
+                             body=("    shift = (cols * 0 + jitter).to(tl.int32)\n"
+                                   "    xs = tl.load(x_ptr + row * x_stride + (cols + shift) % n, mask=mask,\n"
+                                   "                 other=float('-inf')).to(tl.float32)\n"
+                                   "    top = tl.max(x, 0)\n"
+                                   "    y = tl.exp(x - top) / tl.sum(tl.exp(xs - top), 0)")),
+                      "FAIL", "determinism"),
     # --- edge_cases
     "assumes_contiguous": (source(wrapper=WRAPPER.replace(".contiguous()", "").replace(
         "x2.stride(0), y.stride(0)", "x2.shape[1], y.stride(0)")), "FAIL", "edge_cases"),
@@ -110,6 +117,9 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
     "segfault": (source(wrapper="    import ctypes\n    ctypes.string_at(0)"), "CRASH", "compile"),
     "abort": (source(wrapper="    os.abort()"), "CRASH", "compile"),
     "exits_early": (source(wrapper="    os._exit(0)"), "CRASH", "compile"),
+    # what torch raises after an illegal address: the context is poisoned, so the worker ends
+    "cuda_error": (source(wrapper="    raise RuntimeError('CUDA error: an illegal memory access was encountered')"),
+                   "CRASH", "compile"),
     "noisy_but_correct": (source(wrapper='    print("noise on stdout " * 100)\n' + WRAPPER), "PASS", None),
     "fails_if_secrets_visible": (source(wrapper=(
         "    leaked = [k for k in os.environ if 'API_KEY' in k or 'TOKEN' in k or 'SECRET' in k]\n"

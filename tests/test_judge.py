@@ -81,6 +81,7 @@ def test_failure_messages_name_the_hack(verdicts):
     assert "no Triton or CUDA kernel" in _detail(verdicts["numpy_no_launch"])
     assert "earlier output changed" in _detail(verdicts["reused_output_buffer"])
     assert "SIGSEGV" in _detail(verdicts["segfault"])
+    assert "illegal memory access" in _detail(verdicts["cuda_error"]), "the stderr tail names the CUDA error"
     assert "bitwise" in _detail(verdicts["jitter"])
     assert "process group was killed" in _detail(verdicts["hang"])
 

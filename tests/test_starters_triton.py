@@ -231,3 +231,16 @@ def _check_main(out: str, specs: list[str]) -> None:
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
     _check_main(sys.argv[2], sys.argv[3:])
+
+
+@pytest.mark.slow
+def test_two_configs_of_one_starter_pass_the_judge_with_different_code(results, tmp_path):
+    path = tmp_path / "softmax_second.py"
+    path.write_text(apply_config(_source("softmax"), SECOND_CONFIGS["softmax"]), encoding="utf-8")
+    second = judge(path, device="cpu")
+    first = results["verdicts"]["softmax"]
+    assert second["verdict"] == "PASS", _stage_report(second)
+
+    def code(verdict):  # what was compiled for sm_90: one hash per kernel specialization
+        return sorted(k["hash"] for k in verdict["resources"]["kernels"])
+    assert code(first) and code(second) and code(first) != code(second)
