@@ -57,7 +57,7 @@ def run_suite(suite: str, *, json_out: bool, timeout_s: float | None, device: st
     if json_out:
         print(json.dumps(verdicts))
     else:
-        render_suite(verdicts, Console())
+        render_suite(verdicts, Console(width=max(Console().width, 170)))
     return 0 if all(v["verdict"] in ("PASS", "COMPILE_ONLY") for v in verdicts) else 1
 
 
