@@ -6,7 +6,6 @@ The nvcc compiles run once per module, two at a time across the CPU cores.
 """
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import re
@@ -17,30 +16,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from autokernel.kernel_source import apply_config, check_constraints, read_literals
+from autokernel.kernel_source import apply_config
 from harness import cuda_build, registry
 from harness.target_compile import compile_cuda
+from starter_configs import CUDA as SECOND_CONFIGS
 from starter_kernels import KERNEL_TYPES, starter_path
 
 needs_nvcc = pytest.mark.skipif(cuda_build.nvcc_path() is None, reason="nvcc is not installed")
 ARCHS = ("sm_90", "sm_80")
 PARALLEL_JOBS = 2  # the CI machine has two cores; nvcc runs in a subprocess, so threads suffice
 
-# Other corners of each tuning space: a different block size, tiles of other shapes (matmul's and
-# fused_mlp's warp tiles no longer square), attention with fewer, fuller warps.
-SECOND_CONFIGS = {
-    "softmax": {"THREADS": 1024},
-    "layernorm": {"THREADS": 64},
-    "rmsnorm": {"THREADS": 512},
-    "reduce": {"THREADS": 128, "UNROLL": 1},
-    "cross_entropy": {"THREADS": 128},
-    "rotary_embedding": {"THREADS": 32},
-    "matmul": {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 8, "THREAD_M": 2, "THREAD_N": 8, "TC_BLOCK_M": 128,
-               "TC_BLOCK_N": 32, "TC_BLOCK_K": 16, "TC_WARP_M": 64, "TC_WARP_N": 16},
-    "fused_mlp": {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 8, "THREAD_M": 2, "THREAD_N": 8, "TC_BLOCK_M": 32,
-                  "TC_BLOCK_N": 64, "TC_BLOCK_K": 64, "TC_WARP_M": 16, "TC_WARP_N": 32},
-    "flash_attention": {"WARPS": 2, "ROWS_PER_WARP": 8},
-}
 
 
 def _source(kernel_type: str) -> str:
@@ -57,37 +42,6 @@ def _module(kernel_type: str, config: dict | None = None) -> types.ModuleType:
 
 
 # ------------------------------------------------------------------ the literals and the contract
-@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
-def test_literals_declare_a_space_holding_config_and_second_config(kernel_type):
-    lit = read_literals(_source(kernel_type))
-    assert lit["KERNEL_TYPE"] == kernel_type and lit["BACKEND"] == "cuda"
-    space = lit["TUNABLES"]
-    for chosen in (lit["CONFIG"], SECOND_CONFIGS[kernel_type]):
-        assert set(chosen) == set(space)
-        assert all(chosen[name] in values for name, values in space.items()), chosen
-        assert check_constraints(lit["CONSTRAINTS"], chosen), chosen
-    assert SECOND_CONFIGS[kernel_type] != lit["CONFIG"]
-
-
-@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
-def test_tuner_rewrite_changes_only_the_config_line(kernel_type):
-    before = _source(kernel_type).splitlines()
-    after = apply_config("\n".join(before), SECOND_CONFIGS[kernel_type]).splitlines()
-    changed = [(a, b) for a, b in zip(before, after) if a != b]
-    assert len(before) == len(after) and len(changed) == 1 and changed[0][0].startswith("CONFIG = ")
-
-
-@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
-def test_kernel_fn_has_the_registry_signature(kernel_type):
-    fn = next(n for n in ast.parse(_source(kernel_type)).body
-              if isinstance(n, ast.FunctionDef) and n.name == "kernel_fn")
-    names = [a.arg for a in fn.args.args]
-    defaults = dict(zip(names[len(names) - len(fn.args.defaults):],
-                        (ast.literal_eval(d) for d in fn.args.defaults)))
-    kt = registry.get(kernel_type)
-    assert tuple(names) == kt.params and defaults == kt.defaults
-
-
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
 def test_the_cuda_contract_holds(kernel_type):
     module = _module(kernel_type)
