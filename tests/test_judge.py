@@ -175,3 +175,26 @@ def _workers_for(kernel: Path) -> list[int]:
         if b"harness.worker" in cmd and str(kernel).encode() in cmd:
             found.append(int(stat.parent.name))
     return found
+
+
+def test_the_parent_rechecks_outputs_instead_of_trusting_the_worker(tmp_path):
+    """A worker whose records claim success still fails when a saved output is wrong: the verdict
+    comes from the judging process's own float64 recheck."""
+    import torch
+
+    from harness.cases import Capabilities, build_plan
+    from harness.judge import child_env, read_events
+    from harness.verdict_checks import assess
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "harness.worker", str(GOOD / "softmax_rows.py"), str(out),
+                    "--device", "cpu"], env=child_env("cpu"), check=True, timeout=300, cwd=tmp_path)
+    events, plan = read_events(out), build_plan("softmax", Capabilities("cpu", False))
+    assert assess(events, out, plan, "cpu").verdict == "PASS"
+    record = [e for e in events if e.get("event") == "case" and e["stage"] == "shape_sweep"][3]
+    saved = out / "tensors" / record["output"]
+    tampered = torch.load(saved, weights_only=True)
+    tampered.view(-1)[0] += 0.01
+    torch.save(tampered, saved)
+    again = assess(events, out, plan, "cpu")
+    assert (again.verdict, again.failed_stage) == ("FAIL", "shape_sweep")
+    assert "out of tolerance" in again.stages["shape_sweep"]["detail"]
