@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live

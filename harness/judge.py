@@ -24,7 +24,6 @@ from typing import Any
 import torch
 
 import harness
-from harness import registry
 from harness.candidate import ContractError, check_header, read_header
 from harness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
 from harness.isolation import ChildResult, run_isolated, scrubbed_env

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -15,8 +14,6 @@ from harness import registry
 from harness.cases import STAGES, Plan
 from harness.compare import bitwise_equal, compare
 from harness.registry import Case
-
-_LOADED: dict[str, Any] = {}
 
 
 @dataclass
