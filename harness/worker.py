@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from harness import registry
-from harness.candidate import (ContractError, check_header, check_signature, error_text, import_candidate,
-                               observed_call, read_header)
+from harness.candidate import (CallResult, ContractError, check_header, check_signature, error_text,
+                               import_candidate, observed_call, read_header)
 from harness.cases import Capabilities, Plan, build_plan
 from harness.compare import bitwise_equal, compare
 from harness.launches import LaunchMonitor
@@ -138,13 +138,21 @@ class Worker:
         return True
 
     # -- running cases ----------------------------------------------------------------------
-    def run_case(self, stage: str, case: Case, role: str = "check") -> tuple[bool, str]:
-        args, kwargs = registry.build_inputs(case, self.device)
+    def call(self, stage: str, role: str, case: Case, args: list, kwargs: dict, *,
+             save_inputs: bool = False, **extra) -> CallResult:
+        """One observed call of kernel_fn, recorded (output saved) for the judge to recheck."""
         with self.monitor:
             result = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        if save_inputs:
+            extra["inputs_after"] = [self.log.save(t) for t in args]
         self.log.event(event="case", stage=stage, role=role, case=case.to_json(), label=case.label(),
                        output=self.log.save(result.output), error=result.error,
-                       obs=result.observations(), seconds=result.seconds)
+                       obs=result.observations(), seconds=result.seconds, **extra)
+        return result
+
+    def run_case(self, stage: str, case: Case) -> tuple[bool, str]:
+        args, kwargs = registry.build_inputs(case, self.device)
+        result = self.call(stage, "check", case, args, kwargs)
         if result.error:
             return False, f"{case.label()}: kernel_fn raised\n{result.error}"
         cmp = compare(result.output, registry.reference_output(case), case)
@@ -166,15 +174,11 @@ class Worker:
             outputs = []
             for _ in range(DETERMINISM_CALLS):
                 args, kwargs = registry.build_inputs(case, self.device)
-                with self.monitor:
-                    result = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+                result = self.call("determinism", "repeat", case, args, kwargs)
                 if result.error:
                     self.log.end("determinism", "fail", f"{case.label()}: kernel_fn raised\n{result.error}")
                     return False
                 outputs.append(result.output)
-                self.log.event(event="case", stage="determinism", role="repeat", case=case.to_json(),
-                               label=case.label(), output=self.log.save(result.output), error=None,
-                               obs=result.observations(), seconds=result.seconds)
             if not all(isinstance(o, torch.Tensor) and bitwise_equal(o.cpu(), outputs[0].cpu()) for o in outputs):
                 self.log.end("determinism", "fail", f"{case.label()}: repeated calls on identical inputs differ")
                 return False
@@ -186,17 +190,8 @@ class Worker:
         self.log.start("integrity")
         first, second = cases[0], cases[1]
         args, kwargs = registry.build_inputs(first, self.device)
-        with self.monitor:
-            a = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
-        self.log.event(event="case", stage="integrity", role="replay_first", case=first.to_json(),
-                       label=first.label(), output=self.log.save(a.output), error=a.error,
-                       obs=a.observations(), seconds=a.seconds,
-                       inputs_after=[self.log.save(t) for t in args])
-        new_args, _ = registry.build_inputs(second, self.device)
-        with torch.no_grad():
-            for old, new in zip(args, new_args):
-                if isinstance(old, torch.Tensor):
-                    old.copy_(new)
+        a = self.call("integrity", "replay_first", first, args, kwargs, save_inputs=True)
+        refill(args, registry.build_inputs(second, self.device)[0])
         first_copy = a.output.clone() if isinstance(a.output, torch.Tensor) else None
         with self.monitor:
             b = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
@@ -205,9 +200,17 @@ class Worker:
         self.log.event(event="case", stage="integrity", role="replay_second", case=second.to_json(),
                        label=second.label(), output=self.log.save(b.output), error=b.error,
                        obs=b.observations(), seconds=b.seconds, earlier_output_changed=reused)
-        self.log.end("integrity", "pass" if not (a.error or b.error) else "fail",
-                     "observations recorded" if not (a.error or b.error) else (a.error or b.error))
-        return not (a.error or b.error)
+        error = a.error or b.error
+        self.log.end("integrity", "fail" if error else "pass", error or "observations recorded")
+        return not error
+
+
+def refill(buffers: list, values: list) -> None:
+    """Overwrite input buffers in place (same addresses, new contents)."""
+    with torch.no_grad():
+        for dst, src in zip(buffers, values):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
 
 
 def run_stages(w: Worker) -> None:
@@ -235,12 +238,9 @@ def time_candidate(w: Worker, case: Case) -> None:
     refills = [registry.build_inputs(case.replace(seed=case.seed + 1 + r), w.device)[0] for r in range(3)]
     last = {"set": None, "out": None}
 
-    def refill(i: int) -> None:
+    def refill_for_rep(i: int) -> None:
         r = i % len(refills)
-        with torch.no_grad():
-            for dst, src in zip(args, refills[r]):
-                if isinstance(dst, torch.Tensor):
-                    dst.copy_(src)
+        refill(args, refills[r])
         last["set"] = r
 
     def run_kernel():
@@ -252,7 +252,7 @@ def time_candidate(w: Worker, case: Case) -> None:
     w.log.start("timing")
     try:
         with w.monitor:
-            kernel = time_fn(run_kernel, device=w.device, before_each=refill, **budget)
+            kernel = time_fn(run_kernel, device=w.device, before_each=refill_for_rep, **budget)
     except Exception as e:
         w.log.end("timing", "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
         return
@@ -260,21 +260,21 @@ def time_candidate(w: Worker, case: Case) -> None:
     w.log.event(event="case", stage="timing", role="timed_output", case=checked.to_json(),
                 label=checked.label(), output=w.log.save(last["out"]), error=None, obs={}, seconds=0.0)
     with torch.no_grad():
-        eager = time_fn(lambda: kt.eager(*args, **kwargs), device=w.device, before_each=refill, **budget)
-    compiled, compile_error = (_time_compiled(kt, args, kwargs, w.device, refill, budget)
+        eager = time_fn(lambda: kt.eager(*args, **kwargs), device=w.device, before_each=refill_for_rep, **budget)
+    compiled, compile_error = (_time_compiled(kt, args, kwargs, w.device, refill_for_rep, budget)
                                if w.compile_baseline else (None, "not requested"))
     w.log.end("timing", "pass", "timed", case=case.to_json(), kernel=kernel.to_json(), eager=eager.to_json(),
               compiled=compiled.to_json() if compiled else None, compiled_error=compile_error)
 
 
-def _time_compiled(kt, args, kwargs, device, refill, budget):
+def _time_compiled(kt, args, kwargs, device, before_each, budget):
     """torch.compile of PyTorch's own op, timed like the kernel: the baseline a user could get for free."""
     from harness.timing import time_fn
     try:
         fn = torch.compile(kt.eager, dynamic=False)
         with torch.no_grad():
             fn(*args, **kwargs)  # compilation happens here, outside the timed region
-            return time_fn(lambda: fn(*args, **kwargs), device=device, before_each=refill, **budget), None
+            return time_fn(lambda: fn(*args, **kwargs), device=device, before_each=before_each, **budget), None
     except Exception as e:  # no C++ compiler, an unsupported op: the baseline is missing, not the kernel
         return None, f"torch.compile failed: {type(e).__name__}: {str(e)[:200]}"
 
