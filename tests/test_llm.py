@@ -127,9 +127,9 @@ def test_unreachable_endpoint_at_startup(client_for, monkeypatch):
 
 
 def test_timeout_is_retried(fake_openai, client_for, monkeypatch):
-    fake_openai.script(reply("late", delay_s=1.0), reply("on time"))
+    fake_openai.script(reply("late", delay_s=10.0), reply("on time"))
     client, clock, lines = client_for(fake_openai)
-    client.timeout_s = 0.2
+    client.timeout_s = 1.0  # far below the late reply, far above a loopback round trip on a busy machine
     assert client.query(MESSAGES).text == "on time"
     assert "Timeout" in lines[0] and len(clock.sleeps) == 1
 

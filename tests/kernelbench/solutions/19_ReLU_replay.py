@@ -1,10 +1,13 @@
-"""Cheat: computes once per input buffer, then replays the cached result by data_ptr."""
+"""Cheat: computes once per input tensor, then replays the cached result for that tensor.
+
+Keyed by the tensor object (held weakly), not by its address: a fresh tensor never lands on a stale
+entry, so only buffers refilled in place (the replay probe) can see the cache."""
 import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
 
-_cache = {}
+_cache = torch.utils.weak.WeakTensorKeyDictionary()
 
 
 @triton.jit
@@ -16,9 +19,8 @@ def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        key = x.data_ptr()
-        if key not in _cache:
+        if x not in _cache:
             y = torch.empty_like(x)
             relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-            _cache[key] = y
-        return _cache[key]
+            _cache[x] = y
+        return _cache[x]
