@@ -1,0 +1,279 @@
+"""Sealed records: every leaderboard row carries the sha256 of the candidate's source as the search
+held it before judging, and the run's files are checked against those hashes.
+
+A candidate is untrusted code that runs while the run folder exists. Two things keep it from
+rewriting the run's records:
+- `RecordGuard`: the search snapshots the run folder before each judge call and, when the call
+  returns, restores anything that changed (a forged row, an overwritten best/ file, a rewritten
+  experiment) and fails the candidate, naming the files. The OS sandbox keeps a candidate out of the
+  run folder in the first place; this guard catches what gets past it (no sandbox on the machine).
+- `check_run`: what `autokernel leaderboard --check`, verify, export and `--resume` run first. Each
+  row must be backed by kernels/<target>/exp_NNNN.py with the row's hash, best/<target>.py must be
+  the text of the target's best kept row, and state.json must agree with the leaderboard.
+
+The hash is of the text, not a signature: it ties each file to the row the search wrote, which is
+what a candidate's tampering breaks; keeping a candidate from writing consistent forgeries of every
+record at once is the sandbox's part.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from autokernel.errors import UserError
+from autokernel.leaderboard import FILENAME as LEADERBOARD
+from autokernel.leaderboard import HASH_COLUMN, read
+
+FIX_ROW = "re-run the experiment, or remove the row from leaderboard.tsv"
+SKIPPED_DIRS = ("__pycache__",)  # bytecode an import leaves beside a file: not a record
+
+
+def source_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_source(path: Path, text: str) -> None:
+    """A record written byte for byte from the held text (no newline translation), so its hash is
+    the held text's hash."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode("utf-8"))
+
+
+# ====================================================================== guarding a judge call
+def record_files(run: Path) -> dict[str, bytes]:
+    """Every file of the run folder (bytecode caches aside), by path relative to the run."""
+    found = {}
+    for path in sorted(run.rglob("*")):
+        if any(part in SKIPPED_DIRS for part in path.relative_to(run).parts):
+            continue
+        if path.is_file() or path.is_symlink():
+            try:
+                found[path.relative_to(run).as_posix()] = path.read_bytes()
+            except OSError:
+                found[path.relative_to(run).as_posix()] = b""
+    return found
+
+
+class RecordGuard:
+    """The run folder as it was before a judge call; `restore()` undoes whatever the call changed."""
+
+    def __init__(self, run: Path):
+        self.run = Path(run)
+        self.before = record_files(self.run)
+
+    def restore(self) -> list[str]:
+        """Put back every changed or removed file, remove every added one; the paths touched."""
+        after = record_files(self.run)
+        touched = sorted(p for p in set(self.before) | set(after) if self.before.get(p) != after.get(p))
+        for rel in touched:
+            path = self.run / rel
+            if path.is_symlink() or path.exists():
+                path.unlink()
+            if rel in self.before:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(self.before[rel])
+        return touched
+
+
+def tampered_verdict(verdict: dict | None, detail: str) -> dict:
+    """The judge's verdict turned into a FAIL at `integrity`: the candidate is rejected, the reason
+    named, its timing dropped (a candidate that rewrote the records cannot be believed)."""
+    verdict = dict(verdict or {})
+    stages = [s for s in verdict.get("stages") or [] if s.get("name") != "integrity"]
+    stages.append({"name": "integrity", "status": "fail", "detail": detail, "seconds": 0.0})
+    verdict.update(verdict="FAIL", failed_stage="integrity", stages=stages, timing=None, roofline=None)
+    return verdict
+
+
+def seal_verdict(verdict: dict | None, held_sha256: str, touched: list[str]) -> dict | None:
+    """The verdict as the search may use it: a FAIL when the candidate changed the run's records
+    while it was judged, or when the judge reports judging other text than the search held."""
+    if touched:
+        return tampered_verdict(verdict, "the candidate changed the run's records while it was judged: "
+                                         f"{', '.join(touched)} (put back as they were)")
+    judged = (verdict or {}).get(HASH_COLUMN)
+    if judged and judged != held_sha256:
+        return tampered_verdict(verdict, f"the judge judged text with sha256 {judged[:12]}, not the candidate "
+                                         f"the search held ({held_sha256[:12]}): the file changed before judging")
+    return verdict
+
+
+# ====================================================================== checking a run
+@dataclass
+class SealReport:
+    """What `check_run` found: `errors` break the seal; `unsealed` rows carry no hash (written
+    before rows were sealed) so their files cannot be checked."""
+
+    run: Path
+    errors: list[str] = field(default_factory=list)
+    unsealed: list[str] = field(default_factory=list)
+    rows: int = 0
+    best_files: int = 0
+    best_rows: dict[str, dict] = field(default_factory=dict)  # target -> its best kept row
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and not self.unsealed
+
+    def summary(self) -> str:
+        return (f"{self.run.name}: {self.rows} row(s) and {self.best_files} best file(s) checked; "
+                f"{len(self.errors)} error(s), {len(self.unsealed)} unsealed row(s)")
+
+    def lines(self) -> list[str]:
+        return self.errors + [f"{u} (unsealed: no {HASH_COLUMN})" for u in self.unsealed]
+
+
+def expected_candidate(target: str, experiment: int) -> str:
+    from autokernel.run import target_slug
+    return f"kernels/{target_slug(target)}/exp_{experiment:04d}.py"
+
+
+def _row_hash(row: pd.Series) -> str:
+    return str(row.get(HASH_COLUMN) or "")
+
+
+def _check_rows(run: Path, frame: pd.DataFrame, report: SealReport) -> None:
+    """Each row against its experiment file; duplicates and KEEPs that did not pass."""
+    seen: set[tuple[str, int]] = set()
+    for _, row in frame.iterrows():
+        target, number = str(row["target"]), row["experiment"]
+        if pd.isna(number):
+            report.errors.append(f"leaderboard.tsv: a row of {target!r} has no experiment number: {FIX_ROW}")
+            continue
+        number = int(number)
+        name = f"row {target} #{number}"
+        if (target, number) in seen:
+            report.errors.append(f"leaderboard.tsv: {name} appears more than once: remove the extra row")
+        seen.add((target, number))
+        if row["decision"] == "KEEP" and row["verdict"] != "PASS":
+            report.errors.append(f"leaderboard.tsv: {name} is a KEEP whose verdict is {row['verdict'] or 'empty'}, "
+                                 f"not PASS: {FIX_ROW}")
+        candidate = str(row["candidate"] or "")
+        if not candidate:
+            if not (row["verdict"] == "FAIL" and row["failed_stage"] == "parse"):  # an LLM reply with no code
+                report.errors.append(f"leaderboard.tsv: {name} ({row['decision']} {row['verdict']}) names no "
+                                     f"experiment file: {FIX_ROW}")
+            continue
+        expected = expected_candidate(target, number)
+        if candidate != expected:
+            report.errors.append(f"leaderboard.tsv: {name} points at {candidate}, not {expected}: {FIX_ROW}")
+            continue
+        _check_file(run / candidate, candidate, _row_hash(row), name, report)
+
+
+def _check_file(path: Path, rel: str, sha: str, name: str, report: SealReport) -> None:
+    if not path.is_file():
+        report.errors.append(f"{rel}: missing, yet {name} of leaderboard.tsv names it: {FIX_ROW}")
+    elif not sha:
+        report.unsealed.append(f"{rel} ({name})")
+    elif file_sha256(path) != sha:
+        report.errors.append(f"{rel}: its sha256 {file_sha256(path)[:12]} is not the {sha[:12]} of {name}: "
+                             f"the file was changed after it was judged; {FIX_ROW}")
+
+
+def best_kept_rows(frame: pd.DataFrame) -> dict[str, dict]:
+    """Per target, the row best/ must hold: the last KEEP, or a passing BASELINE before any KEEP
+    (a KEEP is only ever faster than the best before it)."""
+    best: dict[str, dict] = {}
+    frame = frame[frame["experiment"].notna()].sort_values("experiment", kind="stable")
+    for _, row in frame.iterrows():
+        kept = row["decision"] == "KEEP" or (row["decision"] == "BASELINE" and row["verdict"] == "PASS"
+                                             and pd.notna(row["median_us"]))
+        if kept:
+            best[str(row["target"])] = row.to_dict()
+    return best
+
+
+def _check_best(run: Path, frame: pd.DataFrame, report: SealReport) -> None:
+    from autokernel.run import target_slug
+    report.best_rows = best_kept_rows(frame)
+    slugs = {target_slug(t): t for t in frame["target"]}
+    for path in sorted((run / "best").glob("*.py")) if (run / "best").is_dir() else []:
+        rel = f"best/{path.name}"
+        report.best_files += 1
+        target = slugs.get(path.stem)
+        row = report.best_rows.get(target) if target is not None else None
+        if row is None:
+            report.errors.append(f"{rel}: no kept, passing row of leaderboard.tsv backs it: "
+                                 "re-run the search, or remove the file")
+            continue
+        sha = str(row.get(HASH_COLUMN) or "")
+        experiment_file = run / str(row["candidate"])
+        if not sha and experiment_file.is_file():  # unsealed row: best/ must at least be its file
+            sha = file_sha256(experiment_file)
+        if not sha or file_sha256(path) != sha:
+            report.errors.append(f"{rel}: not the text of its best row ({target} #{int(row['experiment'])}, "
+                                 f"{row['candidate']}): it was written outside the search; restore it from "
+                                 f"{row['candidate']} or re-run the search")
+    for target, row in report.best_rows.items():
+        if not (run / "best" / f"{target_slug(target)}.py").is_file():
+            report.errors.append(f"best/{target_slug(target)}.py: missing, yet {target} #{int(row['experiment'])} "
+                                 f"is its best row: copy {row['candidate']} there or re-run the search")
+
+
+def _check_state(run: Path, frame: pd.DataFrame, report: SealReport) -> None:
+    """state.json (the search's own record) against the leaderboard: a row only the leaderboard has,
+    or a best the two disagree on, was not written by the search."""
+    path = run / "state.json"
+    if not path.is_file():
+        return
+    try:
+        targets = json.loads(path.read_text(encoding="utf-8")).get("targets", [])
+    except ValueError:
+        report.errors.append("state.json: not valid JSON")
+        return
+    recorded = {(t.get("name"), h.get("number")): (h.get("row") or {}) for t in targets for h in t.get("history", [])}
+    for _, row in frame[frame["experiment"].notna()].iterrows():
+        key = (str(row["target"]), int(row["experiment"]))
+        if key not in recorded:
+            report.errors.append(f"leaderboard.tsv: row {key[0]} #{key[1]} is not in state.json's history: "
+                                 f"the search never recorded it; {FIX_ROW}")
+        elif recorded[key].get(HASH_COLUMN, "") != _row_hash(row) and recorded[key].get(HASH_COLUMN):
+            report.errors.append(f"leaderboard.tsv: row {key[0]} #{key[1]} has another {HASH_COLUMN} than "
+                                 f"state.json records: {FIX_ROW}")
+    for t in targets:
+        best, row = t.get("best_experiment"), report.best_rows.get(t.get("name"))
+        if best is not None and (row is None or int(row["experiment"]) != best):
+            found = f"#{int(row['experiment'])}" if row is not None else "none"
+            report.errors.append(f"state.json: names experiment #{best} as the best of {t.get('name')}, "
+                                 f"leaderboard.tsv's best is {found}: the records were changed outside the search")
+
+
+def check_run(run: str | Path) -> SealReport:
+    """Every record of a run against the hashes its leaderboard rows carry."""
+    run = Path(run)
+    report = SealReport(run=run)
+    frame = read(run / LEADERBOARD)
+    report.rows = len(frame)
+    _check_rows(run, frame, report)
+    _check_best(run, frame, report)
+    _check_state(run, frame, report)
+    return report
+
+
+class SealError(UserError):
+    """A run's records do not match the hashes its leaderboard carries."""
+
+
+def require_sealed(run: str | Path, action: str, *, allow_unsealed: bool = False) -> SealReport:
+    """check_run, raising a UserError that names each bad file (`action` opens its message: "verify
+    refused"). `allow_unsealed` lets rows without a
+    hash through (a run written before rows were sealed can still be resumed)."""
+    report = check_run(run)
+    if report.errors or (report.unsealed and not allow_unsealed):
+        shown = report.lines() if not allow_unsealed else report.errors
+        listed = "\n  ".join(shown[:20]) + (f"\n  ... and {len(shown) - 20} more" if len(shown) > 20 else "")
+        raise SealError(f"{action}: the records of {Path(run)} do not match what was judged:\n  {listed}",
+                        f"`autokernel leaderboard --check {run}` lists every problem; "
+                        + ("rows without a hash come from a run older than sealed records: re-run it with "
+                           "`autokernel optimize`" if report.unsealed and not report.errors else
+                           "re-run the experiments named, or remove their rows"))
+    return report
