@@ -211,8 +211,7 @@ def _check_best(run: Path, frame: pd.DataFrame, report: SealReport) -> None:
             sha = file_sha256(experiment_file)
         if not sha or file_sha256(path) != sha:
             report.errors.append(f"{rel}: not the text of its best row ({target} #{int(row['experiment'])}, "
-                                 f"{row['candidate']}): it was written outside the search; restore it from "
-                                 f"{row['candidate']} or re-run the search")
+                                 f"{row['candidate']}): it was written outside the search; re-run the search")
     for target, row in report.best_rows.items():
         if not (run / "best" / f"{target_slug(target)}.py").is_file():
             report.errors.append(f"best/{target_slug(target)}.py: missing, yet {target} #{int(row['experiment'])} "
@@ -265,15 +264,14 @@ class SealError(UserError):
 
 def require_sealed(run: str | Path, action: str, *, allow_unsealed: bool = False) -> SealReport:
     """check_run, raising a UserError that names each bad file (`action` opens its message: "verify
-    refused"). `allow_unsealed` lets rows without a
-    hash through (a run written before rows were sealed can still be resumed)."""
+    refused"). `allow_unsealed` lets rows without a hash through (a run written before rows were
+    sealed can still be resumed)."""
     report = check_run(run)
     if report.errors or (report.unsealed and not allow_unsealed):
         shown = report.lines() if not allow_unsealed else report.errors
         listed = "\n  ".join(shown[:20]) + (f"\n  ... and {len(shown) - 20} more" if len(shown) > 20 else "")
-        raise SealError(f"{action}: the records of {Path(run)} do not match what was judged:\n  {listed}",
-                        f"`autokernel leaderboard --check {run}` lists every problem; "
-                        + ("rows without a hash come from a run older than sealed records: re-run it with "
-                           "`autokernel optimize`" if report.unsealed and not report.errors else
-                           "re-run the experiments named, or remove their rows"))
+        more = f"; `autokernel leaderboard --check {run}` lists them all" if len(shown) > 20 else ""
+        hint = ("these rows come from a run older than sealed records: re-run it with `autokernel optimize`"
+                if not report.errors else "re-run the experiments named, or remove their rows") + more
+        raise SealError(f"{action}: the records of {Path(run)} do not match what was judged:\n  {listed}", hint)
     return report
