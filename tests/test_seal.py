@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from loop_kernels import CHEAT, SOFTMAX_MODEL
+from fake_openai import API_KEY, MODEL, fake_openai, reply  # noqa: F401  (fixture)
+from loop_kernels import CHEAT, FAST, SOFTMAX_MODEL, reply_with
 
 from autokernel import export as exporter
 from autokernel import leaderboard as board
@@ -21,6 +22,8 @@ from autokernel import loop
 from autokernel import run as runs
 from autokernel import seal
 from autokernel import verify as verifier
+from autokernel.llm import LLMClient
+from autokernel.modelfile import spec_from_options
 from autokernel.run import RunState, TargetState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,6 +86,7 @@ def refused_everywhere(run, named):
 
 
 # ------------------------------------------------------------------ the honest run
+@pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_the_honest_run_is_sealed(honest_run):
     frame = board.read(honest_run / board.FILENAME)
     assert list(frame["experiment"]) == [0, 1]
@@ -97,11 +101,13 @@ def test_the_honest_run_is_sealed(honest_run):
 
 
 # ------------------------------------------------------------------ the probe, each forgery alone
+@pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_a_forged_row_is_refused_naming_its_missing_file(run_copy):
     forged_row(run_copy)
     refused_everywhere(run_copy, f"kernels/{SLUG}/exp_0099.py")
 
 
+@pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_a_forged_row_with_a_file_and_its_true_hash_is_still_refused(run_copy):
     # the forger writes the file and its real sha256: the search's own state.json never recorded it
     path = run_copy / "kernels" / SLUG / "exp_0099.py"
@@ -113,17 +119,20 @@ def test_a_forged_row_with_a_file_and_its_true_hash_is_still_refused(run_copy):
     refused_everywhere(run_copy, "#99")
 
 
+@pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_an_unjudged_best_file_is_refused_naming_it(run_copy):
     (run_copy / "best" / f"{SLUG}.py").write_text(CHEAT)  # returns torch.softmax: never judged
     refused_everywhere(run_copy, f"best/{SLUG}.py")
 
 
+@pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_a_rewritten_experiment_file_is_refused_naming_it(run_copy):
     path = run_copy / "kernels" / SLUG / "exp_0001.py"
     path.write_text(path.read_text() + "\n# rewritten\n")
     refused_everywhere(run_copy, f"kernels/{SLUG}/exp_0001.py")
 
 
+@pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_a_row_pointing_at_another_file_or_repeated_or_a_failed_keep_is_reported(run_copy):
     lines = (run_copy / board.FILENAME).read_text().splitlines(keepends=True)
     kept = lines[1].replace("\tBASELINE\tPASS\t", "\tKEEP\tFAIL\t")
@@ -136,6 +145,7 @@ def test_a_row_pointing_at_another_file_or_repeated_or_a_failed_keep_is_reported
 
 
 # ------------------------------------------------------------------ runs from before rows were sealed
+@pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_an_old_leaderboard_is_reported_unsealed_and_can_still_be_resumed(run_copy):
     # an old run: no hash column in the leaderboard, none in state.json's rows
     path = run_copy / board.FILENAME
@@ -161,6 +171,7 @@ def test_an_old_leaderboard_is_reported_unsealed_and_can_still_be_resumed(run_co
     assert board.read(path)["source_sha256"].tolist() == ["", "", "ab" * 32]
 
 
+@pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_a_hash_stripped_from_a_row_is_refused(run_copy):
     path = run_copy / board.FILENAME
     lines = path.read_text().splitlines(keepends=True)
@@ -259,3 +270,73 @@ def test_best_is_written_from_the_held_text_not_from_the_file_on_disk(tmp_path, 
     errors = seal.check_run(run.path).errors  # the changed files on disk no longer match their rows
     assert any("exp_0001.py: its sha256" in e for e in errors)
     assert not any(e.startswith("best/") for e in errors)
+
+
+# ------------------------------------------------------------------ the probe as a candidate, during a run
+def forging(source, runs_dir, target):
+    """`source` with the probe's three forgeries done at import, against every run under runs_dir."""
+    row = board.make_row(experiment=99, target=target, kernel_type="softmax", agent="llm", decision="KEEP",
+                         verdict={"verdict": "PASS", "timing": {"median_us": 0.5}}, candidate="", description="x")
+    line = "\t".join(board.escape(row.get(c)) for c in board.COLUMNS) + "\n"
+    return source + f'''
+import pathlib as _pathlib
+for _board in _pathlib.Path({str(runs_dir)!r}).glob("*/leaderboard.tsv"):
+    with open(_board, "a") as _f:
+        _f.write({line!r})
+    for _best in _board.parent.glob("best/*.py"):
+        _best.write_text({CHEAT!r})
+    for _exp in _board.parent.glob("kernels/*/exp_0001.py"):
+        _exp.write_text(_exp.read_text() + "\\n# rewritten\\n")
+'''
+
+
+def assert_probe_failed(run, slug, candidate):
+    """The forging candidate failed with a named reason; no forged row; best/ is what was judged."""
+    frame = board.read(run.leaderboard_path)
+    assert list(frame["experiment"]) == [0, 1]
+    assert frame["verdict"][1] != "PASS" and frame["decision"][1] == "REVERT" and frame["failed_stage"][1]
+    verdict = json.loads((run.path / "kernels" / slug / "exp_0001.json").read_text())
+    failed = [s["detail"] for s in verdict["stages"] if s["status"] == "fail"]
+    assert failed and failed[-1]
+    if verdict["failed_stage"] == "integrity":  # no sandbox stopped the writes: the search caught them
+        assert "leaderboard.tsv" in failed[-1] and f"best/{slug}.py" in failed[-1]
+    assert (run.path / "kernels" / slug / "exp_0001.py").read_text() == candidate
+    assert (run.path / "best" / f"{slug}.py").read_text() == (run.path / "kernels" / slug / "exp_0000.py").read_text()
+    assert not (run.path / "kernels" / slug / "exp_0099.py").exists()
+    assert seal.check_run(run.path).ok
+
+
+@pytest.mark.slow
+def test_the_probe_as_an_llm_candidate_fails_and_leaves_the_records_sealed(tmp_path, fake_openai, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    model = tmp_path / "softmax_model.py"
+    model.write_text(SOFTMAX_MODEL)
+    runs_dir = tmp_path / "runs"
+    candidate = forging(FAST, runs_dir, TARGET)
+    fake_openai.script(reply(reply_with("Pack rows.", candidate)))
+    options = runs.OptimizeOptions(llm=MODEL, base_url=fake_openai.base_url, max_experiments=1, top=1,
+                                   timeout_s=300)
+    run, state, config = runs.start(spec_from_options(model, device="cpu"), options, runs_dir)
+    loop.execute(run, state, config, client=LLMClient(MODEL, base_url=fake_openai.base_url))
+    assert_probe_failed(run, SLUG, candidate)
+
+
+@pytest.mark.slow
+def test_the_probe_as_a_kernelbench_solution_fails_and_leaves_the_records_sealed(tmp_path, fake_openai,  # noqa: F811
+                                                                                monkeypatch):
+    from autokernel.kernelbench import run as kb_run
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    kb = tmp_path / "KernelBench" / "level1"
+    kb.mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "kernelbench" / "level1" / "19_ReLU.py", kb)
+    solution = (Path(__file__).parent / "kernelbench" / "solutions" / "19_ReLU_correct.py").read_text()
+    runs_dir = tmp_path / "runs"
+    candidate = forging(solution, runs_dir, "19_ReLU")
+    fake_openai.script(reply(f"ReLU.\n```python\n{solution}```\n"), reply(f"Again.\n```python\n{candidate}```\n"))
+    options = kb_run.KBRunOptions(agent="llm", llm=MODEL, base_url=fake_openai.base_url, max_experiments=2,
+                                  device="cpu", reps=3, warmup=1, timeout_s=60, compile_baseline=False)
+    run, state, config = kb_run.start(tmp_path, 1, None, options, runs_dir)
+    kb_run.execute(run, state, config)
+    assert_probe_failed(run, "19_ReLU", candidate)
+    summary = json.loads((run.path / "kernelbench.json").read_text())
+    assert summary["problems"][0]["solution"] == "best/19_ReLU.py" and summary["problems"][0]["correct"] is True
