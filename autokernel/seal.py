@@ -29,7 +29,9 @@ from autokernel.leaderboard import FILENAME as LEADERBOARD
 from autokernel.leaderboard import HASH_COLUMN, read
 
 FIX_ROW = "re-run the experiment, or remove the row from leaderboard.tsv"
-SKIPPED_DIRS = ("__pycache__",)  # bytecode an import leaves beside a file: not a record
+# Python imports a file's cached bytecode instead of its text when the cache's recorded mtime and
+# size match: a planted cache beside a checked file would run unchecked code.
+BYTECODE_DIR = "__pycache__"
 
 
 def source_sha256(text: str) -> str:
@@ -49,11 +51,10 @@ def write_source(path: Path, text: str) -> None:
 
 # ====================================================================== guarding a judge call
 def record_files(run: Path) -> dict[str, bytes]:
-    """Every file of the run folder (bytecode caches aside), by path relative to the run."""
+    """Every file of the run folder, by path relative to the run (the judge writes no bytecode
+    there, so a cache that appears while a candidate runs is the candidate's)."""
     found = {}
     for path in sorted(run.rglob("*")):
-        if any(part in SKIPPED_DIRS for part in path.relative_to(run).parts):
-            continue
         if path.is_file() or path.is_symlink():
             try:
                 found[path.relative_to(run).as_posix()] = path.read_bytes()
@@ -68,9 +69,14 @@ class RecordGuard:
     def __init__(self, run: Path):
         self.run = Path(run)
         self.before = record_files(self.run)
+        self.folders = self._folders()
+
+    def _folders(self) -> set[Path]:
+        return {p for p in self.run.rglob("*") if p.is_dir() and not p.is_symlink()}
 
     def restore(self) -> list[str]:
-        """Put back every changed or removed file, remove every added one; the paths touched."""
+        """Put back every changed or removed file, remove every added one (and the folders added to
+        hold them); the paths touched."""
         after = record_files(self.run)
         touched = sorted(p for p in set(self.before) | set(after) if self.before.get(p) != after.get(p))
         for rel in touched:
@@ -80,6 +86,9 @@ class RecordGuard:
             if rel in self.before:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(self.before[rel])
+        for folder in sorted(self._folders() - self.folders, key=lambda p: len(p.parts), reverse=True):
+            if not any(folder.iterdir()):
+                folder.rmdir()
         return touched
 
 
@@ -246,6 +255,13 @@ def _check_state(run: Path, frame: pd.DataFrame, report: SealReport) -> None:
                                  f"leaderboard.tsv's best is {found}: the records were changed outside the search")
 
 
+def _check_bytecode(run: Path, report: SealReport) -> None:
+    for folder in ("kernels", "best"):
+        for cache in sorted((run / folder).rglob(BYTECODE_DIR)) if (run / folder).is_dir() else []:
+            report.errors.append(f"{cache.relative_to(run).as_posix()}/: compiled bytecode beside the records, "
+                                 "which Python may import instead of the checked text: remove the folder")
+
+
 def check_run(run: str | Path) -> SealReport:
     """Every record of a run against the hashes its leaderboard rows carry."""
     run = Path(run)
@@ -255,6 +271,7 @@ def check_run(run: str | Path) -> SealReport:
     _check_rows(run, frame, report)
     _check_best(run, frame, report)
     _check_state(run, frame, report)
+    _check_bytecode(run, report)
     return report
 
 

@@ -133,6 +133,14 @@ def test_a_rewritten_experiment_file_is_refused_naming_it(run_copy):
 
 
 @pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
+def test_bytecode_planted_beside_a_checked_file_is_refused(run_copy):
+    # Python would import a cache whose recorded mtime and size match the file instead of its text
+    (run_copy / "best" / "__pycache__").mkdir()
+    (run_copy / "best" / "__pycache__" / f"{SLUG}.cpython-312.pyc").write_bytes(b"\0" * 16)
+    refused_everywhere(run_copy, "best/__pycache__/")
+
+
+@pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_a_row_pointing_at_another_file_or_repeated_or_a_failed_keep_is_reported(run_copy):
     lines = (run_copy / board.FILENAME).read_text().splitlines(keepends=True)
     kept = lines[1].replace("\tBASELINE\tPASS\t", "\tKEEP\tFAIL\t")
@@ -222,6 +230,8 @@ def test_a_candidate_rewriting_the_records_while_judged_fails_and_everything_is_
         (run_dir / "best" / "softmax-8x128-float32.py").write_text(CHEAT)
         kernel_file.write_text(CHEAT)
         (run_dir / "best" / "extra.py").write_text(CHEAT)
+        (run_dir / "best" / "__pycache__").mkdir()
+        (run_dir / "best" / "__pycache__" / "softmax-8x128-float32.cpython-312.pyc").write_bytes(b"\0" * 16)
     run, target = search(tmp_path, judge_stub(faster_after_baseline, tamper))
     frame = board.read(run.leaderboard_path)
     assert list(frame["experiment"]) == [0, 1]
@@ -230,12 +240,13 @@ def test_a_candidate_rewriting_the_records_while_judged_fails_and_everything_is_
     verdict = json.loads(run.experiment_file(target, 1, ".json").read_text())
     detail = next(s["detail"] for s in verdict["stages"] if s["name"] == "integrity")
     for name in ("leaderboard.tsv", "best/softmax-8x128-float32.py", "best/extra.py",
-                 "kernels/softmax-8x128-float32/exp_0001.py"):
+                 "kernels/softmax-8x128-float32/exp_0001.py", "best/__pycache__/softmax-8x128-float32.cpython-312.pyc"):
         assert name in detail
     assert verdict["timing"] is None
     assert CHEAT not in run.experiment_file(target, 1).read_text()  # put back as the search wrote it
     assert run.best_file(target).read_text() == run.experiment_file(target, 0).read_text()
     assert not (run.path / "best" / "extra.py").exists()
+    assert not list((run.path / "best").rglob("*.pyc"))
     assert seal.check_run(run.path).ok
 
 
