@@ -318,7 +318,8 @@ def assert_probe_failed(run, slug, candidate):
 
 
 @pytest.mark.slow
-def test_the_probe_as_an_llm_candidate_fails_and_leaves_the_records_sealed(tmp_path, fake_openai, monkeypatch):  # noqa: F811
+def test_the_probe_as_an_llm_candidate_fails_and_leaves_the_records_sealed(tmp_path, fake_openai,  # noqa: F811
+                                                                           monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     model = tmp_path / "softmax_model.py"
     model.write_text(SOFTMAX_MODEL)
