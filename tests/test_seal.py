@@ -22,6 +22,7 @@ from autokernel import loop
 from autokernel import run as runs
 from autokernel import seal
 from autokernel import verify as verifier
+from autokernel.errors import UserError
 from autokernel.llm import LLMClient
 from autokernel.modelfile import spec_from_options
 from autokernel.run import RunState, TargetState
@@ -185,6 +186,22 @@ def test_a_hash_stripped_from_a_row_is_refused(run_copy):
     lines = path.read_text().splitlines(keepends=True)
     path.write_text(lines[0] + lines[1] + lines[2].rsplit("\t", 1)[0] + "\t\n")
     refused_everywhere(run_copy, "#1 has another source_sha256 than state.json")
+
+
+def test_an_old_header_is_upgraded_by_the_next_append_and_a_torn_row_dropped(tmp_path):
+    path = tmp_path / board.FILENAME
+    row = board.make_row(experiment=0, target=TARGET, kernel_type="softmax", agent="tune", decision="BASELINE",
+                         verdict={"verdict": "PASS", "timing": {"median_us": 3.0}}, candidate="c", description="a\tb")
+    old = "\t".join(board.escape(row.get(c)) for c in board.COLUMNS[:-1]) + "\n"
+    path.write_text(board.LEGACY_HEADER + old + old[:20])  # the last row torn by a crash
+    board.Leaderboard(path).append({**row, "experiment": 1, "source_sha256": "cd" * 32})
+    assert path.read_text().startswith(board.HEADER)
+    frame = board.read(path)
+    assert list(frame["experiment"]) == [0, 1] and list(frame["source_sha256"]) == ["", "cd" * 32]
+    assert list(frame["description"]) == ["a\tb", "a\tb"]
+    with pytest.raises(UserError, match="does not start with the leaderboard header"):
+        (tmp_path / "other.tsv").write_text("experiment\tsomething\n")
+        board.Leaderboard(tmp_path / "other.tsv").append(row)
 
 
 # ------------------------------------------------------------------ the search's own writes
