@@ -104,6 +104,7 @@ class TargetSearch:
         self.next_offer, self.time_cap_s = next_offer, time_cap_s
         self._paused_s = paused_s  # LLM outage time so far: not charged to the budget
         self.leaderboard = Leaderboard(run.leaderboard_path)
+        self.guard = RecordGuard(run.path)
         self._clock: tuple[float, float] | None = None  # (start, LLM pause so far) of the experiment
         self.best_source, self.best_verdict = self._load_best()
 
@@ -194,12 +195,12 @@ class TargetSearch:
             self._show("status", f"experiment {number}: judging {candidate.description[:60]}")
             # the candidate runs while the run folder exists: whatever it changes there is put
             # back, and it fails, before anything of it is recorded
-            guard = RecordGuard(files.path)
+            self.guard.snapshot()
             try:
                 verdict = self.judge(path, target=self.case(), device=self.settings.device,
                                      arch=self.settings.arch, timeout_s=self.settings.timeout_s)
             finally:
-                touched = guard.restore()
+                touched = self.guard.restore()
             verdict = seal_verdict(verdict, source_sha256(candidate.source), touched)
             record = verdict
         files.write_json(files.experiment_file(self.target, number, ".json"), record)

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +35,8 @@ FIX_ROW = "re-run the experiment, or remove the row from leaderboard.tsv"
 # Python imports a file's cached bytecode instead of its text when the cache's recorded mtime and
 # size match: a planted cache beside a checked file would run unchecked code.
 BYTECODE_DIR = "__pycache__"
+FRESH_NS = 200_000_000  # well above the coarse tick of file times
+MAX_RECORD_BYTES = 64 << 20  # no record is this big: a bigger file is the candidate's, to be removed
 
 
 def source_sha256(text: str) -> str:
@@ -39,6 +44,10 @@ def source_sha256(text: str) -> str:
 
 
 def file_sha256(path: Path) -> str:
+    """The hash of a plain file; a link, pipe or folder in a record's place never matches (and a
+    pipe is never opened: reading it would block)."""
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        return "not a plain file"
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -50,34 +59,73 @@ def write_source(path: Path, text: str) -> None:
 
 
 # ====================================================================== guarding a judge call
-def record_files(run: Path) -> dict[str, bytes]:
-    """Every file of the run folder, by path relative to the run (the judge writes no bytecode
-    there, so a cache that appears while a candidate runs is the candidate's)."""
-    found = {}
-    for path in sorted(run.rglob("*")):
-        if path.is_file() or path.is_symlink():
-            try:
-                found[path.relative_to(run).as_posix()] = path.read_bytes()
-            except OSError:
-                found[path.relative_to(run).as_posix()] = b""
-    return found
+def _content(path: str, st: os.stat_result) -> bytes:
+    """A file's bytes; for anything else (a link, a pipe that would block a read, a file too big to
+    hold) a stand-in that changes whenever it does."""
+    if stat.S_ISLNK(st.st_mode):
+        return b"link:" + os.fsencode(os.readlink(path))
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORD_BYTES:
+        return f"special:{st.st_mode}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}".encode()
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        return f"unreadable:{e}".encode()
 
 
 class RecordGuard:
-    """The run folder as it was before a judge call; `restore()` undoes whatever the call changed."""
+    """The run folder as it was before a judge call; `restore()` undoes whatever the call changed.
+
+    One guard serves a whole search: a file whose stat is unchanged since it was last read is not
+    read again, so a snapshot of a long run costs a walk of its folder, not a read of every file.
+    The change time is part of that stat, and no process can set it back: any write shows."""
 
     def __init__(self, run: Path):
         self.run = Path(run)
-        self.before = record_files(self.run)
-        self.folders = self._folders()
+        self._cache: dict[str, tuple[tuple, bytes]] = {}
+        self.before: dict[str, bytes] = {}
+        self.folders: set[str] = set()
+        self._fresh_ns = 0
 
-    def _folders(self) -> set[Path]:
-        return {p for p in self.run.rglob("*") if p.is_dir() and not p.is_symlink()}
+    def snapshot(self) -> "RecordGuard":
+        # file times tick coarsely (a few ms): a file changed since shortly before the snapshot is
+        # read again whatever its stat says, so a write within one tick cannot hide
+        self._fresh_ns = time.time_ns() - FRESH_NS
+        self.before, self.folders = self._walk()
+        return self
+
+    def _walk(self) -> tuple[dict[str, bytes], set[str]]:
+        """Every file of the run folder by path relative to it, and every folder (the judge writes
+        no bytecode there, so a cache that appears while a candidate runs is the candidate's)."""
+        files: dict[str, bytes] = {}
+        folders: set[str] = set()
+        pending = [(str(self.run), "")]
+        while pending:
+            folder, prefix = pending.pop()
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    rel = prefix + entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.add(rel)
+                        pending.append((entry.path, rel + "/"))
+                    else:
+                        files[rel] = self._read(rel, entry)
+        for rel in set(self._cache) - set(files):
+            del self._cache[rel]
+        return files, folders
+
+    def _read(self, rel: str, entry: os.DirEntry) -> bytes:
+        st = entry.stat(follow_symlinks=False)
+        key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, st.st_mode)
+        cached = self._cache.get(rel)
+        if cached is None or cached[0] != key or st.st_ctime_ns >= self._fresh_ns:
+            cached = (key, _content(entry.path, st))
+            self._cache[rel] = cached
+        return cached[1]
 
     def restore(self) -> list[str]:
         """Put back every changed or removed file, remove every added one (and the folders added to
         hold them); the paths touched."""
-        after = record_files(self.run)
+        after, folders = self._walk()
         touched = sorted(p for p in set(self.before) | set(after) if self.before.get(p) != after.get(p))
         for rel in touched:
             path = self.run / rel
@@ -86,8 +134,9 @@ class RecordGuard:
             if rel in self.before:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(self.before[rel])
-        for folder in sorted(self._folders() - self.folders, key=lambda p: len(p.parts), reverse=True):
-            if not any(folder.iterdir()):
+        for rel in sorted(folders - self.folders, key=lambda p: p.count("/"), reverse=True):
+            folder = self.run / rel
+            if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
         return touched
 
@@ -183,8 +232,8 @@ def _check_file(path: Path, rel: str, sha: str, name: str, report: SealReport) -
         report.errors.append(f"{rel}: missing, yet {name} of leaderboard.tsv names it: {FIX_ROW}")
     elif not sha:
         report.unsealed.append(f"{rel} ({name})")
-    elif file_sha256(path) != sha:
-        report.errors.append(f"{rel}: its sha256 {file_sha256(path)[:12]} is not the {sha[:12]} of {name}: "
+    elif (actual := file_sha256(path)) != sha:
+        report.errors.append(f"{rel}: its sha256 {actual[:12]} is not the {sha[:12]} of {name}: "
                              f"the file was changed after it was judged; {FIX_ROW}")
 
 

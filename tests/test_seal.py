@@ -204,6 +204,23 @@ def test_an_old_header_is_upgraded_by_the_next_append_and_a_torn_row_dropped(tmp
         board.Leaderboard(tmp_path / "other.tsv").append(row)
 
 
+def test_the_guard_sees_a_same_size_rewrite_whose_times_were_put_back(tmp_path):
+    record = tmp_path / "best" / "k.py"
+    record.parent.mkdir()
+    record.write_text("original")
+    guard = seal.RecordGuard(tmp_path).snapshot()
+    assert guard.restore() == []
+    guard.snapshot()
+    st = record.stat()
+    record.write_text("forgery!")  # the same size
+    os.utime(record, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert guard.restore() == ["best/k.py"] and record.read_text() == "original"
+    guard.snapshot()
+    os.mkfifo(tmp_path / "best" / "pipe")  # reading it would block the search forever
+    os.symlink(record, tmp_path / "best" / "link.py")
+    assert guard.restore() == ["best/link.py", "best/pipe"] and os.listdir(tmp_path / "best") == ["k.py"]
+
+
 # ------------------------------------------------------------------ the search's own writes
 def judge_stub(median_us=50.0, tamper=None, judged_sha=None):
     """A judge for the loop's seam: PASS at `median_us`; `tamper(kernel_file)` runs while judging,
@@ -281,6 +298,9 @@ def test_best_is_written_from_the_held_text_not_from_the_file_on_disk(tmp_path, 
     class NoGuard:
         def __init__(self, run):
             pass
+
+        def snapshot(self):
+            return self
 
         def restore(self):
             return []
