@@ -72,12 +72,25 @@ def leaderboard(
     run: Optional[str] = typer.Argument(None, help="A run id under --runs-dir, or a run folder. "
                                                    "Without it: the best result per target across every run."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+    check: bool = typer.Option(False, "--check", help="Check RUN's records: every row against the sha256 of "
+                                                      "its experiment file, best/ against the best rows."),
 ) -> None:
     """Show a run's experiments, or the best kernel per target across all runs."""
     from rich.console import Console as _Console
 
     from autokernel import leaderboard as board
     out = _Console()
+    if check:
+        from autokernel import seal
+        from autokernel.errors import UsageError
+        if run is None:
+            raise UsageError("--check needs a RUN", "e.g. autokernel leaderboard --check RUN_ID")
+        folder = Path(run) if Path(run).is_dir() else runs_dir / run
+        if not (folder / board.FILENAME).is_file():
+            raise UserError(f"no leaderboard at {folder / board.FILENAME}", "pass a run id or a run folder")
+        report = seal.require_sealed(folder, "not sealed")
+        typer.echo(f"sealed: {report.summary()}")
+        return
     if run is None:
         best = board.best_per_target(runs_dir)
         if best.empty:
@@ -167,7 +180,8 @@ def optimize(
     budget_s = runs.parse_duration_s(budget) if budget is not None else None
     if resume is not None:
         run, state, config = runs.resume(runs_dir, resume, {"budget_s": budget_s, "timeout_s": timeout,
-                                                             "max_experiments": max_experiments})
+                                                             "max_experiments": max_experiments},
+                                         log=lambda m: err.print(m, highlight=False))
     elif model is None:
         raise UsageError("give a MODEL file to optimize, or --resume RUN_ID", "e.g. autokernel optimize model.py --budget 2h")
     else:
@@ -271,7 +285,8 @@ def kernelbench_run(
     budget_s = parse_duration_s(budget_per_problem)
     if resume is not None:
         run, state, config = kb_run.resume(runs_dir, resume, {"budget_per_problem_s": budget_s,
-                                                              "max_experiments": max_experiments})
+                                                              "max_experiments": max_experiments},
+                                           log=lambda m: err.print(m, highlight=False))
     elif kb_dir is None or level is None:
         raise UsageError("give --kb-dir and --level (or --resume RUN_ID)",
                          "e.g. autokernel kernelbench run --kb-dir ~/KernelBench --level 1 --problems 1-10")

@@ -44,7 +44,9 @@ def test_kernels_match_pytorch():
 
 def export(run_path: str | Path, out_dir: str | Path) -> dict:
     """Write DIR/autokernel_kernels; the manifest written, plus "package": its folder."""
+    from autokernel.seal import require_sealed
     run = RunDir(run_path)
+    require_sealed(run.path, "export refused")  # never package a winner that is not the text that was judged
     verified = _read_verify(run)
     package = Path(out_dir) / PACKAGE
     _prepare(package)

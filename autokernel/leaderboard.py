@@ -19,8 +19,11 @@ from autokernel.errors import UserError
 
 COLUMNS = ("experiment", "timestamp", "target", "kernel_type", "agent", "decision", "verdict",
            "failed_stage", "median_us", "baseline_us", "speedup_vs_eager", "speedup_vs_best",
-           "candidate", "device", "prompt_tokens", "completion_tokens", "description")
+           "candidate", "device", "prompt_tokens", "completion_tokens", "description", "source_sha256")
 HEADER = "\t".join(COLUMNS) + "\n"
+HASH_COLUMN = "source_sha256"  # of the candidate's text as the search held it before judging
+# Leaderboards written before rows carried a hash: still read; a resume upgrades the header.
+LEGACY_HEADER = "\t".join(COLUMNS[:-1]) + "\n"
 FILENAME = "leaderboard.tsv"
 INT_COLUMNS = ("experiment", "prompt_tokens", "completion_tokens")
 FLOAT_COLUMNS = ("median_us", "baseline_us", "speedup_vs_eager", "speedup_vs_best")
@@ -60,9 +63,11 @@ def device_label(device: dict | None) -> str:
 def make_row(*, experiment: int, target: str, kernel_type: str, agent: str, decision: str,
              verdict: dict | None, candidate: str = "", description: str = "",
              best_median_us: float | None = None, prompt_tokens: int | None = None,
-             completion_tokens: int | None = None, timestamp: str | None = None) -> dict[str, Any]:
+             completion_tokens: int | None = None, timestamp: str | None = None,
+             source_sha256: str = "") -> dict[str, Any]:
     """One row. `verdict` None means the LLM reply held no kernel: FAIL at stage `parse`.
-    `best_median_us` is the best time before this experiment (for speedup_vs_best)."""
+    `best_median_us` is the best time before this experiment (for speedup_vs_best);
+    `source_sha256` is the hash of the candidate's text as the search held it ('' with no text)."""
     timing = (verdict or {}).get("timing") or {}
     median_us = timing.get("median_us")
     return {
@@ -75,7 +80,7 @@ def make_row(*, experiment: int, target: str, kernel_type: str, agent: str, deci
         "speedup_vs_best": best_median_us / median_us if (median_us and best_median_us) else None,
         "candidate": candidate, "device": device_label((verdict or {}).get("device")),
         "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-        "description": description,
+        "description": description, "source_sha256": source_sha256,
     }
 
 
@@ -91,6 +96,10 @@ class Leaderboard:
             return True
         with open(self.path, "rb+") as f:
             first = f.readline().decode("utf-8", "replace")
+            if first == LEGACY_HEADER:
+                f.seek(0)
+                _upgrade(self.path, f.read())
+                return False
             if first != HEADER:
                 raise UserError(f"{self.path} does not start with the leaderboard header",
                                 "it was written by another tool or version: start a new run")
@@ -116,6 +125,47 @@ class Leaderboard:
         return read(self.path)
 
 
+def _upgrade(path: Path, content: bytes) -> None:
+    """A leaderboard from before rows were sealed gains the hash column in its header; its old rows
+    keep an empty hash (`leaderboard --check` reports them unsealed). Replaced atomically."""
+    body = content[len(LEGACY_HEADER.encode("utf-8")):]
+    if body and not body.endswith(b"\n"):  # a row cut short by a crash mid-write
+        body = body[:body.rfind(b"\n") + 1]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(HEADER.encode("utf-8") + body)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read(self) -> pd.DataFrame:
+        return read(self.path)
+
+
+def _upgrade(path: Path, content: bytes) -> None:
+    """A leaderboard from before rows were sealed gains the hash column in its header; its old rows
+    keep an empty hash (`leaderboard --check` reports them unsealed). Replaced atomically."""
+    body = content[len(LEGACY_HEADER.encode("utf-8")):]
+    if body and not body.endswith(b"\n"):  # a row cut short by a crash mid-write
+        body = body[:body.rfind(b"\n") + 1]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(HEADER.encode("utf-8") + body)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def has_hash_column(path: str | Path) -> bool:
+    """False for a leaderboard written before rows carried the candidate's hash."""
+    path = Path(path)
+    if not path.is_file():
+        return True
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return HASH_COLUMN in f.readline().rstrip("\n").split("\t")
+
+
 def read(path: str | Path) -> pd.DataFrame:
     """A leaderboard.tsv as a DataFrame: numbers as numbers, empty cells as NaN/<NA>/""."""
     path = Path(path)
@@ -123,7 +173,7 @@ def read(path: str | Path) -> pd.DataFrame:
         return pd.DataFrame(columns=list(COLUMNS))
     frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, na_filter=False,
                         quoting=csv.QUOTE_NONE, on_bad_lines="skip", lineterminator="\n")
-    frame = frame.reindex(columns=list(COLUMNS), fill_value="")
+    frame = frame.reindex(columns=list(COLUMNS), fill_value="").fillna("")
     for column in frame.columns:
         frame[column] = frame[column].map(unescape)
     for column in FLOAT_COLUMNS:

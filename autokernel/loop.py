@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import signal
 import threading
 import time
@@ -23,6 +22,7 @@ from autokernel.errors import BudgetExhausted, Interrupted, Plateau, StopSearch,
 from autokernel.leaderboard import Leaderboard, make_row
 from autokernel.proposer import NO_CODE_MESSAGE, Candidate, Experiment, Proposer, SearchContext
 from autokernel.run import RunDir, RunState, TargetState
+from autokernel.seal import RecordGuard, seal_verdict, source_sha256, write_source
 from harness.isolation import kill_all
 
 STARTER_DESCRIPTION = "starter kernel (baseline)"
@@ -104,6 +104,7 @@ class TargetSearch:
         self.next_offer, self.time_cap_s = next_offer, time_cap_s
         self._paused_s = paused_s  # LLM outage time so far: not charged to the budget
         self.leaderboard = Leaderboard(run.leaderboard_path)
+        self.guard = RecordGuard(run.path)
         self._clock: tuple[float, float] | None = None  # (start, LLM pause so far) of the experiment
         self.best_source, self.best_verdict = self._load_best()
 
@@ -190,10 +191,17 @@ class TargetSearch:
             record = {"verdict": "FAIL", "failed_stage": "parse", "detail": NO_CODE_MESSAGE}
         else:
             path = files.experiment_file(self.target, number)
-            path.write_text(candidate.source, encoding="utf-8")
+            write_source(path, candidate.source)
             self._show("status", f"experiment {number}: judging {candidate.description[:60]}")
-            verdict = self.judge(path, target=self.case(), device=self.settings.device,
-                                 arch=self.settings.arch, timeout_s=self.settings.timeout_s)
+            # the candidate runs while the run folder exists: whatever it changes there is put
+            # back, and it fails, before anything of it is recorded
+            self.guard.snapshot()
+            try:
+                verdict = self.judge(path, target=self.case(), device=self.settings.device,
+                                     arch=self.settings.arch, timeout_s=self.settings.timeout_s)
+            finally:
+                touched = self.guard.restore()
+            verdict = seal_verdict(verdict, source_sha256(candidate.source), touched)
             record = verdict
         files.write_json(files.experiment_file(self.target, number, ".json"), record)
         return verdict
@@ -211,7 +219,8 @@ class TargetSearch:
         row = make_row(experiment=number, target=t.name, kernel_type=t.kernel_type, agent=self.proposer.name,
                        decision=decision, verdict=verdict, candidate=candidate_path,
                        description=candidate.description, best_median_us=best_before,
-                       prompt_tokens=candidate.prompt_tokens, completion_tokens=candidate.completion_tokens)
+                       prompt_tokens=candidate.prompt_tokens, completion_tokens=candidate.completion_tokens,
+                       source_sha256="" if candidate.source is None else source_sha256(candidate.source))
         timing = (verdict or {}).get("timing") or {}
         if decision == "BASELINE":
             t.baseline_median_us = timing.get("median_us")
@@ -232,9 +241,8 @@ class TargetSearch:
         t.best_experiment, t.best_median_us = number, timing["median_us"]
         t.best_iqr_us, t.best_reps = timing.get("iqr_us"), timing.get("reps")
         self.best_source, self.best_verdict = candidate.source, verdict
-        best = self.run.best_file(t)
-        best.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(self.run.experiment_file(t, number), best)
+        # from the text the search held and judged, never copied from disk afterwards
+        write_source(self.run.best_file(t), candidate.source)
 
     def _load_best(self) -> tuple[str, dict | None]:
         """The best kernel so far, from disk (a resumed run) or the starter."""

@@ -291,8 +291,10 @@ def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) 
     return run, state, config
 
 
-def resume(runs_dir: Path, run_id: str, overrides: dict | None = None) -> tuple[RunDir, RunState, dict]:
-    """Reopen a run (also one killed with -9): its saved options, with `overrides` applied."""
+def resume(runs_dir: Path, run_id: str, overrides: dict | None = None,
+           log: Any = None) -> tuple[RunDir, RunState, dict]:
+    """Reopen a run (also one killed with -9): its saved options, with `overrides` applied. Its
+    records are checked first: a resume never builds on a file that is not what was judged."""
     run = open_for_resume(Path(runs_dir), run_id)
     config, state = run.load_config(), run.load_state()
     for key, value in (overrides or {}).items():
@@ -300,7 +302,18 @@ def resume(runs_dir: Path, run_id: str, overrides: dict | None = None) -> tuple[
             config["options"][key] = value
     state.budget_s = float(config["options"]["budget_s"])
     repair_leaderboard(run, state)
+    check_for_resume(run, log)
     return run, state, config
+
+
+def check_for_resume(run: RunDir, log: Any = None) -> None:
+    """Refuse a run whose records were changed outside the search; rows from before rows carried a
+    hash cannot be checked, and are let through with a note."""
+    from autokernel.seal import require_sealed
+    report = require_sealed(run.path, "--resume refused", allow_unsealed=True)
+    if report.unsealed and log is not None:
+        log(f"note: {len(report.unsealed)} row(s) of {run.path.name} carry no source_sha256 (written before "
+            "rows were sealed): their files are taken as they are; new rows are sealed")
 
 
 def repair_leaderboard(run: RunDir, state: RunState) -> None:

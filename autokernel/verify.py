@@ -168,8 +168,11 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
            seeds: tuple[int, ...] = SEEDS, log: Optional[Log] = None) -> dict:
     """Verify a run's winners inside its model; writes and returns verify.json."""
     from autokernel.modelfile import ModelSpec, load_model
+    from autokernel.seal import require_sealed
     log = log or (lambda message: None)
     run = RunDir(run_path)
+    require_sealed(run.path, "verify refused")  # never serve a winner that is not the text that was judged
+    sys.dont_write_bytecode = True  # no bytecode beside the records: the check would refuse the next verify
     spec = ModelSpec.from_json(run.load_config()["model"])
     spec.device = device or spec.device
     if spec.device.startswith("cuda"):

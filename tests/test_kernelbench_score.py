@@ -6,10 +6,12 @@ import json
 import math
 
 import pytest
+from sealed_runs import record_baseline
 from typer.testing import CliRunner
 
 from autokernel.cli import app
 from autokernel.kernelbench.score import ProblemResult, fast_p, geomean_speedup, score
+from autokernel.run import RunDir, TargetState
 
 # five problems: four correct (one without a torch.compile baseline), one wrong but fast
 ROWS = [
@@ -57,7 +59,8 @@ def _run_dir(tmp_path):
     problems = []
     for row in ROWS:
         solution = f"best/{row['key']}.py"
-        (run / solution).write_text(f"# ModelNew for {row['key']}\nclass ModelNew: pass\n")
+        target = TargetState(name=row["key"], kernel_type="kernelbench", dims={}, dtype="fp32")
+        record_baseline(RunDir(run), target, f"# ModelNew for {row['key']}\nclass ModelNew: pass\n")
         problems.append({**row, "solution": solution, "name": row["key"][2:], "flags": []})
     problems[0]["flags"] = ["speedup_vs_eager 12.0x exceeds 10x"]
     (run / "kernelbench.json").write_text(json.dumps({"kind": "autokernel-kernelbench", "version": 1,
@@ -88,3 +91,13 @@ def test_cli_score_text_and_unknown_run(tmp_path):
     assert "fast_0.5" in result.stdout and "1.12x (4)" in result.stdout
     missing = CliRunner().invoke(app, ["kernelbench", "score", "nope", "--runs-dir", str(tmp_path)])
     assert missing.exit_code != 0
+
+
+def test_export_refuses_a_solution_that_is_not_what_was_judged(tmp_path):
+    run = _run_dir(tmp_path)
+    (run / "best" / "5_E.py").write_text("class ModelNew: pass  # never judged\n")
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["kernelbench", "score", "r1", "--runs-dir", str(tmp_path / "runs"),
+                                      "--export", str(out)])
+    assert result.exit_code == 1 and "best/5_E.py" in result.exception.message
+    assert not out.exists()

@@ -21,6 +21,7 @@ from autokernel import verify as verifier
 from autokernel.run import RunDir, RunState, TargetState
 from harness import registry
 from harness.registry import Case
+from sealed_runs import record_baseline
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA = ROOT / "examples" / "llama_tiny.py"
@@ -216,7 +217,7 @@ def make_run(root: Path) -> Path:
                         kwargs=kwargs, status="done", best_experiment=0, best_median_us=100.0,
                         baseline_median_us=100.0, eager_median_us=50.0)
         state.targets.append(t)
-        shutil.copyfile(starter_path(kernel_type), run.best_file(t))
+        record_baseline(run, t, starter_path(kernel_type).read_text())
         entries.append({"rank": rank, "kernel_type": kernel_type, "target": target, "route": route, "modules": modules})
     run.write_json(run.config_path, {"run_id": run.run_id, "model": spec.to_json(), "device": {"type": "cpu"}})
     run.write_json(run.plan_path, {"device": "cpu", "entries": entries})
@@ -269,12 +270,24 @@ def kernel_fn(x, weight, eps=1e-6):
 '''
 
 
+def rewrite_winner(run: RunDir, target: str, source: str) -> None:
+    """A run whose winner at `target` was judged (and passed at its target) yet is wrong in the model:
+    its records say so consistently, so the seal holds and verify itself has to catch it."""
+    state = run.load_state()
+    t = next(t for t in state.targets if t.name == target)
+    t.history.clear()
+    run.leaderboard_path.write_text("".join(line for line in run.leaderboard_path.read_text().splitlines(True)
+                                            if f"\t{target}\t" not in line))
+    record_baseline(run, t, source)
+    run.save_state(state)
+
+
 def test_a_wrong_winner_fails_verify_is_named_and_left_out_of_the_export(starter_run, tmp_path):
     from autokernel import export as exporter
     run = tmp_path / "run-wrong"
     shutil.copytree(starter_run, run)
     (run / "verify.json").unlink(missing_ok=True)
-    (run / "best" / "rmsnorm-8x32-float32.py").write_text(WRONG_RMSNORM)
+    rewrite_winner(RunDir(run), "rmsnorm[8x32:float32]", WRONG_RMSNORM)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     proc = subprocess.run([sys.executable, "-m", "autokernel", "verify", str(run)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)

@@ -25,8 +25,8 @@ from autokernel.kernelbench.evaluate import EvalOptions, RefCache, evaluate, res
 from autokernel.kernelbench.problems import Problem, check_solution_file, find_problems
 from autokernel.kernelbench.score import SUMMARY_FILE, SUMMARY_KIND
 from autokernel.loop import SearchSettings, TargetDone, TargetSearch, replay_into_tuner
-from autokernel.run import (DEFAULT_LLM, RunDir, RunState, TargetState, new_run_id, open_for_resume,
-                            repair_leaderboard, write_json_atomic)
+from autokernel.run import (DEFAULT_LLM, RunDir, RunState, TargetState, check_for_resume, new_run_id,
+                            open_for_resume, repair_leaderboard, write_json_atomic)
 
 RUN_KIND = "kernelbench"
 
@@ -93,7 +93,8 @@ def start(kb_dir: str | Path, level: int, ids: str | None, options: KBRunOptions
     return run, state, config
 
 
-def resume(runs_dir: str | Path, run_id: str, overrides: dict | None = None) -> tuple[RunDir, RunState, dict]:
+def resume(runs_dir: str | Path, run_id: str, overrides: dict | None = None,
+           log: Callable[[str], None] | None = None) -> tuple[RunDir, RunState, dict]:
     run = open_for_resume(Path(runs_dir), run_id)
     config, state = run.load_config(), run.load_state()
     if config.get("kind") != RUN_KIND:
@@ -103,6 +104,7 @@ def resume(runs_dir: str | Path, run_id: str, overrides: dict | None = None) -> 
             config["options"][key] = value
     state.budget_s = float(config["options"]["budget_per_problem_s"]) * len(state.targets)
     repair_leaderboard(run, state)
+    check_for_resume(run, log)
     return run, state, config
 
 
