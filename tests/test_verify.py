@@ -37,7 +37,8 @@ TARGETS = [
     ("flash_attention[1x2x8x16:float32,causal]", "flash_attention", {"B": 1, "H": 2, "S": 8, "D": 16},
      {"causal": True}, "op", ATTENTION, 1),
     ("matmul[8x32x32:float32]", "matmul", {"M": 8, "K": 32, "N": 32}, {}, "op",
-     [{"name": f"layers.0.self_attn.{p}_proj", "class": "Linear"} for p in "qkvo"], 4),
+     [{"name": f"layers.0.self_attn.{p}_proj", "class": "Linear"} for p in "qkvo"] + [{"name": "lm_head", "class": "Linear"}],
+     4),
 ]
 
 

@@ -2,7 +2,7 @@
 
 - `DIMS`: the registry's named dims of a kernel_fn call (tests hold them equal to harness/registry.py).
 - `REFERENCES`: each type's meaning in PyTorch, in fp32 or better, for binding checks and selftests.
-- `OPS`: torch callables as a TorchFunctionMode sees them (F.linear, torch.matmul and @, softmax,
+- `OPS`: the torch callables a winner's type may stand in for (F.linear, torch.matmul and @, softmax,
   sum, layer_norm, rms_norm, scaled_dot_product_attention, cross_entropy), each with a parser that
   turns one call into a `Request` (or None: not this type's call, e.g. a softmax over dim 0).
   F.linear's bias, when it has one, is added to the matmul kernel's output by bias.py (Triton).
@@ -126,6 +126,8 @@ def _product(a: Any, b: Any, bias: Optional[torch.Tensor] = None) -> Optional[Re
         return Request("matmul", (a, b), prepare=_as_rows, finish=lambda out: out.view(*lead, n))
 
     def finish(out: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # Inductor fuses the add into the graph around the kernel
+            return (out + bias).view(*lead, n)
         from .bias import add_bias  # Triton, imported when first needed
         return add_bias(out, bias).view(*lead, n)
     odd = not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,) or bias.dtype != a.dtype \
@@ -211,7 +213,7 @@ def _cross_entropy(args, kwargs):
 
 _SOFTMAX = _rowwise("softmax", ("input", "dim", "dtype"), {"dim": None, "dtype": None})
 _SUM = _rowwise("reduce", ("input", "dim", "keepdim"), {"dim": None, "keepdim": False, "dtype": None})
-# torch callables as a TorchFunctionMode sees them -> (op name in the tally, parser)
+# torch callables -> (op name in the tally, parser); binding.py says where each one lives
 OPS: dict[Any, tuple[str, Callable]] = {
     F.linear: ("F.linear", _linear),
     torch.matmul: ("torch.matmul", _matmul), torch.Tensor.matmul: ("torch.matmul", _matmul),
