@@ -262,14 +262,25 @@ def _verdict(result: dict, dtype: str, not_run: dict, reference_dtype: str) -> d
         if k["guilty"]:
             failures.append(f"{target}: {k['guilty_reason']}")
         elif not k["not_run"] and k["calls_served"] == 0:
-            reasons = k.get("fallback_reasons") or {}
-            why = max(reasons, key=reasons.get) if reasons else "no call of the model reached it"
-            failures.append(f"{target}: served no call of the model ({why})")
+            failures.append(f"{target}: served no call of the model ({_unserved_reason(result, k)})")
     if not result["outputs_match"] and not result["guilty"]:
         failures.append("the patched model's outputs were not accepted")
     status = "failed" if failures else "partial" if not_run else "ok"
     return {"status": status, "ok": status == "ok", "failures": failures, "not_run": dict(not_run),
             "model_dtype": dtype, "acceptance": {**rule(), "reference_dtype": reference_dtype}}
+
+
+def _unserved_reason(result: dict, kernel: dict) -> str:
+    """The commonest reason a winner's calls fell back; else the commonest call of its type that no
+    winner matched (those are counted per op: no target owns them)."""
+    reasons = dict(kernel.get("fallback_reasons") or {})
+    if not reasons:
+        prefix = f"no winner at {kernel['kernel_type']}["
+        for op in result["per_op"].values():
+            for why, n in op["reasons"].items():
+                if why.startswith(prefix):
+                    reasons[why] = reasons.get(why, 0) + n
+    return max(reasons, key=reasons.get) if reasons else "no call of the model reached it"
 
 
 def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: dict, guilty: dict,
