@@ -364,7 +364,7 @@ def summary_table(result: dict) -> Any:
         speedup = k.get("kernel_speedup_vs_eager")
         table.add_row(escape(target), k["route"], str(k["calls_served"]), str(k["fallbacks"]), escape(reason[:60]),
                       f"{speedup:.3g}x" if speedup else "", _kernel_verdict(k))
-    match = "accepted" if result["outputs_match"] else "NOT ACCEPTED"
+    match = "match" if result["outputs_match"] else "DIFFER"
     e2e = result.get("e2e_speedup")
     reference = (result.get("acceptance") or {}).get("reference_dtype", "float64")
     table.caption = (f"outputs {match} (error vs the model in {reference}: patched "

@@ -5,7 +5,8 @@ A kernel_fn launches Triton kernels from Python; Dynamo cannot trace that. Regis
 one opaque node of the compiled graph and runs as itself. Eager calls go to kernel_fn directly
 (the dispatcher's round trip would only add overhead); the op is used while Dynamo traces.
 
-Op names carry a counter: two winners at one target (a test, a re-import) are two different ops.
+Op names are `<package>::<target>_<n>`: two winners at one target (a test, a re-import) are two
+different ops, and autokernel's routing and an exported package's copy never share a name.
 """
 from __future__ import annotations
 
@@ -35,13 +36,15 @@ SCHEMAS: dict[str, tuple[str, Callable]] = {
     "rotary_embedding": ("(Tensor x, Tensor cos, Tensor sin) -> Tensor", _rows),
 }
 _count = itertools.count()
+# autokernel's own routing and an exported package's copy of it register apart, in one process too
+NAMESPACE = __name__.split(".")[0]
 
 
 def custom_op(target: str, kernel_type: str, kernel_fn: Callable) -> Callable:
-    """kernel_fn registered as `autokernel::<target>_<n>`; call it with kernel_fn's arguments."""
+    """kernel_fn registered as a custom op; call it with kernel_fn's arguments."""
     schema, fake = SCHEMAS[kernel_type]
     slug = re.sub(r"\W+", "_", target).strip("_")
-    name = f"autokernel::{slug}_{next(_count)}"
+    name = f"{NAMESPACE}::{slug}_{next(_count)}"
 
     def run(*args, **kwargs):
         out = kernel_fn(*args, **kwargs)

@@ -111,7 +111,7 @@ class OpSite(Site):
         super().__init__(router, op, original)
         self.parse, self.scope = parse, scope
 
-    def stand_in(self, method: bool = False) -> Callable:
+    def stand_in(self) -> Callable:
         scope, router, original, call = self.scope, self.router, self.original, self.call
 
         def op(*args, **kwargs):  # a plain function: as a torch.Tensor attribute it binds self
