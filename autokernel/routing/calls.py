@@ -137,7 +137,10 @@ def _product(a: Any, b: Any, bias: Optional[torch.Tensor] = None) -> Optional[Re
 
 
 def _linear(args, kwargs):
-    p = _params(args, kwargs, ("input", "weight", "bias"), {"bias": None})
+    if len(args) == 3 and not kwargs:  # an nn.Linear's own call: the common case, without the dict
+        p = {"input": args[0], "weight": args[1], "bias": args[2]}
+    else:
+        p = _params(args, kwargs, ("input", "weight", "bias"), {"bias": None})
     weight = p["weight"]
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         return None
@@ -249,7 +252,7 @@ def _rmsnorm_module(owner, args, kwargs):
     if owner is None or kwargs or len(args) != 1 or not _is_float(args[0]):
         return None
     x = args[0]
-    weights = [p for p in owner.parameters(recurse=False) if p.dim() == 1 and p.shape[0] == x.shape[-1]]
+    weights = [p for p in owner._parameters.values() if p is not None and p.dim() == 1 and p.shape[0] == x.shape[-1]]
     if len(weights) != 1:
         return None
     eps = next((float(v) for v in (getattr(owner, n, None) for n in EPS_NAMES)

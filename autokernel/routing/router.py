@@ -110,15 +110,26 @@ def reason_text(reason: Any) -> str:
     return f"{name} did not match the {kernel_type} reference with the arguments a kernel would get"
 
 
+AUTOGRAD = "autograd: the kernel has no backward (run under torch.no_grad or inference_mode)"
+
+
 def _unsafe(args: tuple) -> str:
-    """Why a call a winner matches must still run in PyTorch."""
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return "autograd: the kernel has no backward (run under torch.no_grad or inference_mode)"
-    if len({t.device for t in tensors}) > 1:
-        return "tensors on different devices"
-    if len({t.dtype for t in tensors if t.is_floating_point()}) > 1:
-        return "mixed dtypes"
+    """Why a call a winner matches must still run in PyTorch (a loop, not sets: it runs per call)."""
+    grad, device, dtype = torch.is_grad_enabled(), None, None
+    for t in args:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if grad and t.requires_grad:
+            return AUTOGRAD
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            return "tensors on different devices"
+        if t.is_floating_point():
+            if dtype is None:
+                dtype = t.dtype
+            elif t.dtype != dtype:
+                return "mixed dtypes"
     return ""
 
 
@@ -166,7 +177,11 @@ class Router:
         something beyond shapes and dtypes decided)."""
         op = requests[0].op or site.op
         decisions = [self.decide(r) for r in requests]
-        reason = next((why for w, why in decisions if w is None or why), "")
+        reason = ""
+        for w, why in decisions:
+            if w is None or why:
+                reason = why
+                break
         if reason:
             falls = tuple((why or reason, w.target if w else None, op) for w, why in decisions)
             if counting:
