@@ -89,7 +89,7 @@ def _bind_ops(router: Any, model: torch.nn.Module, named: dict, kernel_type: str
                 router.tally.sites.append(site)
                 _set(m, "forward", site.stand_in(), undo)
         unique = [m for m in unique if not _is_linear(m)]
-    if not unique:
+    if not unique or kernel_type not in KINDS.values():  # a form's type recorded as an op: nothing to replace
         return
     scope = Scope()
     for m in unique:
