@@ -5,7 +5,7 @@ winner (best/<target>.py) is bound into the model through autokernel.routing (it
 modules' forwards and the torch functions of its type, each behind a guard: nothing intercepts
 every op). Over several fresh seeded inputs, the patched model and the model as it is are both
 compared with the model run in float64 (float32 where float64 cannot run), and the patched one is
-accepted when its error is no worse than eager's own, with the margin accuracy.py states (so a
+accepted when its error is no worse than eager's own, with the margins accuracy.py states (so a
 bf16 kernel that rounds once, where eager rounds twice, is not called guilty). When it is worse,
 each winner is tried alone to find the guilty one(s); they are named in verify.json, and `export`
 leaves them out. Both are timed; the measured end-to-end speedup is reported beside the Amdahl
@@ -136,7 +136,8 @@ def compare(loaded: Any, winners: list, cases: list[tuple]) -> dict:
         per_seed = [accuracy.judge(loaded.forward(inputs), eager, reference) for inputs, eager, reference in cases]
     return {"outputs_match": all(s["outputs_match"] for s in per_seed),
             **{k: max(s[k] for s in per_seed) for k in ("max_abs_err", "max_rel_err", "eager_err_vs_reference",
-                                                         "patched_err_vs_reference")},
+                                                         "patched_err_vs_reference", "eager_max_err_vs_reference",
+                                                         "patched_max_err_vs_reference")},
             "per_seed": per_seed, "tally": router.tally.to_json()}
 
 
@@ -150,8 +151,10 @@ def find_guilty(loaded: Any, winners: list, cases: list, tally: dict) -> dict[st
         alone = compare(loaded, [w], cases)
         if not alone["outputs_match"]:
             guilty[w.target] = (f"alone it takes the model's outputs further from the float64 reference than "
-                                f"eager does (error {alone['patched_err_vs_reference']:.3g} of the output's rms "
-                                f"against eager's {alone['eager_err_vs_reference']:.3g})")
+                                f"eager does (rms error {alone['patched_err_vs_reference']:.3g} against eager's "
+                                f"{alone['eager_err_vs_reference']:.3g}; max error "
+                                f"{alone['patched_max_err_vs_reference']:.3g} against "
+                                f"{alone['eager_max_err_vs_reference']:.3g}, of the output's rms)")
     return guilty
 
 
@@ -307,8 +310,8 @@ def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: d
         "model": spec.to_json(), "seeds": list(seeds), "forwards_per_check": len(seeds),
         "outputs_match": full["outputs_match"],
         "max_abs_err": full["max_abs_err"], "max_rel_err": full["max_rel_err"],
-        "eager_err_vs_reference": full["eager_err_vs_reference"],
-        "patched_err_vs_reference": full["patched_err_vs_reference"], "per_seed": full["per_seed"],
+        **{k: full[k] for k in ("eager_err_vs_reference", "patched_err_vs_reference", "eager_max_err_vs_reference",
+                                "patched_max_err_vs_reference")}, "per_seed": full["per_seed"],
         "guilty": sorted(guilty), "outputs_match_without_guilty": rest["outputs_match"] if guilty else None,
         "patched_targets": sorted(served),
         "eager_median_us": eager.median_us, "patched_median_us": patched.median_us,
@@ -367,7 +370,7 @@ def summary_table(result: dict) -> Any:
     match = "match" if result["outputs_match"] else "DIFFER"
     e2e = result.get("e2e_speedup")
     reference = (result.get("acceptance") or {}).get("reference_dtype", "float64")
-    table.caption = (f"outputs {match} (error vs the model in {reference}: patched "
+    table.caption = (f"outputs {match} (rms error vs the model in {reference}: patched "
                      f"{result.get('patched_err_vs_reference', 0):.3g}, eager {result.get('eager_err_vs_reference', 0):.3g} "
                      f"of the output's rms, over {len(result['seeds'])} seeded inputs); end to end {e2e:.3g}x measured"
                      f" vs {result['projected_e2e_speedup']:.3g}x projected"
