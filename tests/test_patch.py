@@ -124,3 +124,23 @@ def test_torch_compile_inside_the_patch_keeps_every_kernel_and_matches_the_outpu
         assert calls[before:].count(kernel_type) == 2 * n, kernel_type
     for out in outs:
         assert (out - expected).abs().max().item() < 1e-5
+
+
+def test_a_linear_shape_served_once_is_served_again_by_the_short_path_with_its_bias(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the bias is added by a small Triton kernel
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16, bias=True)).eval()
+    calls = []
+    (w,) = winners(calls, [("matmul[4x16x16:float32]", "matmul", {"M": 4, "K": 16, "N": 16}, {}, "op", [], 0)])
+    router = routing.Router([w])
+    x = torch.randn(4, 16)
+    expected = model(x)
+    with router.patched(model):
+        with torch.no_grad():
+            outs = [model(x) for _ in range(3)]
+        model(x)  # autograd on: the short path hands it to the full one, which says why it falls back
+    assert calls == ["matmul"] * 3 and all((o - expected).abs().max().item() < 1e-5 for o in outs)
+    kernel = router.tally.to_json()["per_kernel"]["matmul[4x16x16:float32]"]
+    assert kernel["served_by_op"] == {"F.linear+bias": 3}
+    assert list(kernel["fallback_reasons"]) == [routing.router.AUTOGRAD]
+    (site,) = [s for s in router.tally.sites if isinstance(s, sites.LinearSite)]
+    assert site.accepted == {torch.Size([4, 16]): w}

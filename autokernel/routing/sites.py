@@ -141,22 +141,29 @@ class OpSite(Site):
 
 class LinearSite(Site):
     """An nn.Linear's forward. Its weight's dtype and device are the model's at patch time, so a
-    refused call is known by its input's shape alone (a refusal is cached only when the input has
-    the weight's dtype and device)."""
+    call is known by its input's shape alone: once one shape is refused, or served, calls of that
+    shape take the short path (a refusal is cached only when the input has the weight's dtype and
+    device; a served call re-checks dtype, device and autograd every time)."""
 
     def __init__(self, router: Any, module: torch.nn.Module, parse: Callable):
         super().__init__(router, "F.linear", LINEAR)
         self.parse, self.params = parse, module._parameters
+        self.accepted: dict[Any, Any] = {}  # input shape -> the winner that served it
 
     def stand_in(self) -> Callable:
-        params, refused, router, call = self.params, self.refused, self.router, self.call
+        params, refused, accepted, router, call, serve = (self.params, self.refused, self.accepted, self.router,
+                                                          self.call, self.serve)
 
         def forward(input):
-            hit = refused.get(input.shape)
-            if hit is None or router.quiet or compiling():
-                return call(input)
-            hit[0] += 1
-            return LINEAR(input, params["weight"], params["bias"])
+            shape = input.shape
+            hit = refused.get(shape)
+            if hit is not None and not router.quiet and not compiling():
+                hit[0] += 1
+                return LINEAR(input, params["weight"], params["bias"])
+            winner = accepted.get(shape)
+            if winner is not None and not router.quiet and not compiling():
+                return serve(input, winner)
+            return call(input)
         return forward
 
     def call(self, x: torch.Tensor) -> Any:
@@ -170,7 +177,34 @@ class LinearSite(Site):
                 self.remember(key, ())
             return LINEAR(x, w, b)
         out = self.route(key, [request], _first)
-        return LINEAR(x, w, b) if out is NOTHING else out
+        if out is NOTHING:
+            return LINEAR(x, w, b)
+        if key is not None and not compiling():
+            self.accepted[key] = self.router.decide(request)[0]
+        return out
+
+    def serve(self, x: torch.Tensor, winner: Any) -> Any:
+        """A call of a shape already served: the same kernel, after the checks a call can change."""
+        w, b = self.params["weight"], self.params["bias"]
+        if x.dtype is not w.dtype or x.device != w.device or (torch.is_grad_enabled() and (
+                x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))):
+            return self.call(x)  # the full path decides, and counts why it falls back
+        op = "F.linear" if b is None else "F.linear+bias"
+        router = self.router
+        router.quiet += 1
+        try:
+            out = winner.kernel_fn(x.reshape(-1, x.shape[-1]), w.t())
+            if b is not None:
+                from .bias import add_bias
+                out = add_bias(out, b)
+        except Exception as e:  # the model still gets its answer; verify names the kernel
+            router._error(self, winner.target, op, e)
+            return LINEAR(x, w, b)
+        finally:
+            router.quiet -= 1
+        key = (winner.target, op)
+        self.served[key] = self.served.get(key, 0) + 1
+        return out.view(*x.shape[:-1], w.shape[0])
 
 
 class Scope:
