@@ -2,7 +2,7 @@
 
     DIR/autokernel_kernels/
       __init__.py          autokernel/kernel_package.py, verbatim: patch(model), KERNELS, selftest()
-      routing/             autokernel/routing/, verbatim: the router `verify` used, so they cannot drift
+      routing/             autokernel/routing/, verbatim: the binding `verify` used, so they cannot drift
       kernels/<target>.py  each winner's file, as judged
       manifest.json        target, kernel type, dims, dtype, source file, route, modules, figures
       tests/test_kernels.py  pytest: selftest() (each kernel against PyTorch at its target shape)

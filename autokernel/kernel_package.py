@@ -1,4 +1,4 @@
-"""Judged kernels for one model, and a router that plugs them into the unmodified model.
+"""Judged kernels for one model, bound into the unmodified model while `patch(model)` lasts.
 
 Written by `autokernel export` (this file is its package's __init__.py, copied verbatim; inside
 autokernel itself it has no manifest and so no kernels). Needs torch and triton only:
@@ -8,13 +8,17 @@ autokernel itself it has no manifest and so no kernels). Needs torch and triton 
 
     with torch.inference_mode(), autokernel_kernels.patch(model) as router:
         out = model(x)                   # calls that match a kernel's target run the kernel
+        compiled = torch.compile(model)  # after one eager forward: the kernels stay, as custom ops
     router.tally.to_json()               # per kernel: calls served, fallbacks and why
     autokernel_kernels.KERNELS           # target, kernel type, dims, dtype, source file of each
     autokernel_kernels.selftest()        # each kernel against PyTorch at its target shape
 
-Without a GPU, set TRITON_INTERPRET=1 before importing it (the kernels then run in the Triton
-interpreter: correct, and slow). The routing package is the one `autokernel verify` used, copied
-file for file, so the calls served here are the calls that were verified.
+`patch` replaces only what the kernels serve (the recorded modules' forwards, the functions they
+call, the torch functions of a kernel's type while a recorded module runs), each behind a cheap
+check that falls back to the original; on exit everything is put back. Without a GPU, set
+TRITON_INTERPRET=1 before importing it (the kernels then run in the Triton interpreter: correct,
+and slow). The routing package is the one `autokernel verify` used, copied file for file, so the
+calls served here are the calls that were verified.
 """
 from __future__ import annotations
 
@@ -63,8 +67,8 @@ def winners(targets: Optional[Iterable[str]] = None) -> list:
 
 @contextlib.contextmanager
 def patch(model: torch.nn.Module, targets: Optional[Iterable[str]] = None) -> Iterator:
-    """Route `model`'s matching calls to the kernels (all, or those of `targets`) while inside;
-    everything is restored on exit. Yields the router; its tally says what was served."""
+    """Bind the kernels (all, or those of `targets`) into `model` while inside; everything replaced
+    is put back on exit. Yields the router; its tally says what was served and what fell back."""
     router = routing.Router(winners(targets))
     with router.patched(model):
         yield router

@@ -1,13 +1,22 @@
-"""`autokernel verify`: the run's winners inside the unmodified model, compared with the model as it is.
+"""`autokernel verify`: the run's winners inside the unmodified model, judged against the true answer.
 
 The model file is loaded exactly as the run profiled it (the ModelSpec in config.json). Each
-winner (best/<target>.py) serves the calls that match it through autokernel.routing: ops through a
-TorchFunctionMode, hand-written forms through the modules the plan recorded. The patched model's
-outputs are compared with the unmodified model's over several fresh seeded inputs, relative to the
-rms of each output (routing.TOLERANCE: fp32 1e-4, fp16 1e-2, bf16 2e-2); both are timed; the
-measured end-to-end speedup is reported beside the Amdahl projection from the plan's shares and
-the winners' own speedups. When the outputs differ, each winner is tried alone to find the guilty
-one(s); they are named in verify.json, and `export` leaves them out.
+winner (best/<target>.py) is bound into the model through autokernel.routing (its recorded
+modules' forwards and the torch functions of its type, each behind a guard: nothing intercepts
+every op). Over several fresh seeded inputs, the patched model and the model as it is are both
+compared with the model run in float64 (float32 where float64 cannot run), and the patched one is
+accepted when its error is no worse than eager's own, with the margins accuracy.py states (so a
+bf16 kernel that rounds once, where eager rounds twice, is not called guilty). When it is worse,
+each winner is tried alone to find the guilty one(s); they are named in verify.json, and `export`
+leaves them out. Both are timed; the measured end-to-end speedup is reported beside the Amdahl
+projection from the plan's shares and the winners' own speedups.
+
+verify fails (status "failed", exit 1, each reason named) when the outputs are not accepted, when a
+winner serves no call of the model, or when a target's dtype is not the model's. A winner this
+machine cannot run (bf16 dot products in the Triton interpreter, CUDA C++ without a GPU) is not
+run: verify.json names it and why under "not_run", and the status is "partial" (exit 0, `ok` false:
+nothing was claimed about it). "ok" means every winner ran, served calls of the model, and the
+outputs were accepted.
 
 On the CPU the kernels run in the Triton interpreter (TRITON_INTERPRET=1 is set here, before any
 kernel file is imported); every time is then a CPU-interpreter figure and labelled so.
@@ -15,6 +24,7 @@ kernel file is imported); every time is then a CPU-interpreter figure and labell
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -90,6 +100,18 @@ def _read_plan(run: RunDir) -> dict:
         return {}
 
 
+def not_runnable(f: WinnerFile, device: str) -> str:
+    """Why this machine cannot run a winner ('' when it can)."""
+    if device.startswith("cuda"):
+        return ""
+    source = f.path.read_text(encoding="utf-8")
+    if re.search(r"""^BACKEND\s*=\s*["']cuda["']""", source, re.M):
+        return "not run: a CUDA C++ kernel needs a GPU"
+    if f.dtype == "bfloat16" and "tl.dot" in source:
+        return "not run: the Triton interpreter cannot run bf16 dot products"
+    return ""
+
+
 def load_winners(files: list[WinnerFile]) -> tuple[list, dict[str, str]]:
     """The kernels imported in this process, and why any failed to import (it is then guilty)."""
     from autokernel import routing
@@ -106,21 +128,17 @@ def load_winners(files: list[WinnerFile]) -> tuple[list, dict[str, str]]:
 
 
 # ---------------------------------------------------------------- comparing and timing
-def compare(loaded: Any, winners: list, cases: list[tuple[list, Any]]) -> dict:
-    """The patched model against the unmodified one's outputs (`cases`: (inputs, reference))."""
-    from autokernel import routing
+def compare(loaded: Any, winners: list, cases: list[tuple]) -> dict:
+    """The patched model judged per seed (`cases`: (inputs, eager outputs, reference outputs))."""
+    from autokernel import accuracy, routing
     router = routing.Router(winners)
-    per_seed, match = [], True
     with router.patched(loaded.model):
-        for inputs, expected in cases:
-            out = loaded.forward(inputs)
-            errors = [routing.error_vs(o, r) for o, r in zip(routing.tensors_of(out), routing.tensors_of(expected))]
-            ok = routing.same_result(out, expected)
-            match = match and ok
-            per_seed.append({"outputs_match": ok, "max_abs_err": max((e[0] for e in errors), default=0.0),
-                             "max_rel_err": max((e[1] for e in errors), default=0.0)})
-    return {"outputs_match": match, "max_abs_err": max(s["max_abs_err"] for s in per_seed),
-            "max_rel_err": max(s["max_rel_err"] for s in per_seed), "per_seed": per_seed, "tally": router.tally.to_json()}
+        per_seed = [accuracy.judge(loaded.forward(inputs), eager, reference) for inputs, eager, reference in cases]
+    return {"outputs_match": all(s["outputs_match"] for s in per_seed),
+            **{k: max(s[k] for s in per_seed) for k in ("max_abs_err", "max_rel_err", "eager_err_vs_reference",
+                                                         "patched_err_vs_reference", "eager_max_err_vs_reference",
+                                                         "patched_max_err_vs_reference")},
+            "per_seed": per_seed, "tally": router.tally.to_json()}
 
 
 def find_guilty(loaded: Any, winners: list, cases: list, tally: dict) -> dict[str, str]:
@@ -132,8 +150,11 @@ def find_guilty(loaded: Any, winners: list, cases: list, tally: dict) -> dict[st
             continue
         alone = compare(loaded, [w], cases)
         if not alone["outputs_match"]:
-            guilty[w.target] = (f"alone it changes the model's outputs (max error {alone['max_rel_err']:.3g} "
-                                "of the output's rms)")
+            guilty[w.target] = (f"alone it takes the model's outputs further from the float64 reference than "
+                                f"eager does (rms error {alone['patched_err_vs_reference']:.3g} against eager's "
+                                f"{alone['eager_err_vs_reference']:.3g}; max error "
+                                f"{alone['patched_max_err_vs_reference']:.3g} against "
+                                f"{alone['eager_max_err_vs_reference']:.3g}, of the output's rms)")
     return guilty
 
 
@@ -185,23 +206,21 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
         os.environ["TRITON_INTERPRET"] = "1"
     files = winner_files(run)
     loaded = load_model(spec)
-    winners, failed = load_winners(files)
-    cases = [(inputs, loaded.forward(inputs)) for inputs in (loaded.make_inputs(s) for s in seeds)]
-    log(f"verify: {len(winners)} winner(s) inside {Path(spec.path).name} on {spec.device}, {len(seeds)} seeded inputs")
-    full = compare(loaded, winners, cases)
-    guilty = dict(failed)
-    if not full["outputs_match"] or any(k["errors"] for k in full["tally"]["per_kernel"].values()):
-        log("verify: outputs differ (or a kernel raised): trying each winner alone")
-        guilty.update(find_guilty(loaded, winners, cases, full["tally"]))
-    clean = [w for w in winners if w.target not in guilty]
-    rest = compare(loaded, clean, cases) if len(clean) < len(winners) else full
-    if not rest["outputs_match"]:  # they disagree only together: none of them can be trusted
-        guilty.update({w.target: "changes the outputs together with the others" for w in clean})
-        clean = []
+    not_run = {f.target: why for f in files if (why := not_runnable(f, spec.device))}
+    winners, failed = load_winners([f for f in files if f.target not in not_run])
+    inputs = [loaded.make_inputs(s) for s in seeds]
+    from autokernel.accuracy import reference_outputs
+    references, reference_dtype = reference_outputs(loaded, inputs)
+    cases = [(i, loaded.forward(i), r) for i, r in zip(inputs, references)]
+    log(f"verify: {len(winners)} winner(s) inside {Path(spec.path).name} on {spec.device}, {len(seeds)} seeded "
+        f"inputs, judged against the model in {reference_dtype}"
+        + (f"; {len(not_run)} not run here" if not_run else ""))
+    full, rest, guilty, clean = judge_winners(loaded, winners, failed, cases, log)
     log(f"verify: timing the model unmodified and with {len(clean)} winner(s)")
     eager = time_forward(loaded, cases[0][0], spec.device)
     patched = time_forward(loaded, cases[0][0], spec.device, clean)
     result = _result(run, spec, files, full, rest, guilty, clean, eager, patched, seeds)
+    result.update(_verdict(result, model_dtype(loaded), not_run, reference_dtype))
     if compile_baseline:
         log("verify: timing torch.compile of the unmodified model")
         compiled = time_compiled(loaded, cases[0][0], spec.device)
@@ -211,6 +230,63 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
                                             if compiled.get("median_us") else None)
     write_json_atomic(run.path / FILENAME, result)
     return result
+
+
+def judge_winners(loaded: Any, winners: list, failed: dict, cases: list, log: Log) -> tuple:
+    """(all winners' comparison, the clean ones', guilty target -> why, the clean winners)."""
+    full = compare(loaded, winners, cases)
+    guilty = dict(failed)
+    if not full["outputs_match"] or any(k["errors"] for k in full["tally"]["per_kernel"].values()):
+        log("verify: outputs not accepted (or a kernel raised): trying each winner alone")
+        guilty.update(find_guilty(loaded, winners, cases, full["tally"]))
+    clean = [w for w in winners if w.target not in guilty]
+    rest = compare(loaded, clean, cases) if len(clean) < len(winners) else full
+    if not rest["outputs_match"]:  # they disagree only together: none of them can be trusted
+        guilty.update({w.target: "changes the outputs together with the others" for w in clean})
+        clean = []
+    return full, rest, guilty, clean
+
+
+def model_dtype(loaded: Any) -> str:
+    """The dtype the model computes in: its first floating parameter's (else --dtype, else float32)."""
+    from autokernel.routing import dtype_name
+    for p in loaded.model.parameters():
+        if p.is_floating_point():
+            return dtype_name(p)
+    return loaded.spec.dtype or "float32"
+
+
+def _verdict(result: dict, dtype: str, not_run: dict, reference_dtype: str) -> dict:
+    """What failed, per winner and in words; the status; `ok` only when every winner was checked."""
+    from autokernel.accuracy import rule
+    failures = []
+    for target, k in result["per_kernel"].items():
+        k["not_run"] = not_run.get(target)
+        k["dtype_matches_model"] = k["dtype"] == dtype
+        if k["dtype"] != dtype:
+            failures.append(f"{target}: the target's dtype {k['dtype'] or '(none)'} is not the model's {dtype}")
+        if k["guilty"]:
+            failures.append(f"{target}: {k['guilty_reason']}")
+        elif not k["not_run"] and k["calls_served"] == 0:
+            failures.append(f"{target}: served no call of the model ({_unserved_reason(result, k)})")
+    if not result["outputs_match"] and not result["guilty"]:
+        failures.append("the patched model's outputs were not accepted")
+    status = "failed" if failures else "partial" if not_run else "ok"
+    return {"status": status, "ok": status == "ok", "failures": failures, "not_run": dict(not_run),
+            "model_dtype": dtype, "acceptance": {**rule(), "reference_dtype": reference_dtype}}
+
+
+def _unserved_reason(result: dict, kernel: dict) -> str:
+    """The commonest reason a winner's calls fell back; else the commonest call of its type that no
+    winner matched (those are counted per op: no target owns them)."""
+    reasons = dict(kernel.get("fallback_reasons") or {})
+    if not reasons:
+        prefix = f"no winner at {kernel['kernel_type']}["
+        for op in result["per_op"].values():
+            for why, n in op["reasons"].items():
+                if why.startswith(prefix):
+                    reasons[why] = reasons.get(why, 0) + n
+    return max(reasons, key=reasons.get) if reasons else "no call of the model reached it"
 
 
 def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: dict, guilty: dict,
@@ -235,10 +311,11 @@ def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: d
         "device": spec.device, "device_name": device_name(spec.device), "cpu_figures": on_cpu,
         **({"note": CPU_NOTE + "; kernels ran in the Triton interpreter"} if on_cpu else {}),
         "model": spec.to_json(), "seeds": list(seeds), "forwards_per_check": len(seeds),
-        "tolerance_rel_rms": _tolerance(), "outputs_match": full["outputs_match"],
-        "max_abs_err": full["max_abs_err"], "max_rel_err": full["max_rel_err"], "per_seed": full["per_seed"],
+        "outputs_match": full["outputs_match"],
+        "max_abs_err": full["max_abs_err"], "max_rel_err": full["max_rel_err"],
+        **{k: full[k] for k in ("eager_err_vs_reference", "patched_err_vs_reference", "eager_max_err_vs_reference",
+                                "patched_max_err_vs_reference")}, "per_seed": full["per_seed"],
         "guilty": sorted(guilty), "outputs_match_without_guilty": rest["outputs_match"] if guilty else None,
-        "ok": full["outputs_match"] and not guilty,
         "patched_targets": sorted(served),
         "eager_median_us": eager.median_us, "patched_median_us": patched.median_us,
         "e2e_speedup": eager.median_us / patched.median_us if patched.median_us else None,
@@ -247,14 +324,10 @@ def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: d
     }
 
 
-def _tolerance() -> dict:
-    from autokernel.routing import TOLERANCE
-    return dict(TOLERANCE)
-
-
 def after_optimize(run_path: str | Path, log: Log) -> int:
     """`autokernel verify` at the end of `optimize`, in its own process (a kernel that crashes the
-    interpreter cannot take the run with it). Never raises: the run is kept whatever happens."""
+    interpreter cannot take the run with it); its exit status, which `optimize` exits with. Never
+    raises: the run is kept whatever happens."""
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
     try:
@@ -265,7 +338,19 @@ def after_optimize(run_path: str | Path, log: Log) -> int:
     if code != 0:
         log(f"verify did not pass (exit {code}); the run is kept: see {Path(run_path) / FILENAME}, "
             f"or rerun `autokernel verify {run_path}`")
-    return code
+    return code if code >= 0 else 1
+
+
+def _kernel_verdict(k: dict) -> str:
+    if k["guilty"]:
+        return "[red]GUILTY[/]"
+    if k.get("not_run"):
+        return "[yellow]NOT RUN[/]"
+    if k.get("dtype_matches_model") is False:
+        return "[red]WRONG DTYPE[/]"
+    if k["calls_served"] == 0:
+        return "[red]SERVED NOTHING[/]"
+    return "[green]ok[/]"
 
 
 def summary_table(result: dict) -> Any:
@@ -284,11 +369,13 @@ def summary_table(result: dict) -> Any:
         reason = max(reasons, key=reasons.get) if reasons else ""
         speedup = k.get("kernel_speedup_vs_eager")
         table.add_row(escape(target), k["route"], str(k["calls_served"]), str(k["fallbacks"]), escape(reason[:60]),
-                      f"{speedup:.3g}x" if speedup else "", "[red]GUILTY[/]" if k["guilty"] else "[green]ok[/]")
+                      f"{speedup:.3g}x" if speedup else "", _kernel_verdict(k))
     match = "match" if result["outputs_match"] else "DIFFER"
     e2e = result.get("e2e_speedup")
-    table.caption = (f"outputs {match} (max error {result['max_rel_err']:.3g} of the output's rms over "
-                     f"{len(result['seeds'])} seeded inputs); end to end {e2e:.3g}x measured"
+    reference = (result.get("acceptance") or {}).get("reference_dtype", "float64")
+    table.caption = (f"outputs {match} (rms error vs the model in {reference}: patched "
+                     f"{result.get('patched_err_vs_reference', 0):.3g}, eager {result.get('eager_err_vs_reference', 0):.3g} "
+                     f"of the output's rms, over {len(result['seeds'])} seeded inputs); end to end {e2e:.3g}x measured"
                      f" vs {result['projected_e2e_speedup']:.3g}x projected"
                      + (f"; {result['e2e_speedup_vs_compile']:.3g}x vs torch.compile"
                         if result.get("e2e_speedup_vs_compile") else ""))

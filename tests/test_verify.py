@@ -38,7 +38,8 @@ TARGETS = [
     ("flash_attention[1x2x8x16:float32,causal]", "flash_attention", {"B": 1, "H": 2, "S": 8, "D": 16},
      {"causal": True}, "op", ATTENTION, 1),
     ("matmul[8x32x32:float32]", "matmul", {"M": 8, "K": 32, "N": 32}, {}, "op",
-     [{"name": f"layers.0.self_attn.{p}_proj", "class": "Linear"} for p in "qkvo"], 4),
+     [{"name": f"layers.0.self_attn.{p}_proj", "class": "Linear"} for p in "qkvo"] + [{"name": "lm_head", "class": "Linear"}],
+     4),
 ]
 
 
@@ -202,18 +203,19 @@ def test_dims_and_references_agree_with_the_registry(kernel_type):
 
 
 # ---------------------------------------------------------------- verify on a run, real Triton kernels
-def make_run(root: Path) -> Path:
-    """A finished run on the tiny LLaMA whose winners are the Triton starters at its shapes."""
+def make_run(root: Path, targets=TARGETS, dtype: str = "float32", model_dtype=None, name: str = "run-starters") -> Path:
+    """A finished run on the tiny LLaMA whose winners are the Triton starters at its shapes (the
+    targets' dtype `dtype`; the model cast to `model_dtype` when given)."""
     from autokernel.modelfile import ModelSpec
     from starter_kernels import starter_path
-    run = RunDir(root / "run-starters")
+    run = RunDir(root / name)
     run.create()
     spec = ModelSpec(path=str(LLAMA), class_name="LlamaTiny", input_shape=[1, 8], input_dtype="tokens",
-                     vocab_size=64, init_args=LLAMA_ARGS, device="cpu")
+                     vocab_size=64, init_args=LLAMA_ARGS, device="cpu", dtype=model_dtype)
     state = RunState(run_id=run.run_id, agent="tune", status="done")
     entries = []
-    for rank, (target, kernel_type, dims, kwargs, route, modules, _) in enumerate(TARGETS, 1):
-        t = TargetState(name=target, kernel_type=kernel_type, dims=dims, dtype="float32", rank=rank, share=0.1,
+    for rank, (target, kernel_type, dims, kwargs, route, modules, _) in enumerate(targets, 1):
+        t = TargetState(name=target, kernel_type=kernel_type, dims=dims, dtype=dtype, rank=rank, share=0.1,
                         kwargs=kwargs, status="done", best_experiment=0, best_median_us=100.0,
                         baseline_median_us=100.0, eager_median_us=50.0)
         state.targets.append(t)

@@ -1,16 +1,17 @@
-"""Routing a model's calls to judged kernels, and everything else to PyTorch.
+"""Plugging judged kernels into a model, and everything else left to PyTorch.
 
 `autokernel verify` uses this package, and `autokernel export` copies its files verbatim into the
-exported kernel package, so the two route the same calls the same way. Hence nothing here imports
-anything but torch and the standard library (and each other, relatively).
+exported kernel package, so the two serve the same calls the same way. Hence nothing here imports
+anything but torch, triton (bias.py, when a biased nn.Linear is served) and the standard library.
 
     router = Router([Winner(target, kernel_type, dims, dtype, kernel_fn, kwargs, route, modules), ...])
     with router.patched(model):
         model(x)
     router.tally.to_json()   # per target: calls served, fallbacks and why; per op: the same
 
-How calls are recognised: see calls.py (ops through a TorchFunctionMode, hand-written forms through
-the modules the profile recorded); how they are served: router.py; how outputs compare: outputs.py.
+What a call of each kernel type looks like: calls.py. What is replaced in a model at patch time:
+binding.py. The stand-ins and their guards: sites.py. Serving and counting: router.py. Each winner
+as a torch custom op, for torch.compile: ops.py. How outputs compare: outputs.py.
 """
 from .calls import DIMS, REFERENCES, Request, label
 from .outputs import DTYPE_NAMES, TOLERANCE, dtype_name, error_vs, same_result, tensors_of

@@ -2,7 +2,7 @@
 
 - `DIMS`: the registry's named dims of a kernel_fn call (tests hold them equal to harness/registry.py).
 - `REFERENCES`: each type's meaning in PyTorch, in fp32 or better, for binding checks and selftests.
-- `OPS`: torch callables as a TorchFunctionMode sees them (F.linear, torch.matmul and @, softmax,
+- `OPS`: the torch callables a winner's type may stand in for (F.linear, torch.matmul and @, softmax,
   sum, layer_norm, rms_norm, scaled_dot_product_attention, cross_entropy), each with a parser that
   turns one call into a `Request` (or None: not this type's call, e.g. a softmax over dim 0).
   F.linear's bias, when it has one, is added to the matmul kernel's output by bias.py (Triton).
@@ -126,6 +126,8 @@ def _product(a: Any, b: Any, bias: Optional[torch.Tensor] = None) -> Optional[Re
         return Request("matmul", (a, b), prepare=_as_rows, finish=lambda out: out.view(*lead, n))
 
     def finish(out: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # Inductor fuses the add into the graph around the kernel
+            return (out + bias).view(*lead, n)
         from .bias import add_bias  # Triton, imported when first needed
         return add_bias(out, bias).view(*lead, n)
     odd = not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,) or bias.dtype != a.dtype \
@@ -135,7 +137,10 @@ def _product(a: Any, b: Any, bias: Optional[torch.Tensor] = None) -> Optional[Re
 
 
 def _linear(args, kwargs):
-    p = _params(args, kwargs, ("input", "weight", "bias"), {"bias": None})
+    if len(args) == 3 and not kwargs:  # an nn.Linear's own call: the common case, without the dict
+        p = {"input": args[0], "weight": args[1], "bias": args[2]}
+    else:
+        p = _params(args, kwargs, ("input", "weight", "bias"), {"bias": None})
     weight = p["weight"]
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         return None
@@ -211,7 +216,7 @@ def _cross_entropy(args, kwargs):
 
 _SOFTMAX = _rowwise("softmax", ("input", "dim", "dtype"), {"dim": None, "dtype": None})
 _SUM = _rowwise("reduce", ("input", "dim", "keepdim"), {"dim": None, "keepdim": False, "dtype": None})
-# torch callables as a TorchFunctionMode sees them -> (op name in the tally, parser)
+# torch callables -> (op name in the tally, parser); binding.py says where each one lives
 OPS: dict[Any, tuple[str, Callable]] = {
     F.linear: ("F.linear", _linear),
     torch.matmul: ("torch.matmul", _matmul), torch.Tensor.matmul: ("torch.matmul", _matmul),
@@ -247,7 +252,7 @@ def _rmsnorm_module(owner, args, kwargs):
     if owner is None or kwargs or len(args) != 1 or not _is_float(args[0]):
         return None
     x = args[0]
-    weights = [p for p in owner.parameters(recurse=False) if p.dim() == 1 and p.shape[0] == x.shape[-1]]
+    weights = [p for p in owner._parameters.values() if p is not None and p.dim() == 1 and p.shape[0] == x.shape[-1]]
     if len(weights) != 1:
         return None
     eps = next((float(v) for v in (getattr(owner, n, None) for n in EPS_NAMES)

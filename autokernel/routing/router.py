@@ -1,10 +1,15 @@
-"""The router: a TorchFunctionMode for ops, replaced forwards and wrapped functions for forms.
+"""The router: the winners bound into a model at patch time, the way Liger Kernel patches a model.
 
-`Router(winners).patched(model)` is a context manager. Inside it, a call that matches a winner
-(same kernel type, dims, dtype, and causal flag) runs the winner's kernel_fn; anything else runs the
-original. Module forwards and functions are replaced only for the winners whose target the profile
-recorded as a hand-written form, and only in the modules it recorded (by name, else by class); on
-exit every replacement is undone.
+`Router(winners).patched(model)` is a context manager. On entry it replaces only what the winners
+can serve (binding.py): the recorded nn.Linear modules' forwards, the recorded modules' forwards
+and the functions they call by name (hand-written forms), and the torch functions of a winner's
+type, live only inside the recorded modules. Each stand-in (sites.py) checks its call cheaply and
+runs the original when no winner matches it (same kernel type, dims, dtype and causal flag) or one
+matches but cannot take it (autograd, a mask, a bias of another dtype...). Nothing intercepts every
+op. On exit every replaced attribute is put back.
+
+Each winner is also a torch custom op (ops.py), which the stand-ins call while torch.compile
+traces, so a compiled model inside `patched` keeps the kernels.
 """
 from __future__ import annotations
 
@@ -14,22 +19,16 @@ import sys
 import types
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
-from torch.overrides import TorchFunctionMode
 
-from .calls import DIMS, FORMS, OPS, Request, label, reference
-from .outputs import dtype_name, same_result
-
-# A form's binding check compares two PyTorch computations: a wrong binding is off by O(1), so a
-# looser budget only spares models that round intermediates in low precision.
-BINDING_SLACK = 10.0
-NOTHING = object()
+from .calls import DIMS, Request, label
+from .outputs import dtype_name
+from .sites import NOTHING
 
 
-def load_kernel(path: str | Path, module_name: str) -> types.ModuleType:
+def load_kernel(path, module_name: str) -> types.ModuleType:
     """Import a kernel file as a module (it launches Triton kernels: import it only to run it)."""
     spec = importlib.util.spec_from_file_location(module_name, str(path))
     module = importlib.util.module_from_spec(spec)
@@ -56,284 +55,159 @@ class Winner:
     kwargs: dict = field(default_factory=dict)  # the target's options, e.g. {"causal": True}
     route: str = "op"  # the profile's: "op", "module" (the whole module is the form), "pattern"
     modules: list = field(default_factory=list)  # [{"name": "layers.0.mlp", "class": "MLP"}, ...]
+    op: Optional[Callable] = field(default=None, repr=False)  # kernel_fn as a torch custom op
 
     @property
     def causal(self) -> bool:
         return bool(self.kwargs.get("causal", False))
 
+    def registered(self) -> Callable:
+        """kernel_fn as a torch custom op (registered once, on first use)."""
+        if self.op is None:
+            from .ops import custom_op
+            self.op = custom_op(self.target, self.kernel_type, self.kernel_fn)
+        return self.op
+
 
 class Tally:
-    """What the router did: per target and per op, served and fallen back, with reasons."""
+    """What the router did, read from its stand-ins' counters: per target and per op."""
 
     def __init__(self, winners: list[Winner]):
-        self.per_target = {w.target: {"kernel_type": w.kernel_type, "calls_served": 0, "fallbacks": 0,
-                                      "fallback_reasons": Counter(), "served_by_op": Counter(), "errors": []}
-                           for w in winners}
-        self.per_op: dict[str, dict] = defaultdict(lambda: {"routed": 0, "fell_back": 0, "reasons": Counter()})
-
-    def served(self, target: str, op: str) -> None:
-        self.per_target[target]["calls_served"] += 1
-        self.per_target[target]["served_by_op"][op] += 1
-        self.per_op[op]["routed"] += 1
-
-    def fell_back(self, op: str, reason: str, target: Optional[str] = None) -> None:
-        self.per_op[op]["fell_back"] += 1
-        self.per_op[op]["reasons"][reason] += 1
-        if target is not None:
-            self.per_target[target]["fallbacks"] += 1
-            self.per_target[target]["fallback_reasons"][reason] += 1
-
-    def error(self, target: str, op: str, error: BaseException) -> None:
-        text = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
-        errors = self.per_target[target]["errors"]
-        if len(errors) < 5:
-            errors.append(text)
-        self.fell_back(op, "the kernel raised " + text, target)
+        self.winners = winners
+        self.sites: list = []
+        self.errors: dict[str, list[str]] = defaultdict(list)
 
     def to_json(self) -> dict:
+        per_kernel = {w.target: {"kernel_type": w.kernel_type, "calls_served": 0, "fallbacks": 0,
+                                 "fallback_reasons": Counter(), "served_by_op": Counter(),
+                                 "errors": list(self.errors.get(w.target, []))} for w in self.winners}
+        per_op: dict[str, dict] = defaultdict(lambda: {"routed": 0, "fell_back": 0, "reasons": Counter()})
+        for site in self.sites:
+            for (target, op), n in site.served.items():
+                per_kernel[target]["calls_served"] += n
+                per_kernel[target]["served_by_op"][op] += n
+                per_op[op]["routed"] += n
+            for (reason, target, op), n in site.fall_counts().items():
+                text = reason_text(reason)
+                per_op[op]["fell_back"] += n
+                per_op[op]["reasons"][text] += n
+                if target is not None:
+                    per_kernel[target]["fallbacks"] += n
+                    per_kernel[target]["fallback_reasons"][text] += n
         plain = lambda d: {k: dict(v) if isinstance(v, Counter) else v for k, v in d.items()}  # noqa: E731
-        return {"per_kernel": {t: plain(d) for t, d in self.per_target.items()},
-                "per_op": {op: plain(d) for op, d in sorted(self.per_op.items())}}
+        return {"per_kernel": {t: plain(d) for t, d in per_kernel.items()},
+                "per_op": {op: plain(d) for op, d in sorted(per_op.items())}}
+
+
+def reason_text(reason: Any) -> str:
+    """A fallback's reason in words; the hot path keeps the ones that need formatting as tuples."""
+    if isinstance(reason, str):
+        return reason
+    if reason[0] == "no winner":
+        _, kernel_type, dims, dtype, causal = reason
+        return f"no winner at {label(kernel_type, dict(dims), dtype, causal)}"
+    _, name, kernel_type = reason  # "unbound"
+    return f"{name} did not match the {kernel_type} reference with the arguments a kernel would get"
+
+
+AUTOGRAD = "autograd: the kernel has no backward (run under torch.no_grad or inference_mode)"
 
 
 def _unsafe(args: tuple) -> str:
-    """Why a call a winner matches must still run in PyTorch."""
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return "autograd: the kernel has no backward (run under torch.no_grad or inference_mode)"
-    if len({t.device for t in tensors}) > 1:
-        return "tensors on different devices"
-    if len({t.dtype for t in tensors if t.is_floating_point()}) > 1:
-        return "mixed dtypes"
+    """Why a call a winner matches must still run in PyTorch (a loop, not sets: it runs per call)."""
+    grad, device, dtype = torch.is_grad_enabled(), None, None
+    for t in args:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if grad and t.requires_grad:
+            return AUTOGRAD
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            return "tensors on different devices"
+        if t.is_floating_point():
+            if dtype is None:
+                dtype = t.dtype
+            elif t.dtype != dtype:
+                return "mixed dtypes"
     return ""
 
 
-class Router(TorchFunctionMode):
-    """Routes a model's calls to `winners`; `tally` counts what it did."""
+class Router:
+    """Binds `winners` into a model while inside `patched`; `tally` counts what they served."""
 
     def __init__(self, winners: list[Winner]):
-        super().__init__()
         self.winners = list(winners)
         self.by_type: dict[str, list[Winner]] = defaultdict(list)
         for w in self.winners:
             self.by_type[w.kernel_type].append(w)
         self.tally = Tally(self.winners)
-        self.active = False
-        self.form_calls: Counter = Counter()  # bound form calls per kernel type, served or not
-        self._quiet = 0
+        self.quiet = 0  # > 0 while kernels, originals under a binding check or references run
+        self._seen: dict[str, list[int]] = {}
         self._undo: list[Callable[[], None]] = []
 
-    # ------------------------------------------------------------------ entering and leaving
     @contextlib.contextmanager
     def patched(self, model: torch.nn.Module):
-        """Route `model`'s calls while inside; restore every replaced forward and function after."""
-        self.attach(model)
-        self.active = True
-        try:
-            with self:
-                yield self
-        finally:
-            self.active = False
-            self.detach()
-
-    @contextlib.contextmanager
-    def quiet(self):
-        """PyTorch as it is: for kernels' own tensor calls, binding checks and originals."""
-        self._quiet += 1
-        try:
-            yield
-        finally:
-            self._quiet -= 1
-
-    def attach(self, model: torch.nn.Module) -> None:
-        named = dict(model.named_modules())
-        wrapped: dict[tuple, _Site] = {}
+        """Serve `model`'s matching calls while inside; restore every replaced attribute after."""
+        from .binding import bind
         for w in self.winners:
-            if w.kernel_type not in FORMS or w.route not in ("module", "pattern"):
-                continue
-            for module in _recorded(named, w.modules):
-                if w.route == "module":
-                    self._wrap(wrapped, module, "forward", module.forward, w, owner=module)
-                    continue
-                for container, name, fn in _callees(module):
-                    self._wrap(wrapped, container, name, fn, w, owner=None)
-                self._watch(module, w)
-
-    def detach(self) -> None:
-        while self._undo:
-            self._undo.pop()()
-
-    # ------------------------------------------------------------------ ops
-    def __torch_function__(self, func, types_, args=(), kwargs=None):
-        kwargs = kwargs or {}
+            w.registered()
+        self._undo = bind(self, model)
         try:
-            entry = None if self._quiet else OPS.get(func)
-        except TypeError:  # an unhashable callable is none of ours
-            entry = None
-        if entry is None:
-            return func(*args, **kwargs)
-        op, parse = entry
-        try:
-            request = parse(args, kwargs)
-        except Exception:  # a call shape no parser foresaw: PyTorch decides what it means
-            request = None
-        if request is None or request.kernel_type not in self.by_type:
-            return func(*args, **kwargs)
-        out = self.serve(request.op or op, [request], lambda outs: outs[0])
-        return func(*args, **kwargs) if out is NOTHING else out
+            yield self
+        finally:
+            while self._undo:
+                self._undo.pop()()
 
-    # ------------------------------------------------------------------ serving
-    def decide(self, request: Request) -> tuple[Optional[Winner], str]:
+    def form_calls(self, kernel_type: str) -> list[int]:
+        """A shared counter of a kernel type's form calls (a Watch compares it before and after)."""
+        return self._seen.setdefault(kernel_type, [0])
+
+    def decide(self, request: Request) -> tuple[Optional[Winner], Any]:
         """The winner that matches the call, and why it may not serve it ('' when it may)."""
         dims, dtype = DIMS[request.kernel_type](*request.args), dtype_name(request.args[0])
-        for w in self.by_type.get(request.kernel_type, []):
+        for w in self.by_type.get(request.kernel_type, ()):
             if w.dims == dims and w.dtype == dtype and (request.causal is None or request.causal == w.causal):
                 why = request.blocker or _unsafe(request.args) or (request.late_check() if request.late_check else "")
                 return w, why
-        return None, f"no winner at {label(request.kernel_type, dims, dtype, request.causal)}"
+        return None, ("no winner", request.kernel_type, tuple(dims.items()), dtype, request.causal)
 
-    def serve(self, op: str, requests: list[Request], assemble: Callable) -> Any:
-        """All of `requests` through their winners, or NOTHING (and every one counted as a fallback)."""
-        with self.quiet():
-            decisions = [self.decide(r) for r in requests]
-            reason = next((why for w, why in decisions if w is None or why), "")
-            if reason:
-                for w, why in decisions:
-                    self.tally.fell_back(op, why or reason, w.target if w else None)
-                return NOTHING
-            outs = []
+    def route(self, site: Any, requests: list[Request], assemble: Callable, counting: bool = True) -> tuple:
+        """(output or NOTHING, the fallbacks to count for every call like this one, or None when
+        something beyond shapes and dtypes decided)."""
+        op = requests[0].op or site.op
+        decisions = [self.decide(r) for r in requests]
+        reason = ""
+        for w, why in decisions:
+            if w is None or why:
+                reason = why
+                break
+        if reason:
+            falls = tuple((why or reason, w.target if w else None, op) for w, why in decisions)
+            if counting:
+                site.refuse(falls)
+            # only the first input's shapes and dtypes said no: every call like it is refused alike
+            pure = decisions[0][0] is None and all(w is None or not why for w, why in decisions)
+            return NOTHING, falls if pure else None
+        outs, compiled = [], not counting
+        self.quiet += 1
+        try:
             for (w, _), r in zip(decisions, requests):
-                try:
-                    outs.append(r.finish(w.kernel_fn(*r.kernel_args(), **r.kwargs)))
-                except Exception as e:  # the model still gets its answer; verify names the kernel
-                    self.tally.error(w.target, op, e)
-                    return NOTHING
+                kernel = w.op if compiled else w.kernel_fn
+                outs.append(r.finish(kernel(*r.kernel_args(), **r.kwargs)))
+        except Exception as e:  # the model still gets its answer; verify names the kernel
+            if counting:
+                self._error(site, w.target, op, e)
+            return NOTHING, None
+        finally:
+            self.quiet -= 1
+        if counting:
             for w, _ in decisions:
-                self.tally.served(w.target, op)
-            return assemble(outs)
+                site.served[(w.target, op)] = site.served.get((w.target, op), 0) + 1
+        return assemble(outs), None
 
-    # ------------------------------------------------------------------ forms
-    def _wrap(self, wrapped: dict, container: Any, name: str, fn: Callable, winner: Winner, owner: Any) -> None:
-        key = (id(container), name, winner.kernel_type)
-        if key in wrapped:
-            return
-        site = _Site(self, winner, fn, owner, _callable_name(fn, owner))
-        wrapped[key] = site
-        if isinstance(container, dict):  # a module's globals: the function its forward calls by name
-            container[name] = site
-            self._undo.append(lambda: container.__setitem__(name, fn))
-        else:  # an instance attribute shadows the class's method; deleting it restores the class's
-            had, old = name in vars(container), vars(container).get(name)
-            setattr(container, name, site)
-            self._undo.append(lambda: setattr(container, name, old) if had else delattr(container, name))
-
-    def _watch(self, module: torch.nn.Module, winner: Winner) -> None:
-        """Count a fallback for every call of a module that holds the form inline and served none."""
-        before: dict[int, int] = {}
-        cls = type(module).__name__
-
-        def enter(mod, args):
-            before[id(mod)] = self.form_calls[winner.kernel_type]
-
-        def leave(mod, args, out):
-            start = before.pop(id(mod), None)
-            if self.active and not self._quiet and start == self.form_calls[winner.kernel_type]:
-                self.tally.fell_back(f"{cls}.forward", f"{winner.kernel_type} written inline in {cls}.forward: "
-                                     "no call autokernel can route", winner.target)
-        handles = [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
-        self._undo.extend(h.remove for h in handles)
-
-
-class _Site:
-    """A callable that may compute a form: bound on its first call, then served or passed through."""
-
-    def __init__(self, router: Router, winner: Winner, original: Callable, owner: Any, name: str):
-        self.router, self.winner, self.original, self.owner, self.name = router, winner, original, owner, name
-        self.kernel_type = winner.kernel_type
-        self.rule: Optional[Callable] = None
-        self.tried = False
-
-    def __call__(self, *args, **kwargs):
-        router = self.router
-        if not router.active or router._quiet:
-            return self.original(*args, **kwargs)
-        if not self.tried:
-            return self._bind(args, kwargs)
-        if self.rule is None:
-            if self.owner is not None:  # a recorded module that is not the form autokernel can call
-                router.tally.fell_back(self.name, self._unbound_reason(), self.winner.target)
-            return self.original(*args, **kwargs)
-        with router.quiet():
-            made = self.rule(self.owner, args, kwargs)
-        return self._serve(made, args, kwargs)
-
-    def _bind(self, args: tuple, kwargs: dict) -> Any:
-        self.tried = True
-        with self.router.quiet():
-            original = self.original(*args, **kwargs)
-            for rule in FORMS[self.kernel_type]:
-                try:
-                    made = rule(self.owner, args, kwargs)
-                    if made is not None and same_result(reference(*made), original, BINDING_SLACK):
-                        self.rule = rule
-                        break
-                except Exception:  # a rule that does not fit this callable's arguments
-                    continue
-        if self.rule is None:
-            if self.owner is not None:
-                self.router.tally.fell_back(self.name, self._unbound_reason(), self.winner.target)
-            return original
-        return self._serve(made, args, kwargs, original)
-
-    def _unbound_reason(self) -> str:
-        return f"{self.name} did not match the {self.kernel_type} reference with the arguments a kernel would get"
-
-    def _serve(self, made: Any, args: tuple, kwargs: dict, original: Any = NOTHING) -> Any:
-        router = self.router
-        router.form_calls[self.kernel_type] += 1
-        if made is None:
-            router.tally.fell_back(self.name, "arguments unlike those it was bound with", self.winner.target)
-        else:
-            out = router.serve(self.name, *made)
-            if out is not NOTHING:
-                return out
-        return self.original(*args, **kwargs) if original is NOTHING else original
-
-
-def _recorded(named: dict, recorded: list[dict]) -> list[torch.nn.Module]:
-    """The modules the profile recorded: by qualified name, else every module of a recorded class."""
-    found = [named[r["name"]] for r in recorded
-             if r.get("name") in named and type(named[r["name"]]).__name__ == r.get("class")]
-    if not found:
-        classes = {r.get("class") for r in recorded}
-        found = [m for m in named.values() if type(m).__name__ in classes]
-    unique: dict[int, torch.nn.Module] = {}
-    for m in found:
-        unique.setdefault(id(m), m)
-    return list(unique.values())
-
-
-def _callees(module: torch.nn.Module) -> list[tuple[Any, str, Callable]]:
-    """The user's functions and methods a module's forward calls by name: (container, name, fn)."""
-    forward = getattr(type(module).forward, "__func__", type(module).forward)
-    code, scope = getattr(forward, "__code__", None), getattr(forward, "__globals__", {})
-    found = []
-    for name in (code.co_names if code else ()):
-        fn = scope.get(name)
-        if isinstance(fn, (types.FunctionType, _Site)) and not _from_torch(fn):
-            found.append((scope, name, fn))
-            continue
-        method = getattr(type(module), name, None)
-        if name != "forward" and isinstance(method, types.FunctionType) and not _from_torch(method):
-            found.append((module, name, getattr(module, name)))
-    return found
-
-
-def _from_torch(fn: Any) -> bool:
-    return (getattr(fn, "__module__", "") or "").split(".")[0] == "torch"
-
-
-def _callable_name(fn: Callable, owner: Any) -> str:
-    if owner is not None:
-        return f"{type(owner).__name__}.forward"
-    return getattr(fn, "__qualname__", None) or getattr(fn, "name", None) or repr(fn)
+    def _error(self, site: Any, target: str, op: str, error: BaseException) -> None:
+        text = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        if len(self.tally.errors[target]) < 5:
+            self.tally.errors[target].append(text)
+        site.fell("the kernel raised " + text, target, op)
