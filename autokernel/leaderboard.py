@@ -19,7 +19,7 @@ from autokernel.errors import UserError
 
 COLUMNS = ("experiment", "timestamp", "target", "kernel_type", "agent", "decision", "verdict",
            "failed_stage", "median_us", "baseline_us", "speedup_vs_eager", "speedup_vs_best",
-           "candidate", "device", "prompt_tokens", "completion_tokens", "description")
+           "candidate", "device", "prompt_tokens", "completion_tokens", "description", "judged_dtype")
 HEADER = "\t".join(COLUMNS) + "\n"
 FILENAME = "leaderboard.tsv"
 INT_COLUMNS = ("experiment", "prompt_tokens", "completion_tokens")
@@ -76,6 +76,9 @@ def make_row(*, experiment: int, target: str, kernel_type: str, agent: str, deci
         "candidate": candidate, "device": device_label((verdict or {}).get("device")),
         "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
         "description": description,
+        # the dtype the judge ran the target in: differs from the target's own only where another
+        # dtype stood in for it (bf16 dot products under the Triton interpreter)
+        "judged_dtype": (verdict or {}).get("judged_dtype"),
     }
 
 
