@@ -120,7 +120,8 @@ def profile(
     loaded = load_model(spec)
     err.print(f"profiling {model} on {spec.device}: {warmup} warm-up + {iters} profiled forwards", highlight=False)
     prof = profile_model(loaded, iters=iters, warmup=warmup, trace_path=str(trace) if trace else None)
-    plan = plan_mod.make_plan(prof, measured_peaks(spec.device), model=spec.to_json())
+    peaks = measured_peaks(spec.device, at_least=plan_mod.achieved_tflops(prof))
+    plan = plan_mod.make_plan(prof, peaks, model=spec.to_json())
     shown = Console(stderr=json_path == "-")
     if not shown.is_terminal:  # a pipe or a file: wide enough that target names stay whole
         shown = Console(stderr=json_path == "-", width=120)

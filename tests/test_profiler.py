@@ -217,6 +217,24 @@ def test_profile_command_json_on_stdout(seeded_peaks, tmp_path):
     assert json.loads(trace.read_text())["traceEvents"]
 
 
+def test_profile_command_raises_a_busy_cached_peak_to_what_ran(seeded_peaks, tmp_path):
+    """A cache probed while the machine was busy (fp32 at 1e-4 TFLOP/s, beaten by every matmul)
+    is probed again and raised; the plan and the cache hold the higher figure."""
+    from harness import peaks
+    path = Path(seeded_peaks["AUTOKERNEL_CACHE_DIR"]) / "peaks" / peaks.cache_path("cpu").name
+    busy = {**json.loads(path.read_text()), "matmul_tflops": {"float32": 1e-4}}
+    path.write_text(json.dumps(busy))
+    done = autokernel(["profile", "examples/llama_tiny.py", "--json", "-", "--iters", "1", "--warmup", "0"],
+                      seeded_peaks)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    fp32 = plan["peaks"]["matmul_tflops"]["float32"]
+    matmuls = [e for e in plan["entries"] if e["kernel_type"] == "matmul"]
+    assert matmuls and fp32 > 1e-4 and all(e["flops"] / e["per_call_us"] / 1e6 <= fp32 * (1 + 1e-9) for e in matmuls)
+    assert json.loads(path.read_text())["matmul_tflops"]["float32"] == fp32
+    assert "float32" in plan["peaks"]["raised"] and "delete" not in done.stderr
+
+
 def test_profile_command_plain_module_options(seeded_peaks, tmp_path):
     out = tmp_path / "p" / "profile.json"
     done = autokernel(["profile", "examples/gpt2_tiny.py", "--class-name", "GPT2Tiny", "--input-dtype", "tokens",
