@@ -30,6 +30,8 @@ def test_a_bf16_rmsnorm_target_is_judged_and_timed_in_bf16_on_the_cpu():
     assert target.replace(seed=plan.stages["shape_sweep"][-1].seed) in plan.stages["shape_sweep"]
     assert "bfloat16" in _dtypes(plan, "shape_sweep") and "shape_sweep" not in plan.skipped
     assert plan.dtype_record() == {"judged_dtype": "bfloat16", "stand_in_for": None}
+    # the interpreter is slow: one sweep shape in bf16 besides the target's own
+    assert sum(c.dtype == "bfloat16" for c in plan.stages["shape_sweep"]) == 2
 
 
 def test_a_bf16_matmul_target_on_the_cpu_is_stood_in_for_by_fp16_never_float32():
