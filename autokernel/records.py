@@ -24,7 +24,8 @@ from autokernel.forms import Node
 
 # Device-side copies of record_function ranges: spans over kernels, not work of their own.
 ANNOTATION_ACTIVITIES = {"gpu_user_annotation", "user_annotation"}
-DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset", "concurrent_kernel"}
+# Runtime and driver calls on the CPU that start device work (cudaLaunchKernel, cuLaunchKernel).
+LAUNCH_ACTIVITIES = {"cuda_runtime", "cuda_driver", "privateuse1_runtime", "privateuse1_driver"}
 
 
 @dataclass
@@ -103,7 +104,7 @@ def from_kineto(results: Any, device: str) -> Records:
         if e.device_type() != DeviceType.CPU:
             if activity not in ANNOTATION_ACTIVITIES:
                 records.kernels.append(DeviceEvent(e.name(), begin, end, e.correlation_id(), e.linked_correlation_id()))
-        elif e.linked_correlation_id() > 0 or activity == "cuda_runtime":
+        elif e.linked_correlation_id() > 0 or activity in LAUNCH_ACTIVITIES:
             records.launches.append(Launch(e.name(), e.start_thread_id(), begin, end, e.correlation_id(),
                                            e.linked_correlation_id()))
         else:
@@ -126,67 +127,70 @@ def _plain(value: Any) -> Any:
 def op_trees(records: Records, root: str, module_of: Callable[[str], Optional[tuple[str, str]]]) -> list[Node]:
     """One Node tree per top-level `root` range, with each node's own time in microseconds.
     `module_of(name)` reads (qualified name, class) from a module's range name, None for an op. On
-    a CPU a range's own time is the Python between ops, not work: 0."""
+    a CPU a range's own time is the Python between ops, not work: 0. Records are told apart by
+    their place in the list, not by id: ranges and ops need not have ids of their own."""
+    ops = records.ops
     device_us = _device_us(records) if records.device == "cuda" else None
-    children: dict[Optional[int], list[OpRecord]] = defaultdict(list)
-    for parent, op in _nesting(records.ops):
-        children[parent].append(op)
+    children: dict[Optional[int], list[int]] = defaultdict(list)
+    for parent, i in _nesting(ops):
+        children[parent].append(i)
 
-    def node(op: OpRecord) -> Node:
-        kids = children.get(op.id, [])
+    def node(i: int) -> Node:
+        op, kids = ops[i], children.get(i, [])
         module = module_of(op.name)
         if device_us is not None:
-            self_us = device_us.get(op.id, 0.0)
+            self_us = device_us.get(i, 0.0)
         elif module or op.name == root:
             self_us = 0.0
         else:
-            self_us = max(op.end_ns - op.start_ns - sum(k.end_ns - k.start_ns for k in kids), 0) / 1e3
+            self_us = max(op.end_ns - op.start_ns - sum(ops[k].end_ns - ops[k].start_ns for k in kids), 0) / 1e3
         return Node(op.name, float(self_us), op.shapes, op.dtypes, op.concrete, [node(k) for k in kids], module)
 
-    return [node(op) for op in children[None] if op.name == root]
+    return [node(i) for i in children[None] if ops[i].name == root]
 
 
-def _nesting(ops: list[OpRecord]) -> list[tuple[Optional[int], OpRecord]]:
-    """(parent id, op) for every op: the parent is the innermost op whose range contains it on the
-    same thread. Ranges on one thread nest; ties go to the longer range as the parent."""
+def _nesting(ops: list[OpRecord]) -> list[tuple[Optional[int], int]]:
+    """(parent index, index) for every op: the parent is the innermost op whose range contains it
+    on the same thread. Ranges on one thread nest; ties go to the longer range as the parent."""
     out = []
-    for _, on_thread in _by_thread(ops).items():
-        stack: list[OpRecord] = []
-        for op in sorted(on_thread, key=lambda o: (o.start_ns, -o.end_ns)):
-            while stack and not (stack[-1].start_ns <= op.start_ns and op.end_ns <= stack[-1].end_ns):
+    threads: dict[int, list[int]] = defaultdict(list)
+    for i, op in enumerate(ops):
+        threads[op.thread].append(i)
+    for on_thread in threads.values():
+        stack: list[int] = []
+        for i in sorted(on_thread, key=lambda j: (ops[j].start_ns, -ops[j].end_ns)):
+            while stack and not (ops[stack[-1]].start_ns <= ops[i].start_ns and ops[i].end_ns <= ops[stack[-1]].end_ns):
                 stack.pop()
-            out.append((stack[-1].id if stack else None, op))
-            stack.append(op)
+            out.append((stack[-1] if stack else None, i))
+            stack.append(i)
     return out
 
 
-def _by_thread(items: list) -> dict[int, list]:
-    groups: dict[int, list] = defaultdict(list)
-    for item in items:
-        groups[item.thread].append(item)
-    return groups
-
-
 def _device_us(records: Records) -> dict[int, float]:
-    """Device time per launching op id: by the kernel's own link, else through its launch. Work no
-    op launched (none inside the profiled forwards does) belongs to no tree."""
-    ids = {op.id for op in records.ops}
+    """Device time per launching op (its index): by the kernel's own link to the op's id, else
+    through its launch. Work no op launched (none inside the profiled forwards does) belongs to no
+    tree."""
+    index: dict[int, int] = {}
+    for i, op in enumerate(records.ops):
+        index[op.id] = -1 if op.id in index or not op.id else i  # an id two records share links nothing
     launches = {r.correlation: r for r in records.launches if r.correlation}
     by_us: dict[int, float] = defaultdict(float)
     for k in records.kernels:
-        op = k.op if k.op in ids else 0
-        launch = launches.get(k.correlation) if not op and k.correlation else None
+        op = index.get(k.op, -1) if k.op else -1
+        launch = launches.get(k.correlation) if op < 0 and k.correlation else None
         if launch is not None:
-            op = launch.op if launch.op in ids else _innermost(records.ops, launch)
-        if op:
+            op = index.get(launch.op, -1) if launch.op else -1
+            op = op if op >= 0 else _innermost(records.ops, launch)
+        if op >= 0:
             by_us[op] += k.duration_us
     return dict(by_us)
 
 
 def _innermost(ops: list[OpRecord], launch: Launch) -> int:
-    best: Optional[OpRecord] = None
-    for op in ops:
+    """The index of the shortest op range around a launch on its thread, -1 if none."""
+    best = -1
+    for i, op in enumerate(ops):
         if op.thread == launch.thread and op.start_ns <= launch.start_ns and launch.end_ns <= op.end_ns:
-            if best is None or op.end_ns - op.start_ns < best.end_ns - best.start_ns:
-                best = op
-    return best.id if best else 0
+            if best < 0 or op.end_ns - op.start_ns < ops[best].end_ns - ops[best].start_ns:
+                best = i
+    return best

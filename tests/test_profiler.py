@@ -317,6 +317,16 @@ def test_kernels_without_a_link_join_their_op_through_the_launch(llama_modules):
     assert profiler.attribute(records, llama_modules) == linked
 
 
+def test_records_without_ids_of_their_own_give_the_same_attribution(llama_modules):
+    """Ranges and ops are told apart by their place, not their ids: with every id 0 (and so no
+    link usable), the kernels still join their ops through the launches inside the op ranges."""
+    linked = profiler.attribute(cuda_records(), llama_modules)
+    records = cuda_records()
+    for op in records.ops:
+        op.id = 0
+    assert profiler.attribute(records, llama_modules) == linked
+
+
 def test_a_target_whose_dtype_was_not_recorded_is_an_error(llama_modules):
     from autokernel.errors import UserError
     records = cuda_records()
