@@ -239,8 +239,10 @@ def test_profile_command_plain_module_options(seeded_peaks, tmp_path):
     out = tmp_path / "p" / "profile.json"
     done = autokernel(["profile", "examples/gpt2_tiny.py", "--class-name", "GPT2Tiny", "--input-dtype", "tokens",
                        "--vocab-size", "2048", "--input-shape", "1,64", "--iters", "1", "--warmup", "0",
-                       "--json", str(out)], seeded_peaks)
+                       "--json", str(out), "--records", str(tmp_path / "records.json")], seeded_peaks)
     assert done.returncode == 0, done.stderr
+    from autokernel.records import Records
+    assert any(op.name == profiler.ROOT for op in Records.load(tmp_path / "records.json").ops)
     plan = json.loads(out.read_text())
     assert plan["model"]["class_name"] == "GPT2Tiny" and plan["model"]["input_shape"] == [1, 64]
     targets = {e["target"] for e in plan["entries"]}
