@@ -117,6 +117,8 @@ def profile(
     model: Path = typer.Argument(..., help="A KernelBench-format file, or any file with an nn.Module class."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the profile JSON here ('-': stdout)."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (chrome://tracing, Perfetto)."),
+    records: Optional[Path] = typer.Option(None, "--records", help="Write the raw op and kernel records (JSON), "
+                                           "to attribute again on another machine."),
     iters: int = typer.Option(10, "--iters", min=1, help="Profiled forwards."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Plain forwards before profiling."),
     model_opts: ModelOptions = None,
@@ -132,8 +134,10 @@ def profile(
     spec = model_opts.spec(model)
     loaded = load_model(spec)
     err.print(f"profiling {model} on {spec.device}: {warmup} warm-up + {iters} profiled forwards", highlight=False)
-    prof = profile_model(loaded, iters=iters, warmup=warmup, trace_path=str(trace) if trace else None)
-    plan = plan_mod.make_plan(prof, measured_peaks(spec.device), model=spec.to_json())
+    prof = profile_model(loaded, iters=iters, warmup=warmup, trace_path=str(trace) if trace else None,
+                         records_path=str(records) if records else None)
+    peaks = measured_peaks(spec.device, at_least=plan_mod.achieved_tflops(prof))
+    plan = plan_mod.make_plan(prof, peaks, model=spec.to_json())
     shown = Console(stderr=json_path == "-")
     if not shown.is_terminal:  # a pipe or a file: wide enough that target names stay whole
         shown = Console(stderr=json_path == "-", width=120)

@@ -19,11 +19,14 @@ from autokernel.errors import UserError
 
 COLUMNS = ("experiment", "timestamp", "target", "kernel_type", "agent", "decision", "verdict",
            "failed_stage", "median_us", "baseline_us", "speedup_vs_eager", "speedup_vs_best",
-           "candidate", "device", "prompt_tokens", "completion_tokens", "description", "source_sha256")
+           "candidate", "device", "prompt_tokens", "completion_tokens", "description", "judged_dtype",
+           "source_sha256")
 HEADER = "\t".join(COLUMNS) + "\n"
 HASH_COLUMN = "source_sha256"  # of the candidate's text as the search held it before judging
-# Leaderboards written before rows carried a hash: still read; a resume upgrades the header.
-LEGACY_HEADER = "\t".join(COLUMNS[:-1]) + "\n"
+# Leaderboards written before rows carried a judged dtype and a hash: still read; a resume
+# upgrades the header, and their rows keep those cells empty.
+LEGACY_COLUMNS = COLUMNS[:-2]
+LEGACY_HEADER = "\t".join(LEGACY_COLUMNS) + "\n"
 FILENAME = "leaderboard.tsv"
 INT_COLUMNS = ("experiment", "prompt_tokens", "completion_tokens")
 FLOAT_COLUMNS = ("median_us", "baseline_us", "speedup_vs_eager", "speedup_vs_best")
@@ -80,7 +83,11 @@ def make_row(*, experiment: int, target: str, kernel_type: str, agent: str, deci
         "speedup_vs_best": best_median_us / median_us if (median_us and best_median_us) else None,
         "candidate": candidate, "device": device_label((verdict or {}).get("device")),
         "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-        "description": description, "source_sha256": source_sha256,
+        "description": description,
+        # the dtype the judge ran the target in: differs from the target's own only where another
+        # dtype stood in for it (bf16 dot products under the Triton interpreter)
+        "judged_dtype": (verdict or {}).get("judged_dtype"),
+        "source_sha256": source_sha256,
     }
 
 

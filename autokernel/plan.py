@@ -79,6 +79,17 @@ def entry(group: Any, peaks: dict) -> dict:
     return row
 
 
+def achieved_tflops(profile: Any) -> dict[str, float]:
+    """The most TFLOP/s any group reached, per dtype: no roof can be lower than what ran."""
+    best: dict[str, float] = {}
+    for g in profile.groups:
+        if g["kernel_type"] == "other" or not g["calls"] or not g["time_ms"] or g["dtype"] not in registry.DTYPES:
+            continue
+        rate = registry.get(g["kernel_type"]).flops(g["dims"]) * g["calls"] / (g["time_ms"] / 1e3) / 1e12
+        best[g["dtype"]] = max(best.get(g["dtype"], 0.0), rate)
+    return best
+
+
 def make_plan(profile: Any, peaks: dict, model: dict | None = None) -> dict:
     """The profile JSON of DESIGN.md: groups ranked by projected end-to-end gain."""
     rows = sorted((entry(g, peaks) for g in profile.groups),
@@ -105,15 +116,32 @@ def make_plan(profile: Any, peaks: dict, model: dict | None = None) -> dict:
     }
     if on_cpu:
         plan["note"] = CPU_NOTE
-    faster = [r["target"] for r in rows if r.get("roofline_us") and r["per_call_us"] < 0.9 * r["roofline_us"]]
-    if faster:
-        from harness.peaks import cache_path
-        plan["warnings"] = [f"{', '.join(faster)} ran faster than the measured peaks allow: the peaks were "
-                            f"probably probed while the machine was busy; delete {cache_path(profile.device)} "
-                            "to measure them again"]
+    plan["warnings"] = _faster_than_peaks(rows, peaks)
+    if not plan["warnings"]:
+        del plan["warnings"]
+    if peaks.get("raised"):
+        plan["peaks_raised"] = (f"peaks raised to what the profile's ops reached "
+                                f"({', '.join(sorted(peaks['raised']))}): the cached probe read low")
     if model is not None:
         plan["model"] = model
     return plan
+
+
+def _faster_than_peaks(rows: list[dict], peaks: dict) -> list[str]:
+    """Groups that ran faster than a roof allows. Above the copy probe's bandwidth: the group's data
+    stays in the caches (the probe's buffer is far larger). Above a compute roof: the roof was
+    probed low; measured_peaks(at_least=achieved_tflops(profile)) raises it before planning."""
+    warnings = []
+    for r in rows:
+        if not r.get("roofline_us") or r["per_call_us"] >= 0.9 * r["roofline_us"]:
+            continue
+        if r["bytes"] / (peaks["copy_gbps"] * 1e9) * 1e6 * 0.9 > r["per_call_us"]:
+            warnings.append(f"{r['target']} moved its bytes faster than the copy probe's {peaks['copy_gbps']:.4g} GB/s: "
+                            "its data likely stays in the caches, so its ceiling reads 1x")
+        else:
+            warnings.append(f"{r['target']} ran faster than the {r['peak_dtype']} peak of "
+                            f"{peak_tflops(peaks, r['dtype'])[0]:.4g} TFLOP/s: that peak was probed low")
+    return warnings
 
 
 FIRST_KEYS = ("rank", "kernel_type", "op", "shapes", "dtype", "calls", "time_ms", "share", "bound",
@@ -150,6 +178,7 @@ def table(plan: dict, max_rows: int = 20) -> Any:
                  f"the roofline; e2e: the model's, by Amdahl. All mapped groups at their ceilings: "
                  f"{plan['total_ceiling_e2e_speedup']:.2f}x end to end."
                  + (f"\n{plan['note']}." if plan.get("note") else "")
+                 + (f"\n{plan['peaks_raised']}." if plan.get("peaks_raised") else "")
                  + "".join(f"\nwarning: {w}" for w in plan.get("warnings", [])))
     t.caption_justify = "left"
     return t

@@ -1,8 +1,10 @@
 """Where a model's time goes, by kernel type, measured.
 
 torch.profiler records every aten op with its input shapes and dtypes; forward hooks open a
-record_function range around each module call, so every op knows the module it ran in. Each op's
-own time (CUDA kernel time on a GPU, self CPU time on a CPU) is attributed exactly once:
+record_function range around each module call, so every op knows the module it ran in. The ops, on
+every device, come from these CPU-side records; each op's own time is its self CPU time on a CPU,
+and on a GPU the time of the device kernels it launched, joined to it by correlation id
+(autokernel.records). That time is attributed exactly once:
 
 1. Inside each module, hand-written forms are recognised by the ops they run (a structural
    signature, not a class name): RMSNorm (pow, mean, rsqrt, mul), rotate-half rotary (neg, cat and
@@ -26,10 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
-from torch.autograd import DeviceType
 from torch.autograd.profiler import record_function
 
+from autokernel.errors import UserError
 from autokernel.forms import GLUE, Call, Node, find_forms, map_op
+from autokernel.records import Records, from_kineto, op_trees
 from harness import registry
 
 ROOT = "autokernel::forward"
@@ -58,8 +61,9 @@ class Profile:
 
 # ---------------------------------------------------------------- measuring
 def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
-                  trace_path: Optional[str] = None) -> Profile:
-    """Profile `iters` forwards of a modelfile.LoadedModel after `warmup` plain ones."""
+                  trace_path: Optional[str] = None, records_path: Optional[str] = None) -> Profile:
+    """Profile `iters` forwards of a modelfile.LoadedModel after `warmup` plain ones; `records_path`
+    keeps the raw op and kernel records (JSON) for attributing them again elsewhere."""
     device = loaded.spec.device
     inputs = loaded.make_inputs(seed)
     for _ in range(warmup):
@@ -78,13 +82,10 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
             h.remove()
     if trace_path:
         prof.export_chrome_trace(str(trace_path))
-    tallies = []
-    # on a GPU each range is also recorded on the device's timeline: keep the CPU-side tree
-    for evt in (e for e in prof.events() if e.name == ROOT and e.cpu_parent is None
-                and e.device_type == DeviceType.CPU):
-        tallies.append(_Tally(modules))
-        tallies[-1].scope(_node(evt, device))
-    groups = _summarise(tallies)
+    records = from_kineto(prof.profiler.kineto_results, device)
+    if records_path:
+        records.save(records_path)
+    groups = attribute(records, modules)
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
     return Profile(device=device, device_name=name, dtype=_model_dtype(loaded.model),
                    total_ms=sum(g["time_ms"] for g in groups), forward_ms=statistics.median(plain_s) * 1e3,
@@ -125,19 +126,21 @@ def _hook_modules(modules: dict[str, torch.nn.Module]) -> list:
     return handles
 
 
-def _node(evt: Any, device: str) -> Node:
-    module = None
-    if evt.name.startswith("module::"):
-        qual, cls = evt.name[len("module::"):].rsplit("::", 1)
-        module = ("" if qual == "<root>" else qual, cls)
-    if device.startswith("cuda"):
-        self_us = evt.self_device_time_total
-    else:
-        # on a CPU a range's own time is the Python between ops, not the device's work
-        self_us = 0.0 if (module or evt.name == ROOT) else evt.self_cpu_time_total
-    kids = sorted(evt.cpu_children, key=lambda e: e.time_range.start)
-    return Node(evt.name, float(self_us), list(evt.input_shapes or []), list(getattr(evt, "input_dtypes", None) or []),
-                list(evt.concrete_inputs or []), [_node(c, device) for c in kids], module)
+def attribute(records: Records, modules: dict[str, torch.nn.Module]) -> list[dict]:
+    """The profile's groups from its records: one tree per profiled forward, attributed alike on
+    every device (the ops from the CPU side, the time from the device's kernels on a GPU)."""
+    tallies = []
+    for tree in op_trees(records, ROOT, _module_of):
+        tallies.append(_Tally(modules))
+        tallies[-1].scope(tree)
+    return _summarise(tallies)
+
+
+def _module_of(name: str) -> Optional[tuple[str, str]]:
+    if not name.startswith("module::"):
+        return None
+    qual, cls = name[len("module::"):].rsplit("::", 1)
+    return ("" if qual == "<root>" else qual, cls)
 
 
 def _model_dtype(model: torch.nn.Module) -> str:
@@ -221,6 +224,10 @@ def _count(calls: float) -> float | int:
 
 def _group(g: dict, time_ms: float, calls: float, total_ms: float, modules: dict) -> dict:
     call: Call = g["call"]
+    if not call.dtype:
+        # a target named without its dtype would be judged and timed in a guessed one
+        raise UserError(f"the profile recorded no dtype for {call.op} ({call.kernel_type}, shapes {call.shapes or call.args})",
+                        "profile with record_shapes=True on a torch whose profiler records input dtypes")
     dims = dims_of(call.kernel_type, call.args)
     group = {"kernel_type": call.kernel_type, "op": call.op, "shapes": call.shapes or call.args,
              "dtype": call.dtype, "dims": dims, "target": registry.target_name(call.kernel_type, dims, call.dtype),

@@ -270,7 +270,7 @@ def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) 
     loaded = load_model(spec)
     (log or (lambda m: None))(f"profiling {spec.path} on {spec.device}")
     profile = profile_model(loaded)
-    peaks = measured_peaks(spec.device)
+    peaks = measured_peaks(spec.device, at_least=planner.achieved_tflops(profile))
     plan = planner.make_plan(profile, peaks, model=spec.to_json())
     targets = pick_targets(plan, options.top)
     if not targets:

@@ -119,6 +119,7 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
     assessment = _account_for_child(assessment, child, timeout_s)
     verdict["device"] = _device_info(device, events)
     verdict = _finish(verdict, assessment)
+    verdict.update(plan.dtype_record())  # a dtype that stood in for the target's is said so
     verdict["judge_seconds"] = wall_time_split(events, spawned, child.seconds, checks_s)
     return verdict
 

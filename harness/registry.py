@@ -117,6 +117,8 @@ class KernelType:
     tolerances: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     # Magnitude the error of each output element is measured against; default: rms of its row.
     error_scale: Callable[[list[Any], torch.Tensor], torch.Tensor] | None = None
+    # Its kernels multiply tiles (tl.dot): the Triton interpreter gets bf16 dot products wrong.
+    dot_products: bool = False
 
     def signature_text(self) -> str:
         parts = [p if p not in self.defaults else f"{p}={self.defaults[p]!r}" for p in self.params]

@@ -107,7 +107,7 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
                             wrapper=wrap("if x in _replay: return _replay[x].clone()",
                                          LAUNCH, "_replay[x] = y.view(shape).clone()",
                                          "return y.view(shape)")), "FAIL", "integrity"),
-    "numpy_no_launch": (source(wrapper=wrap("import numpy as np", "a = x.detach().numpy().astype(np.float64)",
+    "numpy_no_launch": (source(wrapper=wrap("import numpy as np", "a = x.detach().float().numpy().astype(np.float64)",
                                             "e = np.exp(a - a.max(-1, keepdims=True))",
                                             "return torch.from_numpy((e / e.sum(-1, keepdims=True)).astype(a.dtype)).to(x.dtype)")),
                         "FAIL", "integrity"),

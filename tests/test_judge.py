@@ -71,7 +71,9 @@ def test_verdict_json_has_the_design_shape(verdicts):
     assert v["timing"]["median_us"] > 0 and v["timing"]["reps"] >= 3
     assert v["roofline"]["cpu_figures"] is True
     sweep = next(s for s in v["stages"] if s["name"] == "shape_sweep")
-    assert "bfloat16: skip" in sweep["detail"], "bf16 on the interpreter is a skip, never a pass"
+    # the interpreter runs bf16 loads, stores and reductions: a softmax is checked in bf16 too (bf16
+    # dot products, which it gets wrong, are a labelled skip: tests/test_cases.py)
+    assert "bfloat16: skip" not in sweep["detail"]
 
 
 def test_failure_messages_name_the_hack(verdicts):

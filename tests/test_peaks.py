@@ -59,3 +59,46 @@ def test_importing_peaks_touches_nothing_and_needs_no_autokernel(tmp_path):
     env = {**os.environ, "AUTOKERNEL_CACHE_DIR": str(tmp_path / "cache")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
     assert not (tmp_path / "cache").exists()  # no probe, no folder at import
+
+
+# ---------------------------------------------------------------- peaks that stay true
+BUSY = {"device": "fake cpu", "device_type": "cpu", "copy_gbps": 5.0, "measured_at": "busy",
+        "torch": "x", "method": "m", "matmul_tflops": {"float32": 0.01, "bfloat16": 0.002}}
+
+
+def _cached(cache) -> dict:
+    path = peaks.cache_path("cpu")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(BUSY))
+    return path
+
+
+def test_an_op_faster_than_a_cached_peak_probes_again_and_keeps_the_higher_figures(cache, monkeypatch):
+    path = _cached(cache)
+    quiet = {**BUSY, "copy_gbps": 20.0, "measured_at": "quiet", "matmul_tflops": {"float32": 0.05, "bfloat16": 0.01}}
+    monkeypatch.setattr(peaks, "probe", lambda device: quiet)
+    # bf16 ran at 0.03 TFLOP/s: above the busy cache (0.002) and the new probe (0.01)
+    result = peaks.measured_peaks("cpu", at_least={"bfloat16": 0.03, "float32": 0.001})
+    assert result["matmul_tflops"] == {"float32": 0.05, "bfloat16": 0.03}
+    assert result["copy_gbps"] == 20.0 and result["measured_at"] == "quiet"
+    assert result["raised"] == {"bfloat16": {"cached": 0.002, "probed": 0.01, "seen": 0.03}}
+    assert json.loads(path.read_text()) == result  # later plans start from the higher figures
+
+
+def test_a_probe_that_reads_lower_than_the_cache_lowers_nothing(cache, monkeypatch):
+    _cached(cache)
+    busier = {**BUSY, "copy_gbps": 1.0, "matmul_tflops": {"float32": 0.001, "bfloat16": 0.001}}
+    monkeypatch.setattr(peaks, "probe", lambda device: busier)
+    result = peaks.measured_peaks("cpu", at_least={"float32": 0.02})
+    assert result["matmul_tflops"] == {"float32": 0.02, "bfloat16": 0.002} and result["copy_gbps"] == 5.0
+
+
+def test_peaks_no_op_beats_are_read_from_the_cache_without_probing(cache, monkeypatch):
+    path = _cached(cache)
+
+    def no_probe(device):
+        raise AssertionError("probed although no op beat the cached peaks")
+    monkeypatch.setattr(peaks, "probe", no_probe)
+    seen = {"float32": 0.009, "bfloat16": 0.002, "float16": 99.0}  # fp16 has no cached roof to beat
+    assert peaks.measured_peaks("cpu", at_least=seen) == BUSY
+    assert json.loads(path.read_text()) == BUSY

@@ -124,6 +124,44 @@ def test_peaks_lower_than_what_ran_are_flagged():
     half_ms = 0.5 * 0.08388608
     result = plan.make_plan(_profile([_group("softmax", {"M": 1024, "N": 1024}, half_ms, 1.0)]), PEAKS)
     assert result["entries"][0]["ceiling_speedup"] == 1.0
-    assert "softmax[x] ran faster than the measured peaks allow" in result["warnings"][0]
+    assert "softmax[x] moved its bytes faster than the copy probe's 100 GB/s" in result["warnings"][0]
+    assert "delete" not in result["warnings"][0]  # nothing for the user to do by hand
     fine = plan.make_plan(_profile([_group("softmax", {"M": 1024, "N": 1024}, 4 * 0.08388608, 1.0)]), PEAKS)
     assert "warnings" not in fine
+
+
+def test_a_bf16_model_on_an_h200_is_planned_against_the_bf16_peaks():
+    """The recorded CUDA profile of the bf16 LlamaTiny with the H200's measured peaks: every group
+    uses matmul_tflops["bfloat16"]; fused_mlp gets a ceiling instead of the float32 roof's 1x."""
+    import json
+    from pathlib import Path
+
+    from autokernel.profiler import attribute
+    from autokernel.records import Records
+    data = Path(__file__).parent / "data"
+    peaks = json.loads((data / "h200_peaks.json").read_text())
+    groups = attribute(Records.load(data / "cuda_profile_llama_tiny_bf16.json"), {})
+    total = sum(g["time_ms"] for g in groups)
+    profile = Profile(device="cuda", device_name="NVIDIA H200", dtype="bfloat16", total_ms=total, forward_ms=total,
+                      profiled_forward_ms=total, iters=1, warmup=0, groups=groups)
+    result = plan.make_plan(profile, peaks)
+    named = [e for e in result["entries"] if e["kernel_type"] != "other"]
+    assert named and all(e["peak_dtype"] == "bfloat16" and e["target"].endswith(":bfloat16]") for e in named)
+    mlp = next(e for e in named if e["kernel_type"] == "fused_mlp")
+    dims = mlp["dims"]
+    assert mlp["flops"] >= 6 * dims["M"] * dims["D"] * dims["F"] and mlp["bound"] == "compute"
+    assert mlp["roofline_us"] == pytest.approx(mlp["flops"] / (peaks["matmul_tflops"]["bfloat16"] * 1e12) * 1e6)
+    assert mlp["ceiling_speedup"] == pytest.approx(mlp["per_call_us"] / mlp["roofline_us"]) and mlp["ceiling_speedup"] > 1
+
+
+def test_a_matmul_above_the_compute_roof_names_the_roof_and_its_rate_is_what_raises_it():
+    # matmul 1024^3 fp32: 2*1024^3 = 2147483648 FLOP, 12582912 B -> 170.7 FLOP/B: compute-bound at a
+    # 1 TFLOP/s roof (2147.48 us); it ran in 1073.74 us: 2 TFLOP/s
+    dims = {"M": 1024, "K": 1024, "N": 1024}
+    profile = _profile([_group("matmul", dims, 1.073741824, 1.0)])
+    assert plan.achieved_tflops(profile) == pytest.approx({"float32": 2.0})
+    result = plan.make_plan(profile, PEAKS)
+    assert "matmul[x] ran faster than the float32 peak of 1 TFLOP/s" in result["warnings"][0]
+    raised = plan.make_plan(profile, {**PEAKS, "matmul_tflops": {"float32": 2.0}, "raised": {"float32": {}}})
+    assert "warnings" not in raised and "float32" in raised["peaks_raised"]
+    assert plan.achieved_tflops(_profile([_group("other", {}, 1.0, 1.0)])) == {}

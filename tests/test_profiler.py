@@ -217,12 +217,32 @@ def test_profile_command_json_on_stdout(seeded_peaks, tmp_path):
     assert json.loads(trace.read_text())["traceEvents"]
 
 
+def test_profile_command_raises_a_busy_cached_peak_to_what_ran(seeded_peaks, tmp_path):
+    """A cache probed while the machine was busy (fp32 at 1e-4 TFLOP/s, beaten by every matmul)
+    is probed again and raised; the plan and the cache hold the higher figure."""
+    from harness import peaks
+    path = Path(seeded_peaks["AUTOKERNEL_CACHE_DIR"]) / "peaks" / peaks.cache_path("cpu").name
+    busy = {**json.loads(path.read_text()), "matmul_tflops": {"float32": 1e-4}}
+    path.write_text(json.dumps(busy))
+    done = autokernel(["profile", "examples/llama_tiny.py", "--json", "-", "--iters", "1", "--warmup", "0"],
+                      seeded_peaks)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    fp32 = plan["peaks"]["matmul_tflops"]["float32"]
+    matmuls = [e for e in plan["entries"] if e["kernel_type"] == "matmul"]
+    assert matmuls and fp32 > 1e-4 and all(e["flops"] / e["per_call_us"] / 1e6 <= fp32 * (1 + 1e-9) for e in matmuls)
+    assert json.loads(path.read_text())["matmul_tflops"]["float32"] == fp32
+    assert "float32" in plan["peaks"]["raised"] and "delete" not in done.stderr
+
+
 def test_profile_command_plain_module_options(seeded_peaks, tmp_path):
     out = tmp_path / "p" / "profile.json"
     done = autokernel(["profile", "examples/gpt2_tiny.py", "--class-name", "GPT2Tiny", "--input-dtype", "tokens",
                        "--vocab-size", "2048", "--input-shape", "1,64", "--iters", "1", "--warmup", "0",
-                       "--json", str(out)], seeded_peaks)
+                       "--json", str(out), "--records", str(tmp_path / "records.json")], seeded_peaks)
     assert done.returncode == 0, done.stderr
+    from autokernel.records import Records
+    assert any(op.name == profiler.ROOT for op in Records.load(tmp_path / "records.json").ops)
     plan = json.loads(out.read_text())
     assert plan["model"]["class_name"] == "GPT2Tiny" and plan["model"]["input_shape"] == [1, 64]
     targets = {e["target"] for e in plan["entries"]}
@@ -237,3 +257,94 @@ def test_profile_command_reports_the_users_error(seeded_peaks, tmp_path):
     assert done.returncode == 1
     message = " ".join(done.stderr.split())  # the console wraps long lines
     assert f"{bad}:3: syntax error" in message and "Traceback" not in message
+
+
+# ---------------------------------------------------------------- a recorded CUDA profile
+DATA = Path(__file__).parent / "data"
+# The targets of the bf16 LlamaTiny run on an H200 (plan.json of that run), which lost their dtype.
+H200_TARGETS = {"rotary_embedding[4x16x512x128:]", "rmsnorm[2048x2048:]", "fused_mlp[2048x2048x5632:]",
+                "matmul[2048x2048x32000:]", "matmul[2048x2048x2048:]", "flash_attention[4x16x512x128:]"}
+
+
+def cuda_records():
+    from autokernel.records import Records
+    return Records.load(DATA / "cuda_profile_llama_tiny_bf16.json")
+
+
+@pytest.fixture(scope="module")
+def llama_modules():
+    sys.path.insert(0, str(DATA))
+    try:
+        from make_cuda_profile import llama_tiny
+    finally:
+        sys.path.remove(str(DATA))
+    return dict(llama_tiny().named_modules())
+
+
+def test_a_bf16_model_on_cuda_gets_bf16_targets_from_its_cpu_side_op_records(llama_modules):
+    records = cuda_records()
+    assert records.device == "cuda" and records.kernels and records.launches
+    groups = profiler.attribute(records, llama_modules)
+    named = [g for g in groups if g["kernel_type"] != "other"]
+    assert {g["target"] for g in named} == {t.replace(":]", ":bfloat16]") for t in H200_TARGETS}
+    assert all(g["dtype"] == "bfloat16" for g in named)
+    assert {g["target"]: g["calls"] for g in named}["rmsnorm[2048x2048:bfloat16]"] == 5
+    # runtime calls are how time is joined, not ops of the model
+    assert not any("cudaLaunch" in op for g in groups for op in g["ops"])
+
+
+def test_every_kernel_is_timed_once_under_the_op_that_launched_it(llama_modules):
+    records = cuda_records()
+    groups = profiler.attribute(records, llama_modules)
+    total_us = sum(k.duration_us for k in records.kernels)
+    assert sum(g["time_ms"] for g in groups) * 1e3 == pytest.approx(total_us)
+    # the RMSNorm modules' time: kernels whose launch ran inside an RMSNorm range (read off the
+    # launches' timestamps, not off the kernels' links)
+    norms = [op for op in records.ops if op.name.startswith("module::") and op.name.endswith("::RMSNorm")]
+    launched = {r.correlation for r in records.launches
+                if any(n.start_ns <= r.start_ns and r.end_ns <= n.end_ns for n in norms)}
+    norm_us = sum(k.duration_us for k in records.kernels if k.correlation in launched)
+    rmsnorm = next(g for g in groups if g["kernel_type"] == "rmsnorm")
+    assert norm_us > 0 and rmsnorm["time_ms"] * 1e3 == pytest.approx(norm_us)
+
+
+def test_kernels_without_a_link_join_their_op_through_the_launch(llama_modules):
+    linked = profiler.attribute(cuda_records(), llama_modules)
+    records = cuda_records()
+    assert any(k.op for k in records.kernels) and any(not k.op for k in records.kernels)
+    for k in records.kernels:
+        k.op = 0
+    for launch in records.launches:
+        launch.op = 0  # only time containment is left
+    assert profiler.attribute(records, llama_modules) == linked
+
+
+def test_records_without_ids_of_their_own_give_the_same_attribution(llama_modules):
+    """Ranges and ops are told apart by their place, not their ids: with every id 0 (and so no
+    link usable), the kernels still join their ops through the launches inside the op ranges."""
+    linked = profiler.attribute(cuda_records(), llama_modules)
+    records = cuda_records()
+    for op in records.ops:
+        op.id = 0
+    assert profiler.attribute(records, llama_modules) == linked
+
+
+def test_a_target_whose_dtype_was_not_recorded_is_an_error(llama_modules):
+    from autokernel.errors import UserError
+    records = cuda_records()
+    for op in records.ops:
+        op.dtypes = []
+    with pytest.raises(UserError, match="no dtype"):
+        profiler.attribute(records, llama_modules)
+
+
+def test_cpu_profiles_record_and_reattribute_the_same(tmp_path):
+    """The records a CPU profile keeps give the same groups when attributed again."""
+    from autokernel.records import Records
+    path = tmp_path / "records.json"
+    loaded = load_model(spec_from_options(EXAMPLES / "llama_tiny.py", device="cpu", dtype="bfloat16"))
+    prof = profiler.profile_model(loaded, iters=1, warmup=0, records_path=str(path))
+    records = Records.load(path)
+    assert records.device == "cpu" and not records.kernels
+    assert profiler.attribute(records, dict(loaded.model.named_modules())) == prof.groups
+    assert {g["dtype"] for g in prof.groups if g["kernel_type"] != "other"} == {"bfloat16"}

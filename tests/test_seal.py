@@ -192,7 +192,7 @@ def test_an_old_header_is_upgraded_by_the_next_append_and_a_torn_row_dropped(tmp
     path = tmp_path / board.FILENAME
     row = board.make_row(experiment=0, target=TARGET, kernel_type="softmax", agent="tune", decision="BASELINE",
                          verdict={"verdict": "PASS", "timing": {"median_us": 3.0}}, candidate="c", description="a\tb")
-    old = "\t".join(board.escape(row.get(c)) for c in board.COLUMNS[:-1]) + "\n"
+    old = "\t".join(board.escape(row.get(c)) for c in board.LEGACY_COLUMNS) + "\n"
     path.write_text(board.LEGACY_HEADER + old + old[:20])  # the last row torn by a crash
     board.Leaderboard(path).append({**row, "experiment": 1, "source_sha256": "cd" * 32})
     assert path.read_text().startswith(board.HEADER)

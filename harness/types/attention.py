@@ -28,6 +28,7 @@ def _attn_eager(q, k, v, causal=False, sm_scale=None):
 
 register(KernelType(
     name="flash_attention",
+    dot_products=True,
     params=("q", "k", "v", "causal", "sm_scale"),
     defaults={"causal": False, "sm_scale": None},
     make_inputs=_attn_inputs,

@@ -20,6 +20,7 @@ def _matmul_inputs(case: Case, gen: torch.Generator):
 
 register(KernelType(
     name="matmul",
+    dot_products=True,
     params=("a", "b"),
     defaults={},
     make_inputs=_matmul_inputs,
@@ -67,6 +68,7 @@ def _mlp_eager(x, w_gate, w_up, w_down):
 
 register(KernelType(
     name="fused_mlp",
+    dot_products=True,
     params=("x", "w_gate", "w_up", "w_down"),
     defaults={},
     make_inputs=_mlp_inputs,
