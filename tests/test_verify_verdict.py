@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from autokernel import accuracy
 from autokernel import verify as verifier
 from autokernel.cli import app
-from autokernel.run import OptimizeOptions
-from tests.test_verify import TARGETS, WRONG_RMSNORM, make_run
+from autokernel.run import OptimizeOptions, RunDir
+from tests.test_verify import TARGETS, WRONG_RMSNORM, make_run, rewrite_winner
 
 NORMS = [t for t in TARGETS if t[1] == "rmsnorm"]
 
@@ -85,7 +85,7 @@ def test_a_bf16_kernel_that_rounds_once_is_accepted_and_a_dot_the_interpreter_ca
 def test_a_wrong_bf16_kernel_is_still_guilty(bf16_run, tmp_path):
     run = tmp_path / "run-bf16-wrong"
     shutil.copytree(bf16_run, run)
-    (run / "best" / "rmsnorm-8x32-bfloat16.py").write_text(WRONG_RMSNORM)
+    rewrite_winner(RunDir(run), "rmsnorm[8x32:bfloat16]", WRONG_RMSNORM)
     result = verifier.verify(run, seeds=(0,))
     assert result["guilty"] == ["rmsnorm[8x32:bfloat16]"] and result["status"] == "failed"
     assert "further from the float64 reference than eager" in result["per_kernel"]["rmsnorm[8x32:bfloat16]"]["guilty_reason"]
