@@ -207,3 +207,51 @@ def test_ray_without_ray_says_how_to_install_it(monkeypatch):
     with pytest.raises(UserError) as e:
         make_slots(StubJudge(), "cpu", ray_address="auto")
     assert "not installed" in e.value.message and "autokernel[ray]" in e.value.hint
+
+
+# ------------------------------------------------------------------ end to end, the real judge
+@pytest.mark.slow
+def test_two_workers_survive_a_killed_judge_and_a_kill_9(tmp_path):
+    import os
+    import signal
+
+    from loop_kernels import SOFTMAX_MODEL
+    from test_optimize import WAIT_S, end_orphans, judge_workers, judging, start, wait_for
+    model = tmp_path / "softmax_model.py"
+    model.write_text(SOFTMAX_MODEL)
+    runs_dir = tmp_path / "runs"
+    first = start([str(model), "--agent", "tune", "--max-experiments", "4", "--workers", "2",
+                   "--timeout", "300", "--device", "cpu"], runs_dir)
+    run = wait_for(first, runs_dir, judging(1), "experiment 1's judge")
+    for pid, command in judge_workers(run).items():  # one slot's worker dies mid-candidate
+        if "exp_0001.py" in command:
+            os.kill(pid, signal.SIGKILL)
+
+    def recorded(number):
+        def ready(folder):
+            path = folder / board.FILENAME
+            return path.exists() and number in set(board.read(path)["experiment"].astype(int))
+        return ready
+    wait_for(first, runs_dir, recorded(1), "experiment 1's row")
+    first.kill()  # kill -9 of the writer, with candidates in flight
+    first.communicate(timeout=60)
+    end_orphans(run)
+    before = board.read(run / board.FILENAME).drop(columns=["timestamp"]).astype(str).to_dict("records")
+
+    second = start(["--resume", run.name, "--workers", "2"], runs_dir)
+    out, err = second.communicate(timeout=WAIT_S)
+    assert second.returncode == 0, err
+    frame = board.read(run / board.FILENAME)
+    after = frame.drop(columns=["timestamp"]).astype(str).to_dict("records")
+    assert after[:len(before)] == before  # nothing recorded was lost or rewritten
+    assert [int(n) for n in frame["experiment"]] == [0, 1, 2, 3, 4]
+    crashed = frame[frame["experiment"].astype(int) == 1].iloc[0]
+    assert crashed["verdict"] == "CRASH" and crashed["decision"] == "REVERT"
+    assert set(frame[frame["experiment"].astype(int) != 1]["verdict"]) == {"PASS"}  # the search went on
+    state = json.loads((run / "state.json").read_text())
+    target = state["targets"][0]
+    assert state["status"] == "done" and target["pending"] == [] and target["next_experiment"] == 5
+    configs = {json.dumps(read_literals((run / c).read_text())["CONFIG"], sort_keys=True)
+               for c in frame["candidate"][1:]}
+    assert len(configs) == 4
+    assert check_run(run).errors == []
