@@ -202,8 +202,13 @@ class TargetSearch:
         # back, and it fails, before anything of it is recorded
         self.guard.snapshot()
         try:
-            verdict = self.judge(path, target=self.case(), device=self.settings.device,
-                                 arch=self.settings.arch, timeout_s=self.settings.timeout_s)
+            if getattr(self.slots, "remote", False):  # a Ray cluster judges even the baseline
+                from autokernel.slots import JudgeJob
+                job = JudgeJob(path, candidate.source, self.case(), self.settings.arch, self.settings.timeout_s)
+                verdict = self.slots.submit(job).result()
+            else:
+                verdict = self.judge(path, target=self.case(), device=self.settings.device,
+                                     arch=self.settings.arch, timeout_s=self.settings.timeout_s)
         finally:
             touched = self.guard.restore()
         return self.write_verdict(number, candidate, verdict, touched)

@@ -67,6 +67,8 @@ class ThreadSlots:
     """A thread per slot: `submit` returns a future of the verdict; a slot is taken from the free
     ones for each job and given back when its verdict is in."""
 
+    remote = False  # True: the judges are elsewhere, so every candidate goes through a slot
+
     def __init__(self, slots: list[Any]):
         self.width = len(slots)
         self._free: queue.Queue = queue.Queue()
@@ -132,6 +134,8 @@ def crash_verdict(detail: str, device: str) -> dict:
 
 class RaySlots(ThreadSlots):
     """One Ray actor per slot: `num_gpus=1` each on a CUDA run, `num_cpus=1` each on the CPU."""
+
+    remote = True
 
     def __init__(self, ray: Any, device: str, width: int, started_here: bool):
         self.ray, self.device, self.started_here = ray, device, started_here

@@ -255,3 +255,38 @@ def test_two_workers_survive_a_killed_judge_and_a_kill_9(tmp_path):
                for c in frame["candidate"][1:]}
     assert len(configs) == 4
     assert check_run(run).errors == []
+
+
+@pytest.fixture
+def local_ray():
+    ray = pytest.importorskip("ray")
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parent.parent)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": root}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_the_same_search_on_a_local_ray_cluster(tmp_path, local_ray):
+    run, state = new_run(tmp_path)
+    slots = make_slots(None, "cpu", ray_address="auto")  # the Ray this process started
+    assert slots.width == 2  # one actor per CPU of the cluster
+    def no_local_judge(*args, **kwargs):
+        raise AssertionError("a candidate was judged outside the Ray cluster")
+    try:
+        loop.search_all(run, state, loop.SearchSettings(max_experiments=2, plateau=99),
+                        loop.proposer_factory("tune", seed=0), starter_source=loop.starter_sources(run),
+                        judge=no_local_judge, slots=slots)
+    finally:
+        slots.close()
+    frame = board.read(run.leaderboard_path)
+    assert [int(n) for n in frame["experiment"]] == [0, 1, 2]
+    assert set(frame["verdict"]) == {"PASS"} and list(frame["decision"])[0] == "BASELINE"
+    t = state.targets[0]
+    assert t.status == "done" and t.pending == []
+    verdict = json.loads(run.experiment_file(t, 2, ".json").read_text())
+    assert verdict["kernel_file"] == str(run.experiment_file(t, 2))  # the run's file, not the actor's copy
+    assert verdict["timing"]["median_us"] > 0 and verdict["device"]["type"] == "cpu"
+    assert check_run(run.path).errors == []
