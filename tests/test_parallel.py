@@ -9,6 +9,7 @@ import sys
 import threading
 
 import pytest
+from fake_openai import fake_openai  # noqa: F401  (fixture)
 
 from autokernel import leaderboard as board
 from autokernel import loop
@@ -289,4 +290,56 @@ def test_the_same_search_on_a_local_ray_cluster(tmp_path, local_ray):
     verdict = json.loads(run.experiment_file(t, 2, ".json").read_text())
     assert verdict["kernel_file"] == str(run.experiment_file(t, 2))  # the run's file, not the actor's copy
     assert verdict["timing"]["median_us"] > 0 and verdict["device"]["type"] == "cpu"
+    assert check_run(run.path).errors == []
+
+
+# ------------------------------------------------------------------ the LLM agent, requests in flight
+def test_llm_requests_in_flight_at_once(tmp_path, fake_openai, monkeypatch):
+    from fake_openai import API_KEY, MODEL, reply
+    from loop_kernels import FAST, WRONG, reply_with
+
+    from autokernel.llm import LLMClient
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    fake_openai.script(reply(reply_with("Pack rows.", FAST)), reply(reply_with("Skip the division.", WRONG)),
+                       reply("No code this time."), reply(reply_with("Pack rows again.", FAST)))
+    client = LLMClient(MODEL, base_url=fake_openai.base_url)
+    both = threading.Barrier(2, timeout=GATE_S)  # the first two requests must be out together
+
+    class Gated:
+        waited_s = 0.0
+
+        def __init__(self):
+            self.asked, self.lock = 0, threading.Lock()
+
+        def query(self, messages):
+            with self.lock:
+                self.asked += 1
+                first_two = self.asked <= 2
+            if first_two:
+                both.wait()
+            return client.query(messages)
+
+    def judge(kernel_file, *, target, device, arch, timeout_s):
+        median_us = 100.0 if number_of(kernel_file) == 0 else 50.0
+        return {"verdict": "PASS", "failed_stage": None, "stages": [], "device": {"type": "cpu"},
+                "timing": {"median_us": median_us, "iqr_us": 0.0, "reps": 20, "baseline_median_us": 100.0}}
+
+    run, state = new_run(tmp_path)
+    state.agent = "llm"
+    settings = loop.SearchSettings(max_experiments=4, plateau=99, concurrency=2)
+    slots = LocalSlots(judge, local_slots("cpu", 1))
+    try:
+        loop.search_all(run, state, settings, loop.proposer_factory("llm", 0, Gated()),
+                        starter_source=loop.starter_sources(run), judge=judge, slots=slots)
+    finally:
+        slots.close()
+    frame = board.read(run.leaderboard_path)
+    assert [int(n) for n in frame["experiment"]] == [0, 1, 2, 3, 4]
+    assert sorted(frame["description"][1:]) == sorted(["Pack rows.", "Skip the division.",
+                                                       "No code this time.", "Pack rows again."])
+    assert list(frame["failed_stage"]).count("parse") == 1
+    assert list(frame["decision"]).count("KEEP") == 1  # only the first 50 us beats the 100 us best
+    t = state.targets[0]
+    for n in range(1, 5):  # each number kept its own prompt and reply
+        assert run.experiment_file(t, n, ".response.md").exists()
     assert check_run(run.path).errors == []
