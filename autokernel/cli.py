@@ -195,7 +195,11 @@ def optimize(
                                        api_key_env=api_key_env, budget_s=budget_s or 8 * 3600.0,
                                        max_experiments=max_experiments, top=top, timeout_s=timeout,
                                        **{k: v for k, v in scale.items() if v is not None})
-        run, state, config = runs.start(model_opts.spec(model), options, runs_dir,
+        spec = model_opts.spec(model)
+        if ray is None:  # a bad --workers/--devices fails before minutes of profiling
+            from autokernel.slots import local_slots
+            local_slots(spec.device, options.workers, options.devices)
+        run, state, config = runs.start(spec, options, runs_dir,
                                         log=lambda m: err.print(m, highlight=False))
     err.print(f"run {run.run_id} in {run.path} ({state.agent} agent)", highlight=False)
     view = shown.make_display(state, live=False if plain else None)

@@ -174,10 +174,17 @@ def ray_slots(address: str, device: str, workers: int) -> RaySlots:
         raise UserError("--ray needs Ray, which is not installed", RAY_INSTALL) from None
     started_here = not ray.is_initialized()
     if started_here:
-        # the actors import autokernel and harness: on a local cluster they find them as we do
-        os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
-        ray.init(address=None if address == "local" else address, include_dashboard=False,
-                 log_to_driver=False)
+        local = address == "local"
+        # the actors import autokernel and harness: a cluster started here finds them as we do;
+        # the machines of another cluster need autokernel installed
+        root = str(Path(__file__).resolve().parent.parent)
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        try:
+            ray.init(address=None if local else address, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"PYTHONPATH": path}} if local else None)
+        except Exception as e:  # no cluster there, or one of another Ray version
+            raise UserError(f"cannot reach the Ray cluster at {address}: {e}",
+                            "start one with `ray start --head` (or use --ray local), then resume") from None
     if workers <= 1:
         workers = int(ray.cluster_resources().get("GPU" if device == "cuda" else "CPU", 0))
     if workers < 1:

@@ -4,6 +4,7 @@ The search runs for real (tuner, loop, leaderboard, state, guard); the judge is 
 file's CONFIG (the loop's judge seam) wherever the real judge is not the point, with gates that
 force verdicts to come back out of order, so nothing here depends on timing or load."""
 import json
+import os
 import re
 import sys
 import threading
@@ -213,7 +214,6 @@ def test_ray_without_ray_says_how_to_install_it(monkeypatch):
 # ------------------------------------------------------------------ end to end, the real judge
 @pytest.mark.slow
 def test_two_workers_survive_a_killed_judge_and_a_kill_9(tmp_path):
-    import os
     import signal
 
     from loop_kernels import SOFTMAX_MODEL
@@ -343,3 +343,18 @@ def test_llm_requests_in_flight_at_once(tmp_path, fake_openai, monkeypatch):
     for n in range(1, 5):  # each number kept its own prompt and reply
         assert run.experiment_file(t, n, ".response.md").exists()
     assert check_run(run.path).errors == []
+
+
+def test_devices_on_the_cpu_are_refused_before_profiling(tmp_path):
+    import subprocess
+    from pathlib import Path
+
+    from loop_kernels import SOFTMAX_MODEL
+    root = Path(__file__).resolve().parent.parent
+    model = tmp_path / "softmax_model.py"
+    model.write_text(SOFTMAX_MODEL)
+    done = subprocess.run([sys.executable, "-m", "autokernel", "optimize", str(model), "--device", "cpu",
+                           "--devices", "0,1", "--runs-dir", str(tmp_path / "runs")], cwd=root, text=True,
+                          capture_output=True, timeout=GATE_S, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode != 0 and "--devices names CUDA devices" in done.stderr
+    assert not (tmp_path / "runs").exists()
