@@ -174,6 +174,10 @@ def optimize(
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue the run with this id (also after a crash)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Wall-clock limit per judged candidate, seconds."),
     plain: bool = typer.Option(False, "--plain", help="Plain log lines even on a terminal."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Candidates judged at once: one per GPU (the first N), or N CPU slots on the CPU."),
+    devices: Optional[str] = typer.Option(None, "--devices", help="CUDA devices to judge on, one candidate each, e.g. 0,1,2,3."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="LLM requests in flight at once (default 1)."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Judge on a Ray cluster: its address, auto (the cluster this machine is in) or local."),
     model_opts: _ModelOptions = None,
 ) -> None:
     """Profile MODEL, then search faster kernels for its top bottlenecks, judging every candidate."""
@@ -181,18 +185,25 @@ def optimize(
     from autokernel import loop
     from autokernel import run as runs
     from autokernel.errors import UsageError
+    from autokernel.slots import parse_devices
     budget_s = runs.parse_duration_s(budget) if budget is not None else None
+    scale = {"workers": workers, "devices": parse_devices(devices), "concurrency": concurrency, "ray": ray}
     if resume is not None:
         run, state, config = runs.resume(runs_dir, resume, {"budget_s": budget_s, "timeout_s": timeout,
-                                                             "max_experiments": max_experiments},
+                                                             "max_experiments": max_experiments, **scale},
                                          log=lambda m: err.print(m, highlight=False))
     elif model is None:
         raise UsageError("give a MODEL file to optimize, or --resume RUN_ID", "e.g. autokernel optimize model.py --budget 2h")
     else:
         options = runs.OptimizeOptions(agent=agent, llm=llm or runs.DEFAULT_LLM, base_url=base_url,
                                        api_key_env=api_key_env, budget_s=budget_s or 8 * 3600.0,
-                                       max_experiments=max_experiments, top=top, timeout_s=timeout)
-        run, state, config = runs.start(model_opts.spec(model), options, runs_dir,
+                                       max_experiments=max_experiments, top=top, timeout_s=timeout,
+                                       **{k: v for k, v in scale.items() if v is not None})
+        spec = model_opts.spec(model)
+        if ray is None:  # a bad --workers/--devices fails before minutes of profiling
+            from autokernel.slots import local_slots
+            local_slots(spec.device, options.workers, options.devices)
+        run, state, config = runs.start(spec, options, runs_dir,
                                         log=lambda m: err.print(m, highlight=False))
     err.print(f"run {run.run_id} in {run.path} ({state.agent} agent)", highlight=False)
     view = shown.make_display(state, live=False if plain else None)

@@ -44,12 +44,15 @@ class SearchSettings:
     device: str = "cpu"
     timeout_s: float | None = None
     arch: str = "sm_90"
+    concurrency: int = 1  # proposals in flight at once (LLM requests); the tuner proposes instantly
 
 
-def default_judge(kernel_file: Path, *, target, device: str, arch: str, timeout_s: float | None) -> dict:
+def default_judge(kernel_file: Path, *, target, device: str, arch: str, timeout_s: float | None,
+                  visible_devices: str | None = None) -> dict:
     from harness.judge import JudgeUsageError, judge
     try:
-        return judge(kernel_file, target=target, device=device, arch=arch, timeout_s=timeout_s)
+        return judge(kernel_file, target=target, device=device, arch=arch, timeout_s=timeout_s,
+                     visible_devices=visible_devices)
     except JudgeUsageError as e:  # the run's own settings, not the candidate: nothing can be judged
         raise UserError(f"the judge cannot run: {e}", "check --device and --timeout, then --resume") from None
 
@@ -96,8 +99,10 @@ class TargetSearch:
     def __init__(self, run: RunDir, state: RunState, target: TargetState, proposer: Proposer,
                  settings: SearchSettings, *, starter_source: str, judge: JudgeFn = default_judge,
                  display: Any = None, peaks: dict | None = None, next_offer: float = 0.0,
-                 time_cap_s: float = math.inf, paused_s: Callable[[], float] = lambda: 0.0):
+                 time_cap_s: float = math.inf, paused_s: Callable[[], float] = lambda: 0.0,
+                 slots: Any = None):
         self.run, self.state, self.target = run, state, target
+        self.slots = slots  # autokernel.slots: judge slots for experiments in flight at once
         self.proposer, self.settings, self.judge = proposer, settings, judge
         self.starter_source = starter_source
         self.display, self.peaks = display, peaks or {}
@@ -117,9 +122,19 @@ class TargetSearch:
             self.experiment(self._starter_candidate())
             if t.best_median_us is None:
                 raise TargetDone(f"the starter did not pass at this target: {t.history[-1].get('message', '')}")
+        if self.concurrent:
+            from autokernel.parallel import ConcurrentSearch
+            ConcurrentSearch(self).run()  # ends, like this loop, by raising a stop
+        t.pending = []  # left by a concurrent session: their numbers stay unused
         while True:
             self.check_stops()
             self.experiment(None)
+
+    @property
+    def concurrent(self) -> bool:
+        """Several experiments in flight at once (or some left in flight by a killed session)."""
+        return self.slots is not None and (self.slots.width > 1 or self.settings.concurrency > 1
+                                           or bool(self.target.pending))
 
     def check_stops(self) -> None:
         t, s = self.target, self.settings
@@ -179,31 +194,49 @@ class TargetSearch:
         return Candidate(source=self.starter_source, description=STARTER_DESCRIPTION)
 
     def _judge(self, number: int, candidate: Candidate) -> dict | None:
+        path = self.write_candidate(number, candidate)
+        if path is None:
+            return self.write_verdict(number, candidate, None, [])
+        self._show("status", f"experiment {number}: judging {candidate.description[:60]}")
+        # the candidate runs while the run folder exists: whatever it changes there is put
+        # back, and it fails, before anything of it is recorded
+        self.guard.snapshot()
+        try:
+            if getattr(self.slots, "remote", False):  # a Ray cluster judges even the baseline
+                from autokernel.slots import JudgeJob
+                job = JudgeJob(path, candidate.source, self.case(), self.settings.arch, self.settings.timeout_s)
+                verdict = self.slots.submit(job).result()
+            else:
+                verdict = self.judge(path, target=self.case(), device=self.settings.device,
+                                     arch=self.settings.arch, timeout_s=self.settings.timeout_s)
+        finally:
+            touched = self.guard.restore()
+        return self.write_verdict(number, candidate, verdict, touched)
+
+    def write_candidate(self, number: int, candidate: Candidate) -> Path | None:
+        """The experiment's files before judging; the candidate's path (None: nothing to judge)."""
         files = self.run
-        folder = files.kernels(self.target)
-        folder.mkdir(parents=True, exist_ok=True)
+        files.kernels(self.target).mkdir(parents=True, exist_ok=True)
         if candidate.prompt is not None:
             files.experiment_file(self.target, number, ".prompt.md").write_text(candidate.prompt, encoding="utf-8")
         if candidate.response is not None:
             files.experiment_file(self.target, number, ".response.md").write_text(candidate.response, encoding="utf-8")
         if candidate.source is None:
+            return None
+        path = files.experiment_file(self.target, number)
+        write_source(path, candidate.source)
+        return path
+
+    def write_verdict(self, number: int, candidate: Candidate, verdict: dict | None,
+                      touched: list[str]) -> dict | None:
+        """The verdict sealed against the text the search held (a FAIL if the run's records were
+        touched while it was judged), written beside the candidate."""
+        if candidate.source is None:
             verdict = None
             record = {"verdict": "FAIL", "failed_stage": "parse", "detail": NO_CODE_MESSAGE}
         else:
-            path = files.experiment_file(self.target, number)
-            write_source(path, candidate.source)
-            self._show("status", f"experiment {number}: judging {candidate.description[:60]}")
-            # the candidate runs while the run folder exists: whatever it changes there is put
-            # back, and it fails, before anything of it is recorded
-            self.guard.snapshot()
-            try:
-                verdict = self.judge(path, target=self.case(), device=self.settings.device,
-                                     arch=self.settings.arch, timeout_s=self.settings.timeout_s)
-            finally:
-                touched = self.guard.restore()
-            verdict = seal_verdict(verdict, source_sha256(candidate.source), touched)
-            record = verdict
-        files.write_json(files.experiment_file(self.target, number, ".json"), record)
+            verdict = record = seal_verdict(verdict, source_sha256(candidate.source), touched)
+        self.run.write_json(self.run.experiment_file(self.target, number, ".json"), record)
         return verdict
 
     def case(self):
@@ -229,7 +262,8 @@ class TargetSearch:
                                   and timing.get("median_us")):
             self._new_best(number, candidate, verdict)
         t.history.append({**experiment.to_json(), "row": row})
-        t.next_experiment = number + 1
+        t.next_experiment = max(t.next_experiment, number + 1)  # numbers in flight stay handed out
+        t.pending = [p for p in t.pending if p.get("number") != number]
         self._charge()
         self.run.save_state(self.state)  # the state first: a resume re-appends a row it lacks
         self.leaderboard.append(row)
@@ -280,9 +314,10 @@ def time_cap_s(state: RunState, index: int) -> float:
 def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_proposer: Callable,
                *, starter_source: Callable[[TargetState], str], judge: JudgeFn = default_judge,
                display: Any = None, peaks: dict | None = None,
-               paused_s: Callable[[], float] = lambda: 0.0) -> None:
+               paused_s: Callable[[], float] = lambda: 0.0, slots: Any = None) -> None:
     """Search each target not yet done, in plan order. Returns when every target is done; raises
-    BudgetExhausted or Interrupted (and KeyboardInterrupt) to end the run early."""
+    BudgetExhausted or Interrupted (and KeyboardInterrupt) to end the run early. `slots`: judge
+    slots (autokernel.slots) to keep several experiments in flight; None judges one at a time."""
     for index, target in enumerate(state.targets):
         if target.status == "done":
             continue
@@ -291,7 +326,7 @@ def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_prop
         search = TargetSearch(run, state, target, make_proposer(target, source), settings,
                               starter_source=source, judge=judge, display=display, peaks=peaks,
                               next_offer=offer(later[0]) if later else 0.0,
-                              time_cap_s=time_cap_s(state, index), paused_s=paused_s)
+                              time_cap_s=time_cap_s(state, index), paused_s=paused_s, slots=slots)
         if display is not None:
             display.start_target(target, index, len(state.targets))
         try:
@@ -340,19 +375,24 @@ def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
     """Search every target of a started or resumed run until done, out of budget or interrupted.
     Ctrl-C and SIGTERM kill the judge's processes and leave a resumable state."""
     from autokernel.run import llm_client, options_of
+    from autokernel.slots import make_slots
     options = options_of(config)
     settings = SearchSettings(max_experiments=options.max_experiments, plateau=options.plateau,
-                              device=config["model"]["device"], timeout_s=options.timeout_s)
+                              device=config["model"]["device"], timeout_s=options.timeout_s,
+                              concurrency=options.concurrency)
     if state.agent == "llm" and client is None:
         client = llm_client(options)
         client.check()
+    slots = make_slots(judge, settings.device, workers=options.workers, devices=options.devices,
+                       ray_address=options.ray)
     state.status, state.stop_reason, state.sessions = "running", "", state.sessions + 1
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
     try:
         search_all(run, state, settings, proposer_factory(state.agent, options.seed, client),
                    starter_source=starter_sources(run), judge=judge, display=display,
-                   peaks=config.get("peaks"), paused_s=lambda: getattr(client, "waited_s", 0.0))
+                   peaks=config.get("peaks"), paused_s=lambda: getattr(client, "waited_s", 0.0),
+                   slots=slots)
         state.status, state.stop_reason = "done", "every target searched"
     except BudgetExhausted as stop:
         state.status, state.stop_reason = "done", str(stop)
@@ -366,5 +406,6 @@ def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+        slots.close()
         run.save_state(state)
     return state

@@ -84,6 +84,9 @@ class TargetState:
     eager_median_us: float | None = None  # PyTorch's own op at the same shape
     seconds: float = 0.0  # search time spent on this target
     history: list[dict] = field(default_factory=list)  # Experiment.to_json() + its leaderboard row
+    # experiments handed to a judge and not yet recorded (number, sha256, description, config):
+    # a resume judges them again under their own numbers
+    pending: list[dict] = field(default_factory=list)
 
     @property
     def slug(self) -> str:
@@ -220,6 +223,10 @@ class OptimizeOptions:
     timeout_s: float | None = None  # per judge call
     plateau: int = 8
     seed: int = 0
+    workers: int = 1  # judge slots: one per device (CPU slots on the CPU)
+    devices: list[str] | None = None  # CUDA device indices, one slot each
+    concurrency: int = 1  # LLM requests in flight
+    ray: str | None = None  # a Ray cluster address (or "auto"): judge slots are Ray actors
 
     def resolved_agent(self) -> str:
         from autokernel.llm import choose_agent

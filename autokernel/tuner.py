@@ -46,11 +46,21 @@ class Tuner:
         self.distributions = {k: optuna.distributions.CategoricalDistribution(v)
                               for k, v in self.tunables.items()}
         self.study = optuna.create_study(direction="minimize",
-                                         sampler=optuna.samplers.TPESampler(seed=seed))
+                                         sampler=self._sampler(optuna, seed))
         self._rng = random.Random(seed)
         self.tried: dict[Key, float | None] = {}  # configuration -> median_us (None: failed)
         self._pending: dict[Key, Any] = {}  # configurations proposed, awaiting their verdict
         self._valid: list[Key] | None = self._enumerate()
+
+    @staticmethod
+    def _sampler(optuna: Any, seed: int) -> Any:
+        import warnings
+        with warnings.catch_warnings():  # constant_liar is marked experimental
+            warnings.simplefilter("ignore")
+            # constant_liar: with several trials in flight TPE counts the pending ones as bad
+            # results, so it spreads out instead of asking again near them; with one in flight
+            # (nothing pending at ask time) it samples as before
+            return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
 
     # ------------------------------------------------------------------ the space
     def _check_declarations(self) -> None:
@@ -137,6 +147,11 @@ class Tuner:
         timing = (verdict or {}).get("timing") or {}
         passed = (verdict or {}).get("verdict") == "PASS"
         self.record(config, timing.get("median_us") if passed else None)
+
+    def hold(self, config: dict[str, Any]) -> None:
+        """A configuration in flight that this tuner did not propose (a resumed run judging again
+        what a killed session had submitted): never proposed again; its result comes by `observe`."""
+        self._pending.setdefault(self._key(config), None)
 
     def record(self, config: dict[str, Any], median_us: float | None) -> None:
         """A configuration's result, from this run or, on resume, from the run's history."""

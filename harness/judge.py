@@ -47,9 +47,10 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def child_env(device: str) -> dict[str, str]:
+def child_env(device: str, visible_devices: str | None = None) -> dict[str, str]:
     """The environment of a judge's child: no secrets, the harness importable, and on the CPU the
-    Triton interpreter switched on before anything can be jitted."""
+    Triton interpreter switched on before anything can be jitted. `visible_devices` (a CUDA index)
+    pins the child to one GPU of several: the search's slot for that device passes it."""
     root = str(Path(harness.__file__).resolve().parent.parent)
     extra = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
              "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -59,6 +60,8 @@ def child_env(device: str) -> dict[str, str]:
         extra["TRITON_INTERPRET"] = "1"  # before anything is jitted: the worker imports triton after this
         # the interpreter's tl.dot runs on numpy's BLAS, whose spinning threads fight a small CPU
         extra.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+    if visible_devices is not None:  # the child sees that GPU as cuda:0
+        extra["CUDA_VISIBLE_DEVICES"] = str(visible_devices)
     return scrubbed_env(extra)
 
 
@@ -76,8 +79,10 @@ def read_events(out_dir: Path) -> list[dict]:
 
 
 def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | None = None,
-          arch: str = "sm_90", timeout_s: float | None = None, compile_baseline: bool = False) -> dict[str, Any]:
-    """Judge one kernel file; always returns the verdict JSON of DESIGN.md (as a dict)."""
+          arch: str = "sm_90", timeout_s: float | None = None, compile_baseline: bool = False,
+          visible_devices: str | None = None) -> dict[str, Any]:
+    """Judge one kernel file; always returns the verdict JSON of DESIGN.md (as a dict).
+    `visible_devices`: the CUDA device index the child runs on (None: the parent's own view)."""
     path = Path(kernel_file)
     if not path.is_file():
         raise JudgeUsageError(f"no such kernel file: {path}")
@@ -109,7 +114,7 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
         if compile_baseline:
             argv.append("--compile-baseline")
         spawned = time.time()
-        child = run_isolated(argv, timeout_s, env=child_env(device), cwd=cwd)
+        child = run_isolated(argv, timeout_s, env=child_env(device, visible_devices), cwd=cwd)
         events = read_events(out_dir)
         bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
         plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)
