@@ -60,7 +60,7 @@ def test_float_targets_keep_their_dtype_and_no_target_says_nothing():
 
 
 def test_the_leaderboard_says_which_dtype_was_judged():
-    assert COLUMNS[-1] == "judged_dtype"
+    assert "judged_dtype" in COLUMNS
     verdict = {"verdict": "PASS", "failed_stage": None, "judged_dtype": "float16", "stand_in_for": "bfloat16"}
     row = make_row(experiment=0, target="matmul[64x96x128:bfloat16]", kernel_type="matmul", agent="tune",
                    decision="BASELINE", verdict=verdict)

@@ -156,13 +156,14 @@ def test_a_row_pointing_at_another_file_or_repeated_or_a_failed_keep_is_reported
 # ------------------------------------------------------------------ runs from before rows were sealed
 @pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_an_old_leaderboard_is_reported_unsealed_and_can_still_be_resumed(run_copy):
-    # an old run: no hash column in the leaderboard, none in state.json's rows
+    # an old run: neither a judged dtype nor a hash column in the leaderboard, none in state.json's rows
     path = run_copy / board.FILENAME
-    old = ["\t".join(line.rstrip("\n").split("\t")[:-1]) + "\n" for line in path.read_text().splitlines(True)]
+    width = len(board.LEGACY_COLUMNS)
+    old = ["\t".join(line.rstrip("\n").split("\t")[:width]) + "\n" for line in path.read_text().splitlines(True)]
     path.write_text("".join(old))
     state = json.loads((run_copy / "state.json").read_text())
     for h in state["targets"][0]["history"]:
-        del h["row"]["source_sha256"]
+        del h["row"]["source_sha256"], h["row"]["judged_dtype"]
     (run_copy / "state.json").write_text(json.dumps(state))
     assert board.read(path)["source_sha256"].tolist() == ["", ""]
     report = seal.check_run(run_copy)
