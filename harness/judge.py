@@ -64,12 +64,15 @@ def child_env(device: str) -> dict[str, str]:
     return scrubbed_env(extra)
 
 
-def caches_for_worker() -> list[Path]:
-    """The caches a worker may write besides its scratch folder: Triton's and the CUDA build cache.
-    Created here, since a sandbox rule needs an existing folder."""
+def caches_for_worker(extensions: bool = False) -> list[Path]:
+    """The caches a worker may write besides its scratch folder: Triton's and the CUDA build cache
+    (and torch's extension cache, where a KernelBench solution's load_inline builds). Created here,
+    since a sandbox rule needs an existing folder."""
     from harness.cuda_build import cache_root
     triton_cache = os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache"
     folders = [Path(triton_cache), cache_root()]
+    if extensions:
+        folders.append(Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"))
     for folder in folders:
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -78,9 +81,9 @@ def caches_for_worker() -> list[Path]:
     return folders
 
 
-def sandbox_argv(scratch: Path) -> list[str]:
+def sandbox_argv(scratch: Path, extensions: bool = False) -> list[str]:
     argv = ["--sandbox-write", str(scratch)]
-    for folder in caches_for_worker():
+    for folder in caches_for_worker(extensions):
         argv += ["--sandbox-write", str(folder)]
     return argv
 

@@ -328,7 +328,10 @@ def enter_sandbox(ns) -> dict:
     _target_compile()
     if ns.device == "cuda":
         torch.cuda.init()  # the driver opens its device files and shared memory before the rules
-    return sandbox.confine(ns.sandbox_write)
+    state = sandbox.confine(ns.sandbox_write)
+    from harness import candidate
+    candidate.sandbox_active = state["kind"] == "landlock"
+    return state
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -113,10 +113,11 @@ def test_cache_that_switches_on_when_timed_fails_timed_output_check(verdicts):
     assert "timed rep" in v["reason"] and "wrong result" in v["reason"]
 
 
-def test_zeros_fail_even_with_patched_comparison_and_own_inputs(verdicts):
+def test_zeros_with_patched_comparison_are_refused_before_import(verdicts):
     v = verdicts["relu_zeros"]
-    assert (v["verdict"], v["failed_stage"]) == ("FAIL", "correctness")
-    assert all(not t["passed"] for t in v["trials"])
+    # rebinding torch.allclose is refused by the static check, naming the line, before any import
+    assert (v["verdict"], v["failed_stage"]) == ("FAIL", "load")
+    assert "19_ReLU_zeros.py:9: assignment to a module attribute: torch.allclose" in v["reason"]
     assert any("reassigns a torch function" in f for f in v["flags"])
 
 
