@@ -216,7 +216,7 @@ def identity_problem(events: list[dict], a: Assessment) -> str | None:
     # a worker that went on without recording the check has had its checking switched off
     if a.stages.get("compile", {}).get("status") == "pass" and a.verdict != "COMPILE_ONLY" \
             and "after import" not in seen:
-        return "the worker did not confirm its clocks and checks after importing the candidate"
+        return "the worker did not confirm its clocks and checks after import"
     if a.timing is not None and "after timing" not in seen:
         return "the worker did not confirm its clocks and checks after timing"
     return None
