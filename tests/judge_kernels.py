@@ -104,10 +104,11 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
                                          "if key in _cache: return _cache[key].clone()",
                                          LAUNCH, "_cache[key] = y.view(shape).clone()",
                                          "return y.view(shape)")), "FAIL", "integrity"),
+    # numpy is refused by the static check, before import
     "numpy_no_launch": (source(wrapper=wrap("import numpy as np", "a = x.detach().numpy().astype(np.float64)",
                                             "e = np.exp(a - a.max(-1, keepdims=True))",
                                             "return torch.from_numpy((e / e.sum(-1, keepdims=True)).astype(a.dtype)).to(x.dtype)")),
-                        "FAIL", "integrity"),
+                        "FAIL", "compile"),
     "reused_output_buffer": (source(prelude="_buffers = {}", wrapper=wrap(
         "key = (tuple(x2.shape), x.dtype)",
         "y = _buffers.setdefault(key, torch.empty_like(x2))", LAUNCH, "return y.view(shape)")), "FAIL", "integrity"),

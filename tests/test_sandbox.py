@@ -4,6 +4,7 @@ a replaced torch.cuda.Event, writes into the run folder, a TCP connection, a Ker
 writing into the run folder, and a time faster than the hardware allows."""
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -166,3 +167,26 @@ def test_landlock_is_reported_as_available_here():
 
 def test_torch_is_untouched_by_the_tests():
     assert torch.cuda.Event.__module__.startswith("torch")
+
+
+@LANDLOCK
+def test_verify_runs_winners_confined_and_only_the_parent_writes_the_run(tmp_path):
+    from autokernel.verify_child import verify_confined
+    from test_verify import make_run
+    run = make_run(tmp_path)
+    board = run / "leaderboard.tsv"
+    board.write_text("experiment\tdecision\n1\tBASELINE\n")
+    before = board.read_bytes()
+    winner = run / "best" / "rmsnorm-8x32-float32.py"
+    # a winner that, once imported by verify, overwrites the run's leaderboard and its own file
+    attack = (f"\ntorch.save(torch.zeros(1), {str(board)!r})\n"
+              f"torch.save(torch.zeros(1), {str(winner)!r})\n")
+    text = winner.read_text()
+    winner.write_text(text.replace("\nKERNEL_TYPE", "\nimport torch" + attack + "\nKERNEL_TYPE", 1))
+    original_winner = winner.read_bytes()
+    code = verify_confined(run, device="cpu")
+    assert code == 1
+    assert board.read_bytes() == before and winner.read_bytes() == original_winner
+    result = json.loads((run / "verify.json").read_text())  # written by the parent, from the child's copy
+    assert result["sandbox"]["kind"] == "landlock"
+    assert "rmsnorm[8x32:float32]" in result["guilty"]
