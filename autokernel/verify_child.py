@@ -58,9 +58,10 @@ def _child(ns: argparse.Namespace) -> int:
     state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(ns.sandbox_write)
     sandbox.warn_if_open(state, "autokernel verify")
     argv = ["verify", ns.run] + (["--device", ns.device] if ns.device else []) + (["--compile"] if ns.compile else [])
-    from autokernel.cli import app
+    from autokernel import cli
+    sys.argv = ["autokernel", *argv]  # the CLI's own entry point: its error lines and exit statuses
     try:
-        app(argv, prog_name="autokernel")
+        cli.main()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     else:

@@ -134,3 +134,12 @@ def warn_if_open(state: dict, who: str) -> None:
     if state.get("kind") != "landlock":
         print(f"WARNING: {who} runs candidate code WITHOUT an OS sandbox: {state.get('reason')}",
               file=sys.stderr)
+
+
+def host_support() -> dict:
+    """What a sandboxed child on this machine will get, for a run's config.json (said before any
+    candidate runs, so a run without a sandbox says so from its first line)."""
+    abi = abi_version()
+    if abi < 1:
+        return {"kind": "none", "reason": "Landlock is not available in this kernel or container"}
+    return {"kind": "landlock", "abi": abi, "network": "denied" if abi >= 4 else "open: Landlock ABI < 4"}

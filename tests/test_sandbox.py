@@ -190,3 +190,10 @@ def test_verify_runs_winners_confined_and_only_the_parent_writes_the_run(tmp_pat
     result = json.loads((run / "verify.json").read_text())  # written by the parent, from the child's copy
     assert result["sandbox"]["kind"] == "landlock"
     assert "rmsnorm[8x32:float32]" in result["guilty"]
+    assert "Permission denied" in result["per_kernel"]["rmsnorm[8x32:float32]"]["guilty_reason"]
+
+
+def test_host_support_states_what_children_get():
+    from harness.sandbox import host_support
+    support = host_support()
+    assert support["kind"] == ("landlock" if abi_version() >= 1 else "none")
