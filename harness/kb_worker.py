@@ -459,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(a.problem, a.device, a.precision)
         if a.solution:
             sandbox_state = enter_sandbox(a)
+            (a.out / "sandbox.json").write_text(json.dumps(sandbox_state))  # kept if the solution crashes
             guard = IdentityGuard(("__main__",))  # before the solution is imported
         result = MODES[a.mode](a, bench, a.out, tensors)
         if guard is not None:

@@ -73,6 +73,7 @@ class ChildRun:
     signal: str | None
     stderr_tail: str
     seconds: float
+    sandbox: dict | None = None  # what the child enforced, as it recorded before running the solution
 
     def outputs(self, key: str) -> list:
         return outputs_of(self.tensors, key)
@@ -112,8 +113,16 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
         # weights_only: the file may come from a solution's process; it must not carry code
         tensors = torch.load(tensors_path, weights_only=True) if result and tensors_path.exists() else {}
         stage = stage_path.read_text() if stage_path.exists() else "start"
+        sandbox = _read_json(out / "sandbox.json")
     return ChildRun(result, tensors, stage, child.returncode, child.timed_out, child.signal_name,
-                    child.stderr_tail(), child.seconds)
+                    child.stderr_tail(), child.seconds, sandbox)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 @dataclass
@@ -247,7 +256,7 @@ def _static_check(v: Verdict, sol: Solution) -> dict | None:
 
 def _sandbox_of(run: ChildRun, opts: EvalOptions) -> dict:
     from harness.sandbox import not_requested, warn_if_open
-    state = (run.result or {}).get("sandbox") or (
+    state = run.sandbox or (run.result or {}).get("sandbox") or (
         not_requested() if not opts.sandbox else {"kind": "none", "reason": "the child reported no sandbox"})
     warn_if_open(state, "the KernelBench child")
     return state
