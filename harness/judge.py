@@ -131,11 +131,12 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
         copy = Path(tmp, "src", path.name if path.suffix == ".py" else "candidate.py")
         copy.parent.mkdir()
         copy.write_bytes(source)
-        return _judge_copy(verdict, copy, Path(tmp), target, device, arch, timeout_s, compile_baseline, sandbox)
+        return _judge_copy(verdict, copy, Path(tmp), target, device, arch, timeout_s, compile_baseline, sandbox,
+                           origin=path.resolve())
 
 
 def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, device: str, arch: str,
-                timeout_s: float | None, compile_baseline: bool, sandbox: bool) -> dict[str, Any]:
+                timeout_s: float | None, compile_baseline: bool, sandbox: bool, origin: Path) -> dict[str, Any]:
     try:
         header = read_header(path)
         check_header(header)
@@ -157,7 +158,8 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     out_dir, cwd, scratch_tmp = tmp / "out", tmp / "cwd", tmp / "tmp"
     for folder in (out_dir, cwd, scratch_tmp):
         folder.mkdir()
-    argv = [sys.executable, "-m", "harness.worker", str(path), str(out_dir), "--device", device, "--arch", arch]
+    argv = [sys.executable, "-m", "harness.worker", str(path), str(out_dir), "--device", device, "--arch", arch,
+            "--origin", str(origin)]  # named for process listings only: the worker never opens it
     argv += sandbox_argv(tmp) if sandbox else ["--no-sandbox"]
     if target is not None:
         argv += ["--target", json.dumps(target.to_json())]

@@ -344,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile-baseline", action="store_true", help="also time torch.compile of the eager op")
     p.add_argument("--sandbox-write", action="append", default=[], help="a folder the sandbox lets it write")
     p.add_argument("--no-sandbox", action="store_true", help="run the candidate without the OS sandbox")
+    p.add_argument("--origin", default=None, help="the file the judge read the candidate from (never opened here)")
     ns = p.parse_args(argv)
     if ns.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("the judge's worker must run with TRITON_INTERPRET=1 on the CPU")
