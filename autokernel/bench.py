@@ -21,7 +21,7 @@ def exit_status(verdict: dict) -> int:
 
 
 def run(file: Path | None, *, json_out: bool, timeout_s: float | None, device: str | None,
-        arch: str, suite: str | None) -> int:
+        arch: str, suite: str | None, sandbox: bool = True) -> int:
     from harness.judge import JudgeUsageError, judge
     if suite is not None:
         from autokernel.suite import run_suite
@@ -29,7 +29,7 @@ def run(file: Path | None, *, json_out: bool, timeout_s: float | None, device: s
     if file is None:
         raise UsageError("no kernel file given", "autokernel bench path/to/kernel.py, or --suite starters")
     try:
-        verdict = judge(file, device=device, arch=arch, timeout_s=timeout_s)
+        verdict = judge(file, device=device, arch=arch, timeout_s=timeout_s, sandbox=sandbox)
     except JudgeUsageError as e:
         raise UsageError(str(e), "check the path, or pass --device cpu on a machine without a GPU") from None
     if json_out:

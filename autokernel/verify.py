@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -328,10 +327,9 @@ def after_optimize(run_path: str | Path, log: Log) -> int:
     """`autokernel verify` at the end of `optimize`, in its own process (a kernel that crashes the
     interpreter cannot take the run with it); its exit status, which `optimize` exits with. Never
     raises: the run is kept whatever happens."""
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
-    try:
-        code = subprocess.call([sys.executable, "-m", "autokernel", "verify", str(run_path)], env=env)
+    from autokernel.verify_child import verify_confined
+    try:  # the winners run in a sandboxed child on a copy of the run; only this process writes the run
+        code = verify_confined(run_path)
     except OSError as e:
         code = -1
         log(f"verify could not start: {e}")

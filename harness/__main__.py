@@ -27,10 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=None)
     p.add_argument("--target", default=None, help="a Case as JSON: the shapes and dtype to time")
     p.add_argument("--json", action="store_true", help="accepted for symmetry; output is always JSON")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run the candidate without the OS sandbox (it gets your file and network rights)")
     ns = p.parse_args(argv)
     try:
         target = Case.from_json(json.loads(ns.target)) if ns.target else None
-        verdict = judge(ns.kernel_file, target=target, device=ns.device, arch=ns.arch, timeout_s=ns.timeout)
+        verdict = judge(ns.kernel_file, target=target, device=ns.device, arch=ns.arch, timeout_s=ns.timeout,
+                        sandbox=not ns.no_sandbox)
     except JudgeUsageError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 2

@@ -78,10 +78,18 @@ def check_signature(fn, kt: registry.KernelType) -> str | None:
     return None
 
 
+SANDBOX_REFUSAL = ("refused by the judge's OS sandbox: a candidate may write only in its own scratch folder, "
+                   "and may not open network connections")
+sandbox_active = False  # set by the worker once Landlock is in force: only the wording depends on it
+
+
 def error_text(exc: BaseException, limit: int = 12) -> str:
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    tail = "".join(lines[-limit:]).rstrip()
-    return tail[-3000:]
+    tail = "".join(lines[-limit:]).rstrip()[-3000:]
+    # EACCES under Landlock (a write outside scratch, a connect), however the library words it
+    if sandbox_active and (isinstance(exc, PermissionError) or "Permission denied" in str(exc)):
+        tail += f"\n{SANDBOX_REFUSAL}"
+    return tail
 
 
 @dataclass

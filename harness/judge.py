@@ -12,6 +12,7 @@ in-process observers (launch counting, the aten-op recorder), which no wrong ans
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -28,6 +29,7 @@ from harness.candidate import ContractError, check_header, read_header
 from harness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
 from harness.isolation import ChildResult, run_isolated, scrubbed_env
 from harness.registry import Case
+from harness.static_check import check_source, describe
 from harness.verdict_checks import Assessment, assess
 
 DEFAULT_TIMEOUT_S = {"cpu": 600.0, "cuda": 180.0}
@@ -65,6 +67,41 @@ def child_env(device: str, visible_devices: str | None = None) -> dict[str, str]
     return scrubbed_env(extra)
 
 
+def caches_for_worker(extensions: bool = False) -> list[Path]:
+    """The caches a worker may write besides its scratch folder: Triton's and the CUDA build cache
+    (and torch's extension cache, where a KernelBench solution's load_inline builds). Created here,
+    since a sandbox rule needs an existing folder."""
+    from harness.cuda_build import cache_root
+    triton_cache = os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache"
+    folders = [Path(triton_cache), cache_root()]
+    if extensions:
+        folders.append(Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"))
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # an unwritable cache stays unwritable inside too
+    return folders
+
+
+def sandbox_argv(scratch: Path, extensions: bool = False) -> list[str]:
+    argv = ["--sandbox-write", str(scratch)]
+    for folder in caches_for_worker(extensions):
+        argv += ["--sandbox-write", str(folder)]
+    return argv
+
+
+def sandbox_record(events: list[dict], requested: bool) -> dict:
+    """What the worker reported it enforced; said loudly on stderr when nothing was."""
+    from harness.sandbox import not_requested, warn_if_open
+    state = next(({k: v for k, v in e.items() if k not in ("event", "t")}
+                  for e in events if e.get("event") == "sandbox"), None)
+    if state is None:
+        state = not_requested() if not requested else {"kind": "none", "reason": "the worker reported no sandbox"}
+    warn_if_open(state, "the judge's worker")
+    return state
+
+
 def read_events(out_dir: Path) -> list[dict]:
     events = []
     path = out_dir / "events.jsonl"
@@ -80,14 +117,30 @@ def read_events(out_dir: Path) -> list[dict]:
 
 def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | None = None,
           arch: str = "sm_90", timeout_s: float | None = None, compile_baseline: bool = False,
-          visible_devices: str | None = None) -> dict[str, Any]:
+          visible_devices: str | None = None, sandbox: bool = True) -> dict[str, Any]:
     """Judge one kernel file; always returns the verdict JSON of DESIGN.md (as a dict).
-    `visible_devices`: the CUDA device index the child runs on (None: the parent's own view)."""
+    `visible_devices`: the CUDA device index the child runs on (None: the parent's own view).
+
+    The file is read once: the text read here is the text judged (its sha256 is in the verdict),
+    and the worker imports a copy of it from its own scratch folder, never the caller's file."""
     path = Path(kernel_file)
     if not path.is_file():
         raise JudgeUsageError(f"no such kernel file: {path}")
     device = resolve_device(device)
     verdict = _skeleton(path, device)
+    source = path.read_bytes()
+    verdict["source_sha256"] = hashlib.sha256(source).hexdigest()
+    verdict["sandbox"] = {"kind": "none", "reason": "no worker was started"}
+    with tempfile.TemporaryDirectory(prefix="ak-judge-") as tmp:
+        copy = Path(tmp, "src", path.name if path.suffix == ".py" else "candidate.py")
+        copy.parent.mkdir()
+        copy.write_bytes(source)
+        return _judge_copy(verdict, copy, Path(tmp), target, device, arch, timeout_s, compile_baseline, sandbox,
+                           origin=path.resolve())
+
+
+def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, device: str, arch: str,
+                timeout_s: float | None, compile_baseline: bool, sandbox: bool, origin: Path) -> dict[str, Any]:
     try:
         header = read_header(path)
         check_header(header)
@@ -102,25 +155,29 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
     verdict["backend"] = header.get("BACKEND", "triton")
     if early_failure:
         return _finish(verdict, Assessment.failed("compile", early_failure))
+    violations = check_source(path.read_text(encoding="utf-8"), verdict["backend"])
+    if violations:  # refused before any process imports it
+        return _finish(verdict, Assessment.failed("compile", describe(violations, path.name)))
     timeout_s = timeout_s or DEFAULT_TIMEOUT_S[device]
-    with tempfile.TemporaryDirectory(prefix="ak-judge-") as tmp:
-        out_dir, cwd = Path(tmp, "out"), Path(tmp, "cwd")
-        out_dir.mkdir()
-        cwd.mkdir()
-        argv = [sys.executable, "-m", "harness.worker", str(path.resolve()), str(out_dir),
-                "--device", device, "--arch", arch]
-        if target is not None:
-            argv += ["--target", json.dumps(target.to_json())]
-        if compile_baseline:
-            argv.append("--compile-baseline")
-        spawned = time.time()
-        child = run_isolated(argv, timeout_s, env=child_env(device, visible_devices), cwd=cwd)
-        events = read_events(out_dir)
-        bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
-        plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)
-        checks_start = time.time()
-        assessment = assess(events, out_dir, plan, device)
-        checks_s = time.time() - checks_start
+    out_dir, cwd, scratch_tmp = tmp / "out", tmp / "cwd", tmp / "tmp"
+    for folder in (out_dir, cwd, scratch_tmp):
+        folder.mkdir()
+    argv = [sys.executable, "-m", "harness.worker", str(path), str(out_dir), "--device", device, "--arch", arch,
+            "--origin", str(origin)]  # named for process listings only: the worker never opens it
+    argv += sandbox_argv(tmp) if sandbox else ["--no-sandbox"]
+    if target is not None:
+        argv += ["--target", json.dumps(target.to_json())]
+    if compile_baseline:
+        argv.append("--compile-baseline")
+    spawned = time.time()
+    child = run_isolated(argv, timeout_s, env={**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp)}, cwd=cwd)
+    events = read_events(out_dir)
+    bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
+    plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)
+    checks_start = time.time()
+    assessment = assess(events, out_dir, plan, device)
+    checks_s = time.time() - checks_start
+    verdict["sandbox"] = sandbox_record(events, sandbox)
     assessment = _account_for_child(assessment, child, timeout_s)
     verdict["device"] = _device_info(device, events)
     verdict = _finish(verdict, assessment)

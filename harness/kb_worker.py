@@ -36,6 +36,7 @@ import torch
 
 from harness.candidate import error_text, observed_call
 from harness.judge import versions as judge_versions
+from harness.tamper import IdentityGuard
 
 SEED = 42
 TIME_SEED = 10_000  # timed reps get seeds TIME_SEED + i, far from the trial seeds
@@ -263,8 +264,16 @@ def copy_matching_state(src: torch.nn.Module, dst: torch.nn.Module) -> dict:
 
 def load_candidate(bench: Bench, solution: str, out: Path):
     """Model (for its weights) and the solution's ModelNew with Model's matching state."""
+    from harness.static_check import check_source, describe
     model = bench.build(bench.Model)
     stage(out, "load")
+    text = Path(solution).read_text(encoding="utf-8")
+    try:
+        violations = check_source(text, model=True, filename=Path(solution).name)
+    except SyntaxError:
+        violations = []  # the import below reports it, with its line
+    if violations:
+        raise SolutionError(describe(violations, Path(solution).name))
     module = load_module(solution, "kb_solution")
     cls = getattr(module, "ModelNew", None)
     if not isinstance(cls, type):
@@ -411,6 +420,21 @@ def _recorder_without_dynamo() -> None:
         raw.__dynamo_disable = raw
 
 
+def enter_sandbox(a) -> dict:
+    """Confine this process before the solution is imported (what the child needs is loaded first)."""
+    from harness import sandbox
+    if a.no_sandbox or not a.sandbox_write:
+        return sandbox.not_requested()
+    import triton  # noqa: F401  (imported while it may still write)
+    from harness import launches  # noqa: F401
+    if a.device == "cuda":
+        torch.cuda.init()
+    state = sandbox.confine(a.sandbox_write)
+    from harness import candidate
+    candidate.sandbox_active = state["kind"] == "landlock"
+    return state
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.kb_worker")
     p.add_argument("mode", choices=sorted(MODES))
@@ -422,15 +446,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--sandbox-write", action="append", default=[], help="a folder the sandbox lets it write")
+    p.add_argument("--no-sandbox", action="store_true", help="run the solution without the OS sandbox")
     a = p.parse_args(argv)
     faulthandler.enable()  # a segfault in a kernel leaves a Python traceback in stderr for the verdict
     if a.mode in ("reference", "check"):
         _recorder_without_dynamo()
     tensors: dict[str, torch.Tensor] = {}
     stage(a.out, "load_problem")
+    sandbox_state, guard = None, None
     try:
         bench = Bench(a.problem, a.device, a.precision)
+        if a.solution:
+            sandbox_state = enter_sandbox(a)
+            (a.out / "sandbox.json").write_text(json.dumps(sandbox_state))  # kept if the solution crashes
+            guard = IdentityGuard(("__main__",))  # before the solution is imported
         result = MODES[a.mode](a, bench, a.out, tensors)
+        if guard is not None:
+            result["identity"] = {"where": f"after {a.mode}", "replaced": guard.replaced()}
     except ProblemError as e:
         result = {"problem_error": str(e)}
     except SolutionError as e:
@@ -440,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         result = {"error": error_text(e), "stage": where}
         if a.mode == "reference":  # only Model ran: the problem is broken, not a solution
             result = {"problem_error": f"the problem's Model failed during {where}:\n{error_text(e)}"}
+    if sandbox_state is not None:
+        result["sandbox"] = sandbox_state
     write_result(a.out, {"mode": a.mode, **result}, tensors)
     return 0
 

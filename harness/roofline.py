@@ -60,6 +60,39 @@ def roofline_for(case: Case, end: dict, device: str) -> dict[str, Any] | None:
     return result
 
 
+# The floor is divided by this before a time is refused: a good kernel may beat the probes' copy and
+# matmul (which measure what torch reaches, not the datasheet) by some margin, never by 2x. On the
+# CPU the peaks are measured on a shared machine and the interpreter is far slower than any roof, so
+# the margin is wide: only a clock that hides most of the time falls below it.
+FLOOR_MARGIN = {"cuda": 0.5, "cpu": 0.1}
+
+
+def physical_floor_us(case: Case, device: str, peaks: dict | None = None) -> dict | None:
+    """The least time one call can take at the device's measured peaks: its bytes at the copy
+    bandwidth or its FLOPs at the matmul rate, whichever is longer; None without peaks."""
+    peaks = peaks if peaks is not None else _peaks(device)
+    if not peaks or not peaks.get("copy_gbps"):
+        return None
+    flops, nbytes = work(case)
+    rates = peaks.get("matmul_tflops") or {}
+    peak_tflops = max([v for v in rates.values() if v] or [0.0])  # the fastest dtype: a floor, not a target
+    floor_s = max(nbytes / (peaks["copy_gbps"] * 1e9), flops / (peak_tflops * 1e12) if peak_tflops else 0.0)
+    margin = FLOOR_MARGIN.get(device, 0.5)
+    return {"floor_us": floor_s * 1e6, "margin": margin, "limit_us": floor_s * 1e6 * margin,
+            "copy_gbps": peaks["copy_gbps"], "matmul_tflops": peak_tflops}
+
+
+def below_floor(case: Case, median_us: float, device: str, peaks: dict | None = None) -> str | None:
+    """Why `median_us` is impossible on this device, or None."""
+    floor = physical_floor_us(case, device, peaks)
+    if floor is None or median_us >= floor["limit_us"]:
+        return None
+    # a faked clock: no kernel moves its bytes or does its FLOPs faster than the hardware allows
+    return (f"faster than the hardware allows: median {median_us:.3g} us for {case.label()}, but its bytes and "
+            f"FLOPs need at least {floor['floor_us']:.3g} us at the measured peaks ({floor['copy_gbps']:.4g} GB/s, "
+            f"{floor['matmul_tflops']:.4g} TFLOP/s); refused below {floor['margin']:g}x that (was the clock faked?)")
+
+
 def _peaks(device: str) -> dict | None:
     try:
         from harness.peaks import measured_peaks

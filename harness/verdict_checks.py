@@ -198,7 +198,32 @@ class _Checker:
 
 
 def assess(events: list[dict], out_dir: Path, plan: Plan, device: str) -> Assessment:
-    from harness.roofline import roofline_for, timing_summary
+    a = _assess_stages(events, out_dir, plan, device)
+    tampered = identity_problem(events, a)
+    return a.fail("integrity", tampered) if tampered else a
+
+
+def identity_problem(events: list[dict], a: Assessment) -> str | None:
+    """The worker's identity records of its clocks and functions, read against what it got to."""
+    from harness.tamper import describe
+    seen = {}
+    for e in events:
+        if e.get("event") == "identity":
+            # a replaced clock or sync point fakes the time; a replaced check fakes a verdict
+            if e.get("replaced"):
+                return describe(e["replaced"], e.get("where", "during the run"))
+            seen[e.get("where")] = True
+    # a worker that went on without recording the check has had its checking switched off
+    if a.stages.get("compile", {}).get("status") == "pass" and a.verdict != "COMPILE_ONLY" \
+            and "after import" not in seen:
+        return "the worker did not confirm its clocks and checks after import"
+    if a.timing is not None and "after timing" not in seen:
+        return "the worker did not confirm its clocks and checks after timing"
+    return None
+
+
+def _assess_stages(events: list[dict], out_dir: Path, plan: Plan, device: str) -> Assessment:
+    from harness.roofline import below_floor, roofline_for, timing_summary
     stages = _group(events)
     a = Assessment(complete=any(e.get("event") == "done" for e in events))
     checker = _Checker(out_dir, plan, device)
@@ -229,6 +254,9 @@ def assess(events: list[dict], out_dir: Path, plan: Plan, device: str) -> Assess
                     if s["cases"] else "no timed output recorded"
                 if problem:
                     return a.fail("integrity", f"a timed call gave a wrong result: {problem}")
+                impossible = below_floor(plan.timing, end["kernel"]["median_us"], device)
+                if impossible:
+                    return a.fail("integrity", impossible)
                 a.timing = timing_summary(end)
                 a.roofline = roofline_for(plan.timing, end, device)
             elif end:

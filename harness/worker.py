@@ -23,6 +23,8 @@ from harness.cases import Capabilities, Plan, build_plan
 from harness.compare import bitwise_equal, compare
 from harness.launches import LaunchMonitor
 from harness.registry import Case
+from harness.static_check import check_source, describe
+from harness.tamper import IdentityGuard
 
 DETERMINISM_CALLS = 3
 
@@ -69,6 +71,16 @@ class Worker:
         self.monitor = LaunchMonitor()
         self.module = None
         self.kt: registry.KernelType | None = None
+        self.guard: IdentityGuard | None = None
+
+    def untouched(self, where: str) -> bool:
+        """Record whether the clocks, sync points and the judge's functions are still the originals;
+        the parent fails `integrity` on any record that names a replacement, or on a missing one."""
+        if self.guard is None:
+            return True
+        replaced = self.guard.replaced()
+        self.log.event(event="identity", where=where, replaced=replaced)
+        return not replaced
 
     # -- compile ----------------------------------------------------------------------------
     def compile(self) -> tuple[bool, Plan | None]:
@@ -84,11 +96,18 @@ class Worker:
             return False, None
         self.kt = registry.get(header["KERNEL_TYPE"])
         plan = build_plan(self.kt.name, self.caps, self.target)
+        violations = check_source(self.path.read_text(encoding="utf-8"), header.get("BACKEND", "triton"))
+        if violations:
+            self.log.end("compile", "fail", describe(violations, self.path.name))
+            return False, None
         try:
             with self.monitor:
                 self.module = import_candidate(self.path)
         except Exception as e:
             self.log.end("compile", "fail", f"importing the file failed:\n{error_text(e)}")
+            return False, None
+        if not self.untouched("after import"):
+            self.log.end("compile", "fail", "the candidate replaced the judge's clocks or functions at import")
             return False, None
         problem = check_signature(getattr(self.module, "kernel_fn", None), self.kt)
         if problem:
@@ -215,18 +234,17 @@ def refill(buffers: list, values: list) -> None:
 
 def run_stages(w: Worker) -> None:
     ok, plan = w.compile()
-    if not ok:
+    if not ok or not w.untouched("after compile"):
         return
-    for stage in ("smoke", "shape_sweep", "stability"):
-        if not w.correctness_stage(stage, plan.stages[stage]):
+    steps = [(s, lambda s=s: w.correctness_stage(s, plan.stages[s])) for s in ("smoke", "shape_sweep", "stability")]
+    steps += [("determinism", lambda: w.determinism(plan.stages["determinism"])),
+              ("edge_cases", lambda: w.correctness_stage("edge_cases", plan.stages["edge_cases"])),
+              ("integrity", lambda: w.integrity(plan.stages["integrity"]))]
+    for stage, run in steps:
+        if not run() or not w.untouched(f"after {stage}"):
             return
-    if not w.determinism(plan.stages["determinism"]):
-        return
-    if not w.correctness_stage("edge_cases", plan.stages["edge_cases"]):
-        return
-    if not w.integrity(plan.stages["integrity"]):
-        return
     time_candidate(w, plan.timing)
+    w.untouched("after timing")
 
 
 def time_candidate(w: Worker, case: Case) -> None:
@@ -300,6 +318,22 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def enter_sandbox(ns) -> dict:
+    """Confine this process before the candidate is imported: everything the worker itself needs
+    (torch, Triton, the compile-for-target support) is imported first, while it may still write."""
+    from harness import sandbox
+    if ns.no_sandbox or not ns.sandbox_write:
+        return sandbox.not_requested()
+    import triton  # noqa: F401  (its first import reads its backends: before the rules, not under them)
+    _target_compile()
+    if ns.device == "cuda":
+        torch.cuda.init()  # the driver opens its device files and shared memory before the rules
+    state = sandbox.confine(ns.sandbox_write)
+    from harness import candidate
+    candidate.sandbox_active = state["kind"] == "landlock"
+    return state
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.worker")
     p.add_argument("kernel_file", type=Path)
@@ -308,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", default="sm_90")
     p.add_argument("--target", default=None, help="a Case as JSON: the shapes and dtype to time")
     p.add_argument("--compile-baseline", action="store_true", help="also time torch.compile of the eager op")
+    p.add_argument("--sandbox-write", action="append", default=[], help="a folder the sandbox lets it write")
+    p.add_argument("--no-sandbox", action="store_true", help="run the candidate without the OS sandbox")
+    p.add_argument("--origin", default=None, help="the file the judge read the candidate from (never opened here)")
     ns = p.parse_args(argv)
     if ns.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("the judge's worker must run with TRITON_INTERPRET=1 on the CPU")
@@ -316,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     log = Log(ns.out_dir)
     log.event(event="started")
     worker = Worker(ns.kernel_file.resolve(), log, ns.device, ns.arch, target, ns.compile_baseline)
+    log.event(event="sandbox", **enter_sandbox(ns))
+    worker.guard = IdentityGuard(("__main__",))  # after every judge module is loaded, before the candidate
     run_stages(worker)
     log.event(event="done")
     return 0

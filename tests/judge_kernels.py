@@ -9,7 +9,6 @@ import textwrap
 from pathlib import Path
 
 TEMPLATE = '''
-import os
 import torch
 import triton
 import triton.language as tl
@@ -107,25 +106,23 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
                             wrapper=wrap("if x in _replay: return _replay[x].clone()",
                                          LAUNCH, "_replay[x] = y.view(shape).clone()",
                                          "return y.view(shape)")), "FAIL", "integrity"),
+    # numpy is refused by the static check, before import
     "numpy_no_launch": (source(wrapper=wrap("import numpy as np", "a = x.detach().float().numpy().astype(np.float64)",
                                             "e = np.exp(a - a.max(-1, keepdims=True))",
                                             "return torch.from_numpy((e / e.sum(-1, keepdims=True)).astype(a.dtype)).to(x.dtype)")),
-                        "FAIL", "integrity"),
+                        "FAIL", "compile"),
     "reused_output_buffer": (source(prelude="_buffers = {}", wrapper=wrap(
         "key = (tuple(x2.shape), x.dtype)",
         "y = _buffers.setdefault(key, torch.empty_like(x2))", LAUNCH, "return y.view(shape)")), "FAIL", "integrity"),
     # --- the process itself
     "hang": (source(wrapper="    while True:\n        pass"), "TIMEOUT", "compile"),
-    "segfault": (source(wrapper="    import ctypes\n    ctypes.string_at(0)"), "CRASH", "compile"),
-    "abort": (source(wrapper="    os.abort()"), "CRASH", "compile"),
-    "exits_early": (source(wrapper="    os._exit(0)"), "CRASH", "compile"),
+    # a wild pointer: the interpreter reads far outside the tensor, as a GPU kernel would fault
+    "segfault": (source(body="    x = tl.load(x_ptr + (1 << 44) + cols)\n" + BODY), "CRASH", "compile"),
+    "exits_early": (source(wrapper="    raise SystemExit(0)"), "CRASH", "compile"),
     # what torch raises after an illegal address: the context is poisoned, so the worker ends
     "cuda_error": (source(wrapper="    raise RuntimeError('CUDA error: an illegal memory access was encountered')"),
                    "CRASH", "compile"),
     "noisy_but_correct": (source(wrapper='    print("noise on stdout " * 100)\n' + WRAPPER), "PASS", None),
-    "fails_if_secrets_visible": (source(wrapper=(
-        "    leaked = [k for k in os.environ if 'API_KEY' in k or 'TOKEN' in k or 'SECRET' in k]\n"
-        "    if leaked:\n        raise RuntimeError(f'secrets visible: {leaked}')\n" + WRAPPER)), "PASS", None),
 }
 
 

@@ -113,10 +113,11 @@ def test_cache_that_switches_on_when_timed_fails_timed_output_check(verdicts):
     assert "timed rep" in v["reason"] and "wrong result" in v["reason"]
 
 
-def test_zeros_fail_even_with_patched_comparison_and_own_inputs(verdicts):
+def test_zeros_with_patched_comparison_are_refused_before_import(verdicts):
     v = verdicts["relu_zeros"]
-    assert (v["verdict"], v["failed_stage"]) == ("FAIL", "correctness")
-    assert all(not t["passed"] for t in v["trials"])
+    # rebinding torch.allclose is refused by the static check, naming the line, before any import
+    assert (v["verdict"], v["failed_stage"]) == ("FAIL", "load")
+    assert "19_ReLU_zeros.py:9: assignment to a module attribute: torch.allclose" in v["reason"]
     assert any("reassigns a torch function" in f for f in v["flags"])
 
 
@@ -142,7 +143,10 @@ def test_segfault_is_a_crash_with_the_stderr_tail(verdicts):
     v = verdicts["relu_segfault"]
     assert (v["verdict"], v["failed_stage"], v["correct"]) == ("CRASH", "correctness", False)
     assert "SIGSEGV" in v["reason"]
-    assert "Segmentation fault" in v["stderr_tail"] and "19_ReLU_segfault.py" in v["stderr_tail"]
+    # the fault handler's stack names the solution's kernel (a deep interpreter stack can push its
+    # "Segmentation fault" header out of the tail)
+    assert "19_ReLU_segfault.py\", line 11 in wild_kernel" in v["stderr_tail"]
+    assert v["sandbox"]["kind"] == "landlock"  # recorded before the solution ran, so a crash keeps it
 
 
 def test_cli_json_is_one_object_and_exit_status_follows_the_verdict(tmp_path):

@@ -41,6 +41,7 @@ class EvalOptions:
     timeout_s: float = 300.0  # per child process
     compile_baseline: bool = True
     compile_timeout_s: float | None = None  # None: max(timeout_s, 300)
+    sandbox: bool = True  # False only on explicit request: the solution then runs with the user's rights
 
     @property
     def n_reps(self) -> int:
@@ -49,6 +50,17 @@ class EvalOptions:
     @property
     def tolerance(self) -> float:
         return checks.TOLERANCES[self.precision]
+
+
+@dataclass(frozen=True)
+class Solution:
+    """The solution's text as read once by the parent: what is judged, hashed and copied to children."""
+    path: Path
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -61,6 +73,7 @@ class ChildRun:
     signal: str | None
     stderr_tail: str
     seconds: float
+    sandbox: dict | None = None  # what the child enforced, as it recorded before running the solution
 
     def outputs(self, key: str) -> list:
         return outputs_of(self.tensors, key)
@@ -72,28 +85,44 @@ def outputs_of(tensors: dict, key: str) -> list:
     return [tensors[f"{key}.{k}"] for k in range(n)]
 
 
-def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Path | None = None,
+def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | None = None,
               timeout_s: float | None = None) -> ChildRun:
+    """One child; a solution's child imports a copy of the text the parent read, from its own
+    scratch folder, inside the OS sandbox (writes only there and to the compiler caches)."""
     import torch
     from harness.isolation import run_isolated
-    from harness.judge import child_env
+    from harness.judge import child_env, sandbox_argv
     with tempfile.TemporaryDirectory(prefix="ak-kb-") as tmp:
-        out, cwd = Path(tmp, "out"), Path(tmp, "cwd")
-        out.mkdir()
-        cwd.mkdir()
+        out, cwd, scratch_tmp = Path(tmp, "out"), Path(tmp, "cwd"), Path(tmp, "tmp")
+        for folder in (out, cwd, scratch_tmp):
+            folder.mkdir()
         argv = [sys.executable, "-m", "harness.kb_worker", mode, "--problem", str(problem.resolve()),
                 "--out", str(out), "--device", opts.device, "--precision", opts.precision,
                 "--trials", str(opts.trials), "--reps", str(opts.n_reps), "--warmup", str(opts.warmup)]
+        env = child_env(opts.device)
         if solution is not None:
-            argv += ["--solution", str(solution.resolve())]
-        child = run_isolated(argv, timeout_s or opts.timeout_s, env=child_env(opts.device), cwd=cwd)
+            copy = Path(tmp, "src", solution.path.name)
+            copy.parent.mkdir()
+            copy.write_text(solution.text, encoding="utf-8")
+            argv += ["--solution", str(copy)]
+            argv += sandbox_argv(Path(tmp), extensions=True) if opts.sandbox else ["--no-sandbox"]
+            env["TMPDIR"] = str(scratch_tmp)
+        child = run_isolated(argv, timeout_s or opts.timeout_s, env=env, cwd=cwd)
         result_path, tensors_path, stage_path = out / "result.json", out / "tensors.pt", out / "stage"
         result = json.loads(result_path.read_text()) if result_path.exists() else None
         # weights_only: the file may come from a solution's process; it must not carry code
         tensors = torch.load(tensors_path, weights_only=True) if result and tensors_path.exists() else {}
         stage = stage_path.read_text() if stage_path.exists() else "start"
+        sandbox = _read_json(out / "sandbox.json")
     return ChildRun(result, tensors, stage, child.returncode, child.timed_out, child.signal_name,
-                    child.stderr_tail(), child.seconds)
+                    child.stderr_tail(), child.seconds, sandbox)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 @dataclass
@@ -195,18 +224,53 @@ def evaluate(problem: str | Path, solution: str | Path, options: EvalOptions | N
     v = Verdict(problem, solution, opts)
     ref = cache.reference(problem, opts)
     v.data.update(device=ref.result["device"], versions=ref.result["versions"])
-    v.data["flags"] += checks.source_flags(solution.read_text(encoding="utf-8", errors="replace"))
-    check = run_child("check", problem, opts, solution)
-    if (ended := v.child_failed(check, opts)) is not None:
+    sol = Solution(solution, solution.read_text(encoding="utf-8", errors="replace"))
+    v.data["source_sha256"] = sol.sha256
+    v.data["flags"] += checks.source_flags(sol.text)
+    if (ended := _static_check(v, sol)) is not None:
+        return ended
+    check = run_child("check", problem, opts, sol)
+    v.data["sandbox"] = _sandbox_of(check, opts)
+    if (ended := v.child_failed(check, opts) or _tampered(v, check)) is not None:
         return ended
     for step in (_judge_trials, _judge_integrity):
         if (ended := step(v, ref, check, opts)) is not None:
             return ended
-    timed = run_child("time", problem, opts, solution)
-    if (ended := v.child_failed(timed, opts) or _judge_timed_outputs(v, ref, timed, opts)) is not None:
+    timed = run_child("time", problem, opts, sol)
+    if (ended := v.child_failed(timed, opts) or _tampered(v, timed)
+            or _judge_timed_outputs(v, ref, timed, opts)) is not None:
         return ended
     _speedups(v, ref, timed, opts, cache.compiled(problem, opts) if opts.compile_baseline else None)
     return v.end("PASS", None, "correct on every trial; integrity checks passed")
+
+
+def _static_check(v: Verdict, sol: Solution) -> dict | None:
+    """A solution that imports or touches more than a ModelNew needs is refused before any import."""
+    from harness.static_check import check_source, describe
+    try:
+        violations = check_source(sol.text, model=True, filename=sol.path.name)
+    except SyntaxError:
+        return None  # the child reports the syntax error as the solution's failure to load
+    return v.end("FAIL", "load", describe(violations, sol.path.name)) if violations else None
+
+
+def _sandbox_of(run: ChildRun, opts: EvalOptions) -> dict:
+    from harness.sandbox import not_requested, warn_if_open
+    state = run.sandbox or (run.result or {}).get("sandbox") or (
+        not_requested() if not opts.sandbox else {"kind": "none", "reason": "the child reported no sandbox"})
+    warn_if_open(state, "the KernelBench child")
+    return state
+
+
+def _tampered(v: Verdict, run: ChildRun) -> dict | None:
+    """The child's identity check of its clocks and functions: a replacement fakes the time."""
+    from harness.tamper import describe
+    identity = (run.result or {}).get("identity")
+    if identity is None:
+        return v.end("FAIL", "integrity", "the solution's process did not confirm its clocks and checks")
+    if identity.get("replaced"):
+        return v.end("FAIL", "integrity", describe(identity["replaced"], identity.get("where", "")))
+    return None
 
 
 def resolve(opts: EvalOptions) -> EvalOptions:

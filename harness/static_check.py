@@ -1,0 +1,137 @@
+"""The static check a candidate's text must pass before anything imports it.
+
+A kernel needs torch, Triton and a little of the standard library; it never needs the file system,
+the interpreter's internals or another module's globals. Each rule below blocks a way to reach
+the judge's clocks or records from inside the candidate's process, checked on the syntax tree so a
+violation costs nothing to find and names its line. The check cannot see everything a running
+program can reach (an attribute chain through an allowed module); the worker's identity check of
+its clocks and functions (harness/tamper.py) and the OS sandbox (harness/sandbox.py) stand behind it.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+# What a kernel file may import: the kernel languages and pure helpers of the standard library.
+KERNEL_IMPORTS = ("torch", "triton", "triton.language", "math", "functools", "typing", "dataclasses",
+                  "__future__")
+# A CUDA C++ kernel builds its extension through the project's loader, which caches and observes it.
+CUDA_IMPORTS = ("harness.cuda_build",)
+# A KernelBench ModelNew is an nn.Module and may build CUDA C++ with load_inline.
+MODEL_IMPORTS = ("torch.nn", "torch.nn.functional", "torch.utils.cpp_extension")
+# Prefixes whose submodules are kernel language too (libdevice lives in triton.language.extra).
+SUBMODULE_PREFIXES = ("triton.language.",)
+
+# Names that reach the interpreter, the file system or other modules' globals: with any of them a
+# candidate can rebind the judge's clock, rewrite sys.modules or write the run's records.
+FORBIDDEN_NAMES = frozenset({
+    "sys", "builtins", "__builtins__", "ctypes", "gc", "inspect", "importlib", "os", "subprocess",
+    "open", "exec", "eval", "compile", "__import__", "__dict__", "__globals__", "__code__",
+    "globals", "locals", "vars", "breakpoint", "setattr", "delattr",
+    "__subclasses__", "__bases__", "__mro__", "__closure__", "__getattribute__", "__loader__", "__spec__",
+})
+# Attribute names that stay forbidden after a dot: `torch.os`, `fn.__globals__`. Not `compile`:
+# torch.compile and a Triton object's .compile are not the builtin.
+FORBIDDEN_ATTRIBUTES = FORBIDDEN_NAMES - {"compile", "open", "exec", "eval", "globals", "locals", "vars",
+                                          "breakpoint", "setattr", "delattr"}
+
+
+@dataclass(frozen=True)
+class Violation:
+    line: int
+    rule: str
+    detail: str
+
+    def text(self, filename: str = "") -> str:
+        where = f"{filename}:{self.line}" if filename else f"line {self.line}"
+        return f"{where}: {self.rule}: {self.detail}"
+
+
+def allowed_imports(backend: str = "triton", model: bool = False) -> tuple[str, ...]:
+    extra = CUDA_IMPORTS if backend == "cuda" or model else ()
+    return KERNEL_IMPORTS + extra + (MODEL_IMPORTS if model else ())
+
+
+def _module_allowed(name: str, allowed: tuple[str, ...]) -> bool:
+    return name in allowed or any(name.startswith(p) and "triton.language" in allowed for p in SUBMODULE_PREFIXES)
+
+
+class _Checker(ast.NodeVisitor):
+    def __init__(self, allowed: tuple[str, ...]):
+        self.allowed = allowed
+        self.imported: set[str] = set()  # names bound by an import: modules, or objects of modules
+        self.violations: list[Violation] = []
+
+    def flag(self, node: ast.AST, rule: str, detail: str) -> None:
+        self.violations.append(Violation(getattr(node, "lineno", 0), rule, detail))
+
+    # -- imports: only what a kernel needs
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if not _module_allowed(alias.name, self.allowed):
+                self.flag(node, "import not allowed", f"import {alias.name} (allowed: {', '.join(self.allowed)})")
+            self.imported.add(alias.asname or alias.name.split(".")[0])
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = "." * node.level + (node.module or "")
+        for alias in node.names:
+            full = f"{module}.{alias.name}"
+            if alias.name == "*":
+                self.flag(node, "import not allowed", f"from {module} import * hides what the file uses")
+            elif not (_module_allowed(module, self.allowed) or _module_allowed(full, self.allowed)):
+                self.flag(node, "import not allowed",
+                          f"from {module} import {alias.name} (allowed: {', '.join(self.allowed)})")
+            self.imported.add(alias.asname or alias.name)
+
+    # -- the interpreter's back doors
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in FORBIDDEN_NAMES:
+            self.flag(node, "forbidden name", f"{node.id} reaches outside a kernel's business")
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr in FORBIDDEN_ATTRIBUTES:
+            self.flag(node, "forbidden name", f".{node.attr} reaches outside a kernel's business")
+        if isinstance(node.ctx, (ast.Store, ast.Del)) and self._rooted_in_import(node.value):
+            # rebinding another module's attribute (time.perf_counter, torch.cuda.Event) fakes the judge
+            self.flag(node, "assignment to a module attribute",
+                      f"{ast.unparse(node)} belongs to an imported module")
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") and node.args:
+            name_arg = node.args[1] if len(node.args) > 1 else None
+            if self._rooted_in_import(node.args[0]):
+                self.flag(node, f"{node.func.id} on a module", f"{ast.unparse(node)}: use the attribute by name")
+            elif not (isinstance(name_arg, ast.Constant) and isinstance(name_arg.value, str)):
+                self.flag(node, f"{node.func.id} with a computed name", f"{ast.unparse(node)}: name it literally")
+            elif name_arg.value in FORBIDDEN_ATTRIBUTES:
+                self.flag(node, "forbidden name", f"{node.func.id}(..., {name_arg.value!r})")
+        self.generic_visit(node)
+
+    def _rooted_in_import(self, node: ast.AST) -> bool:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in self.imported
+
+
+def check_source(text: str, backend: str = "triton", *, model: bool = False, filename: str = "") -> list[Violation]:
+    """Every violation in `text`, in line order; empty when the file may be imported.
+    A syntax error is left to the caller (it is reported as such, not as a rule)."""
+    tree = ast.parse(text, filename=filename or "<kernel>")
+    checker = _Checker(allowed_imports(backend, model))
+    # imports first, wherever they are: an attribute store may precede the import in the file
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            checker.visit(node)
+    checker.violations.clear()
+    checker.visit(tree)
+    return sorted(set(checker.violations), key=lambda v: (v.line, v.rule, v.detail))
+
+
+def describe(violations: list[Violation], filename: str = "", limit: int = 8) -> str:
+    """One line per violation, for a compile-stage verdict."""
+    lines = [v.text(filename) for v in violations[:limit]]
+    if len(violations) > limit:
+        lines.append(f"... and {len(violations) - limit} more")
+    return ("the static check refused the file before import (see playbook/rules.md):\n" + "\n".join(lines))
