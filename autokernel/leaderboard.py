@@ -133,26 +133,9 @@ class Leaderboard:
 
 
 def _upgrade(path: Path, content: bytes) -> None:
-    """A leaderboard from before rows were sealed gains the hash column in its header; its old rows
-    keep an empty hash (`leaderboard --check` reports them unsealed). Replaced atomically."""
-    body = content[len(LEGACY_HEADER.encode("utf-8")):]
-    if body and not body.endswith(b"\n"):  # a row cut short by a crash mid-write
-        body = body[:body.rfind(b"\n") + 1]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(HEADER.encode("utf-8") + body)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read(self) -> pd.DataFrame:
-        return read(self.path)
-
-
-def _upgrade(path: Path, content: bytes) -> None:
-    """A leaderboard from before rows were sealed gains the hash column in its header; its old rows
-    keep an empty hash (`leaderboard --check` reports them unsealed). Replaced atomically."""
+    """A leaderboard from before rows were sealed gains the judged-dtype and hash columns in its
+    header; its old rows keep those cells empty (`leaderboard --check` reports them unsealed).
+    Replaced atomically."""
     body = content[len(LEGACY_HEADER.encode("utf-8")):]
     if body and not body.endswith(b"\n"):  # a row cut short by a crash mid-write
         body = body[:body.rfind(b"\n") + 1]
