@@ -58,10 +58,12 @@ def bench(
     device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)."),
     arch: str = typer.Option("sm_90", "--arch", help="Target architecture for compile-for-target checks."),
     suite: Optional[str] = typer.Option(None, "--suite", help="'starters': judge every starter kernel."),
+    no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Judge without the OS sandbox (the verdict says so)."),
 ) -> None:
     """Judge a kernel file: correctness stages, integrity checks, then timing."""
     from autokernel import bench as bench_cmd
-    code = bench_cmd.run(file, json_out=json_out, timeout_s=timeout, device=device, arch=arch, suite=suite)
+    code = bench_cmd.run(file, json_out=json_out, timeout_s=timeout, device=device, arch=arch, suite=suite,
+                         sandbox=not no_sandbox)
     raise typer.Exit(code)
 # ---- end bench ------------------------------------------------------------------------------
 
@@ -239,13 +241,15 @@ def kernelbench_eval(
     reps: Optional[int] = typer.Option(None, "--reps", help="Timed reps (default: 100 on a GPU, 10 on the CPU)."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
     compile_timeout: Optional[float] = typer.Option(None, "--compile-timeout", help="Seconds for the torch.compile baseline (default: max(--timeout, 300))."),
+    no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run the solution without the OS sandbox (the verdict says so)."),
 ) -> None:
     """Judge a ModelNew file against a problem's Model: correctness, integrity, timing."""
     import json
     from autokernel.kernelbench import evaluate as kb_evaluate
     from autokernel.kernelbench.render import verdict_text
     opts = kb_evaluate.EvalOptions(device=device, precision=precision, timeout_s=timeout, reps=reps,
-                                   compile_baseline=not no_compile, compile_timeout_s=compile_timeout)
+                                   compile_baseline=not no_compile, compile_timeout_s=compile_timeout,
+                                   sandbox=not no_sandbox)
     verdict = kb_evaluate.evaluate(problem, solution, opts)
     typer.echo(json.dumps(verdict, default=str) if json_out else verdict_text(verdict))
     raise typer.Exit(0 if verdict["correct"] else 1)
@@ -329,26 +333,24 @@ def verify(
     device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: the run's)."),
     compile_baseline: bool = typer.Option(False, "--compile", help="Also time torch.compile of the unmodified model."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+    no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run the winners in this process, unconfined "
+                                                                "(only when you trust every winner)."),
 ) -> None:
     """Plug the run's winners into the unmodified model: same outputs? how much faster end to end?"""
     from autokernel import verify as verifier
     from autokernel.errors import UsageError
+    from autokernel.verify_child import verify_confined
     if device not in (None, "cpu", "cuda"):
         raise UsageError(f"--device {device!r} is not supported", "use cuda or cpu")
     folder = verifier.run_folder(run, runs_dir)
-    result = verifier.verify(folder, device=device, compile_baseline=compile_baseline,
-                             log=lambda m: err.print(m, highlight=False))
-    Console(width=max(Console().width, 120)).print(verifier.summary_table(result))
-    err.print(f"wrote {folder / verifier.FILENAME}", highlight=False)
-    for target, why in result.get("not_run", {}).items():
-        err.print(f"{target}: {why}; verify it on a machine that can run it", highlight=False)
-    if result["status"] == "failed":
-        raise UserError("verify failed: " + "; ".join(result["failures"]),
-                        "`autokernel export` leaves the guilty kernels out; a winner that serves nothing or has "
-                        "another dtype than the model's was searched at the wrong target: see verify.json")
-    if result["status"] == "partial":
-        err.print(f"verify: partial: {len(result['not_run'])} winner(s) not run on this machine, the others ok "
-                  "(verify.json: \"ok\" is false, \"not_run\" says why)", highlight=False)
+    if no_sandbox:
+        err.print("WARNING: --no-sandbox: the winners run in this process with your rights", highlight=False)
+        result = verifier.verify(folder, device=device, compile_baseline=compile_baseline,
+                                 log=lambda m: err.print(m, highlight=False))
+    else:  # the winners run in a sandboxed child on a copy of the run; this process writes verify.json
+        result = verify_confined(folder, device, compile_baseline)
+    verifier.render(result, folder, print_table=Console(width=max(Console().width, 120)).print,
+                    log=lambda m: err.print(m, highlight=False))
 
 
 @app.command()

@@ -271,6 +271,7 @@ def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) 
     from autokernel.profiler import profile_model
     from harness.judge import versions
     from harness.peaks import device_name, measured_peaks
+    from harness.sandbox import host_support
     agent = options.resolved_agent()
     if agent == "llm":
         llm_client(options).check()
@@ -290,7 +291,9 @@ def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) 
     config = {"run_id": run.run_id, "created": datetime.now().isoformat(timespec="seconds"),
               "model": model, "options": {**asdict(options), "agent": agent},
               "device": {"type": spec.device, "name": device_name(spec.device)}, "peaks": peaks,
-              "versions": versions()}
+              "versions": versions(), "sandbox": host_support()}  # what every candidate will run under
+    if config["sandbox"]["kind"] == "none":
+        (log or (lambda m: None))(f"WARNING: no sandbox for candidates on this machine: {config['sandbox']['reason']}")
     run.write_json(run.plan_path, plan)
     run.write_json(run.config_path, config)
     state = RunState(run_id=run.run_id, agent=agent, budget_s=options.budget_s, targets=targets)

@@ -324,19 +324,36 @@ def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: d
 
 
 def after_optimize(run_path: str | Path, log: Log) -> int:
-    """`autokernel verify` at the end of `optimize`, in its own process (a kernel that crashes the
-    interpreter cannot take the run with it); its exit status, which `optimize` exits with. Never
-    raises: the run is kept whatever happens."""
+    """`autokernel verify` at the end of `optimize`: the winners run in a sandboxed child on a copy
+    of the run (a kernel that crashes the interpreter cannot take the run with it); the exit status
+    `optimize` exits with, 1 when verify failed or could not run. Never raises: the run is kept."""
+    from rich.console import Console
+
     from autokernel.verify_child import verify_confined
-    try:  # the winners run in a sandboxed child on a copy of the run; only this process writes the run
-        code = verify_confined(run_path)
-    except OSError as e:
-        code = -1
-        log(f"verify could not start: {e}")
-    if code != 0:
-        log(f"verify did not pass (exit {code}); the run is kept: see {Path(run_path) / FILENAME}, "
-            f"or rerun `autokernel verify {run_path}`")
-    return code if code >= 0 else 1
+    try:
+        result = verify_confined(run_path)
+        render(result, Path(run_path), print_table=Console(width=max(Console().width, 120)).print, log=log)
+    except (UserError, OSError) as e:
+        log(f"verify did not pass: {e}")
+        log(f"the run is kept: rerun `autokernel verify {run_path}` once it is fixed")
+        return 1
+    return 0
+
+
+def render(result: dict, folder: Path, *, print_table: Callable[[Any], None], log: Log) -> None:
+    """Show a verify result: the table, what could not run here, and the verdict (raises UserError
+    when verify failed, so the command exits 1 naming the reasons)."""
+    print_table(summary_table(result))
+    log(f"wrote {folder / FILENAME}")
+    for target, why in result.get("not_run", {}).items():
+        log(f"{target}: {why}; verify it on a machine that can run it")
+    if result["status"] == "failed":
+        raise UserError("verify failed: " + "; ".join(result["failures"]),
+                        "`autokernel export` leaves the guilty kernels out; a winner that serves nothing or has "
+                        "another dtype than the model's was searched at the wrong target: see verify.json")
+    if result["status"] == "partial":
+        log(f"verify: partial: {len(result['not_run'])} winner(s) not run on this machine, the others ok "
+            "(verify.json: \"ok\" is false, \"not_run\" says why)")
 
 
 def _kernel_verdict(k: dict) -> str:

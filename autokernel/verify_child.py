@@ -3,10 +3,11 @@
 Verify imports every winner into one process with the model: candidate code, judged but still
 LLM-written. So that process works on a copy of the run folder in its own scratch folder, under
 Landlock (writes only there and to the compiler caches, no network), with no secrets in its
-environment; only this parent, which never imports a winner, writes the real run's verify.json,
-from the copy's. Where Landlock is missing the child says so on stderr and in verify.json.
+environment. Only this parent, which never imports a winner, checks the run's records first and
+writes the real run's verify.json, from the copy's. Where Landlock is missing the child says so on
+stderr and in verify.json.
 
-    python -m autokernel.verify_child RUN_FOLDER [--device cpu|cuda] [--compile]
+    python -m autokernel.verify_child RUN_FOLDER [--device cpu|cuda] [--compile] [--no-sandbox]
 """
 from __future__ import annotations
 
@@ -19,16 +20,21 @@ import sys
 import tempfile
 from pathlib import Path
 
+from autokernel.errors import UserError
+
 FILENAME = "verify.json"
 
 
 def verify_confined(run_path: str | Path, device: str | None = None, compile_baseline: bool = False,
-                    sandbox: bool = True) -> int:
-    """Run `autokernel verify` on a copy of the run, confined; copy its verify.json back. Returns the
-    child's exit status (0: the winners serve the model with the same outputs)."""
+                    sandbox: bool = True) -> dict:
+    """Verify the run's winners in a confined child working on a copy of the run; the result, which
+    this process writes into the run as verify.json. Raises UserError when the records do not match
+    what was judged, or when the child ends without a result."""
+    from autokernel.seal import require_sealed
     from harness.isolation import scrubbed_env
     from harness.judge import sandbox_argv
     run = Path(run_path).resolve()
+    require_sealed(run, "verify refused")  # checked here, outside the child: never serve unjudged text
     root = str(Path(__file__).resolve().parent.parent)
     with tempfile.TemporaryDirectory(prefix="ak-verify-") as tmp:
         copy, scratch_tmp = Path(tmp, "run", run.name), Path(tmp, "tmp")
@@ -40,38 +46,41 @@ def verify_confined(run_path: str | Path, device: str | None = None, compile_bas
         env = scrubbed_env({"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
                             "TMPDIR": str(scratch_tmp)})
         code = subprocess.call(argv, env=env, cwd=tmp)
-        result = copy / FILENAME
-        if result.is_file():
-            _write_atomic(run / FILENAME, result.read_bytes())
-    return code
+        written = copy / FILENAME
+        if code != 0 or not written.is_file():
+            raise UserError(f"verify ended without a result (exit status {code}); the run is unchanged",
+                            "its error is printed above; AUTOKERNEL_DEBUG=1 shows the child's traceback")
+        data = written.read_bytes()
+    result = json.loads(data)  # only a whole JSON document replaces the run's verify.json
+    _write_atomic(run / FILENAME, data)
+    return result
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    json.loads(data)  # only a whole JSON document replaces the run's verify.json
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
 
 
 def _child(ns: argparse.Namespace) -> int:
+    """The confined side: verify the copy, write its verify.json (with the sandbox in force)."""
     from harness import sandbox
     state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(ns.sandbox_write)
     sandbox.warn_if_open(state, "autokernel verify")
-    argv = ["verify", ns.run] + (["--device", ns.device] if ns.device else []) + (["--compile"] if ns.compile else [])
-    from autokernel import cli
-    sys.argv = ["autokernel", *argv]  # the CLI's own entry point: its error lines and exit statuses
+    from autokernel import verify as verifier
     try:
-        cli.main()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    else:
-        code = 0
+        verifier.verify(Path(ns.run), device=ns.device, compile_baseline=ns.compile,
+                        log=lambda m: print(m, file=sys.stderr, flush=True))
+    except UserError as e:
+        if os.environ.get("AUTOKERNEL_DEBUG"):
+            raise
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
     path = Path(ns.run) / FILENAME
-    if path.is_file():  # what was enforced, in the record the parent copies back
-        data = json.loads(path.read_text(encoding="utf-8"))
-        data["sandbox"] = state
-        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    return code
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["sandbox"] = state  # what was enforced, in the record the parent copies back
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     if ns.child:
         return _child(ns)
-    return verify_confined(ns.run, ns.device, ns.compile, sandbox=not ns.no_sandbox)
+    try:
+        result = verify_confined(ns.run, ns.device, ns.compile, sandbox=not ns.no_sandbox)
+    except UserError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    return 1 if result.get("status") == "failed" else 0
 
 
 if __name__ == "__main__":

@@ -171,21 +171,22 @@ def test_torch_is_untouched_by_the_tests():
 
 @LANDLOCK
 def test_verify_runs_winners_confined_and_only_the_parent_writes_the_run(tmp_path):
+    from autokernel.run import RunDir
     from autokernel.verify_child import verify_confined
-    from test_verify import make_run
+    from test_verify import make_run, rewrite_winner
     run = make_run(tmp_path)
     board = run / "leaderboard.tsv"
-    board.write_text("experiment\tdecision\n1\tBASELINE\n")
-    before = board.read_bytes()
     winner = run / "best" / "rmsnorm-8x32-float32.py"
-    # a winner that, once imported by verify, overwrites the run's leaderboard and its own file
+    # a winner that, once imported by verify, overwrites the run's leaderboard and its own file; its
+    # records are consistent (it was judged at its target), so only the sandbox stands in its way
     attack = (f"\ntorch.save(torch.zeros(1), {str(board)!r})\n"
               f"torch.save(torch.zeros(1), {str(winner)!r})\n")
     text = winner.read_text()
-    winner.write_text(text.replace("\nKERNEL_TYPE", "\nimport torch" + attack + "\nKERNEL_TYPE", 1))
-    original_winner = winner.read_bytes()
-    code = verify_confined(run, device="cpu")
-    assert code == 1
+    rewrite_winner(RunDir(run), "rmsnorm[8x32:float32]",
+                   text.replace("\nKERNEL_TYPE", "\nimport torch" + attack + "\nKERNEL_TYPE", 1))
+    before, original_winner = board.read_bytes(), winner.read_bytes()
+    result = verify_confined(run, device="cpu")
+    assert result["status"] == "failed"
     assert board.read_bytes() == before and winner.read_bytes() == original_winner
     result = json.loads((run / "verify.json").read_text())  # written by the parent, from the child's copy
     assert result["sandbox"]["kind"] == "landlock"
