@@ -13,7 +13,8 @@ BLOCK_M x 2 * BLOCK_N accumulators, as many as kernel 1's two tiles, so one CONF
 Schedule (as the matmul starter). Both kernels are persistent: one program per multiprocessor,
 walking output tiles in grouped order (GROUP_M tile-rows at a time, for L2 reuse), the tile loop and
 the K loop flattened into one software pipeline num_stages deep. Tiles are halved, N first, down to
-64, while they would leave multiprocessors idle. With TMA = 1, on Hopper and later, 16-bit operands
+64, while they would leave multiprocessors idle; before Hopper the gate and up tiles are BLOCK_N / 2
+wide (two accumulators and their register-held operands must fit 255 registers). With TMA = 1, on Hopper and later, 16-bit operands
 whose rows are 16-byte aligned are loaded and stored through host-built tensor descriptors (TMA
 bulk copies, zero-filled at the edges, no masks in the mainloop); the interpreter runs them too, so
 the CPU judge checks them on aligned fp16 cases. Otherwise pointer loads, with rows and columns
@@ -163,7 +164,8 @@ def _block(size: int, dim: int) -> int:
 
 
 def _tma_device(device: torch.device) -> bool:
-    """Descriptors pay on Hopper and later (TMA); earlier GPUs take the pointer kernels."""
+    """Hopper and later: TMA descriptors pay, and warpgroup MMAs keep their operands in shared
+    memory. Earlier GPUs take the pointer kernels. The interpreter runs either."""
     return device.type != "cuda" or torch.cuda.get_device_capability(device)[0] >= 9
 
 
@@ -177,7 +179,7 @@ def _launch(m: int, n: int, k: int, block_n: int, elem_size: int, programs: int)
     """Grid and launch options of an [m, k] x [k, n] kernel with BLOCK_N = block_n (16-bit
     elements): fitted to small dims, halved (N first) while tiles would leave programs idle."""
     block_m = _block(CONFIG["BLOCK_M"], m)
-    block_n = _block(block_n * 2 // elem_size, n)
+    block_n = _block(max(MIN_DOT_DIM, block_n * 2 // elem_size), n)
     while triton.cdiv(m, block_m) * triton.cdiv(n, block_n) < programs:
         if block_n > MIN_FILL_BLOCK and block_n >= block_m:
             block_n //= 2
@@ -212,7 +214,10 @@ def kernel_fn(x, w_gate, w_up, w_down):
     h = x.new_empty((m, d_ff))
     programs, es = _programs(x.device), x.element_size()
     tma = CONFIG["TMA"] and _tma_device(x.device) and _tma_ok(x2, w_gate, w_up, w_down, h, out)
-    grid, meta = _launch(m, d_ff, d_model, CONFIG["BLOCK_N"], es, programs)
+    # before Hopper the two accumulators, their operands and the register prefetch of the next
+    # operands do not fit 255 registers at BLOCK_N = 128: half-width gate and up tiles there
+    gate_n = CONFIG["BLOCK_N"] if _tma_device(x.device) else CONFIG["BLOCK_N"] // 2
+    grid, meta = _launch(m, d_ff, d_model, gate_n, es, programs)
     bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
     if tma:
         _gate_up_tma_kernel[grid](_desc(h, bm, bn), _desc(x2, bm, bk), _desc(w_gate, bn, bk),

@@ -134,7 +134,7 @@ def _tiles(m: int, n: int, k: int, elem_size: int, programs: int) -> tuple[int, 
     """(BLOCK_M, BLOCK_N, BLOCK_K) for this product: CONFIG's, fitted to small dims, halved (N
     first) while the tiles would leave programs idle; BLOCK_N and BLOCK_K in 16-bit elements."""
     # fp32 operands multiply on the CUDA cores, whose operand tiles take twice the registers
-    block_m, block_n = _block(CONFIG["BLOCK_M"], m), _block(CONFIG["BLOCK_N"] * 2 // elem_size, n)
+    block_m, block_n = _block(CONFIG["BLOCK_M"], m), _block(max(MIN_DOT_DIM, CONFIG["BLOCK_N"] * 2 // elem_size), n)
     while triton.cdiv(m, block_m) * triton.cdiv(n, block_n) < programs:
         if block_n > MIN_FILL_BLOCK and block_n >= block_m:
             block_n //= 2
