@@ -32,11 +32,14 @@ def suite_targets(device: str, dtype: str | None = None):
 
 def iter_suite(device: str, arch: str, timeout_s: float | None, types: list[str] | None = None,
                backends: tuple[str, ...] = BACKENDS, dtype: str | None = None):
-    """Yield each verdict as soon as it (and every one before it) is judged, in suite order."""
+    """Yield each verdict as soon as it (and every one before it) is judged: in suite order, or in
+    the order of `types` when given."""
     from harness.judge import judge
     from starter_kernels import starter_path
     jobs = [(case, backend) for case in suite_targets(device, dtype) for backend in backends
             if types is None or case.kernel_type in types]
+    if types is not None:  # in the order asked for: the rows wanted first come first
+        jobs.sort(key=lambda job: types.index(job[0].kernel_type))
 
     def one(job):
         case, backend = job
