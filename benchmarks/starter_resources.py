@@ -47,8 +47,11 @@ def recorded_launches(module, config: dict, dtype: str, arch: str) -> list:
         module._tma_device = lambda device: parse_arch(arch) >= 90
     kt = registry.get(module.KERNEL_TYPE)
     args, kwargs = kt.make_inputs(Case.make(kt.name, kt.bench_shape, dtype), torch.Generator().manual_seed(0))
-    saved_config, saved_run = dict(module.CONFIG), JITFunction.run
-    JITFunction.run = lambda *a, **k: None  # record only: nothing runs on the CPU
+    from triton.runtime.interpreter import InterpretedFunction
+    saved_config = dict(module.CONFIG)
+    saved_runs = [(cls, cls.run) for cls in (JITFunction, InterpretedFunction)]
+    for cls, _ in saved_runs:  # record only: nothing runs, compiled or interpreted
+        cls.run = lambda *a, **k: None
     try:
         module.CONFIG.clear()
         module.CONFIG.update(config)
@@ -56,7 +59,8 @@ def recorded_launches(module, config: dict, dtype: str, arch: str) -> list:
             module.kernel_fn(*args, **kwargs)
         return monitor.records
     finally:
-        JITFunction.run = saved_run
+        for cls, run in saved_runs:
+            cls.run = run
         module.CONFIG.clear()
         module.CONFIG.update(saved_config)
 
