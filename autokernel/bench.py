@@ -21,11 +21,16 @@ def exit_status(verdict: dict) -> int:
 
 
 def run(file: Path | None, *, json_out: bool, timeout_s: float | None, device: str | None,
-        arch: str, suite: str | None, sandbox: bool = True) -> int:
+        arch: str, suite: str | None, backend: str = "both", dtype: str | None = None,
+        jsonl: str | None = None, types: list[str] | None = None, sandbox: bool = True) -> int:
     from harness.judge import JudgeUsageError, judge
     if suite is not None:
         from autokernel.suite import run_suite
-        return run_suite(suite, json_out=json_out, timeout_s=timeout_s, device=device, arch=arch)
+        return run_suite(suite, json_out=json_out, timeout_s=timeout_s, device=device, arch=arch,
+                         types=types, backend=backend, dtype=dtype, jsonl=jsonl)
+    if jsonl is not None or dtype is not None or types is not None or backend != "both":
+        raise UsageError("--jsonl, --dtype, --types and --backend apply to --suite only",
+                         "autokernel bench --suite starters --backend triton --dtype bfloat16")
     if file is None:
         raise UsageError("no kernel file given", "autokernel bench path/to/kernel.py, or --suite starters")
     try:

@@ -58,11 +58,19 @@ def bench(
     device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)."),
     arch: str = typer.Option("sm_90", "--arch", help="Target architecture for compile-for-target checks."),
     suite: Optional[str] = typer.Option(None, "--suite", help="'starters': judge every starter kernel."),
+    backend: str = typer.Option("both", "--backend", help="With --suite: triton, cuda or both."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="With --suite: float32, float16 or bfloat16 "
+                                                              "(default: float16 on a GPU, float32 on a CPU)."),
+    jsonl: Optional[str] = typer.Option(None, "--jsonl", help="With --suite: append one JSON line per verdict "
+                                                              "to this file as it finishes ('-': stdout)."),
+    types: Optional[str] = typer.Option(None, "--types", help="With --suite: comma-separated kernel types."),
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Judge without the OS sandbox (the verdict says so)."),
 ) -> None:
     """Judge a kernel file: correctness stages, integrity checks, then timing."""
     from autokernel import bench as bench_cmd
     code = bench_cmd.run(file, json_out=json_out, timeout_s=timeout, device=device, arch=arch, suite=suite,
+                         backend=backend, dtype=dtype, jsonl=jsonl,
+                         types=None if types is None else [t.strip() for t in types.split(",") if t.strip()],
                          sandbox=not no_sandbox)
     raise typer.Exit(code)
 # ---- end bench ------------------------------------------------------------------------------

@@ -3,10 +3,13 @@
 On a GPU: the LLaMA-7B-like bench shapes in fp16, one judge at a time (timings must not share the
 device). Without one: the small CPU bench shapes under the Triton interpreter, two judges at a time,
 every timing labelled as interpreter time; CUDA C++ starters compile for the target only.
+Rows are reported as they finish (stderr, and a JSONL file with --jsonl), so a run stopped by a time
+limit keeps what it had.
 """
 from __future__ import annotations
 
 import json
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from rich.console import Console
@@ -15,6 +18,7 @@ from rich.table import Table
 from autokernel.errors import UsageError
 
 SUITES = ("starters",)
+BACKENDS = ("triton", "cuda")
 
 
 def suite_targets(device: str, dtype: str | None = None):
@@ -26,12 +30,16 @@ def suite_targets(device: str, dtype: str | None = None):
         yield Case.make(name, dims, dtype or ("float16" if device == "cuda" else "float32"), seed=7)
 
 
-def judge_suite(device: str, arch: str, timeout_s: float | None, types: list[str] | None = None,
-                backends: tuple[str, ...] = ("triton", "cuda"), dtype: str | None = None) -> list[dict]:
+def iter_suite(device: str, arch: str, timeout_s: float | None, types: list[str] | None = None,
+               backends: tuple[str, ...] = BACKENDS, dtype: str | None = None):
+    """Yield each verdict as soon as it (and every one before it) is judged: in suite order, or in
+    the order of `types` when given."""
     from harness.judge import judge
     from starter_kernels import starter_path
     jobs = [(case, backend) for case in suite_targets(device, dtype) for backend in backends
             if types is None or case.kernel_type in types]
+    if types is not None:  # in the order asked for: the rows wanted first come first
+        jobs.sort(key=lambda job: types.index(job[0].kernel_type))
 
     def one(job):
         case, backend = job
@@ -41,11 +49,28 @@ def judge_suite(device: str, arch: str, timeout_s: float | None, types: list[str
         return verdict
 
     with ThreadPoolExecutor(1 if device == "cuda" else 2) as pool:
-        return list(pool.map(one, jobs))
+        yield from pool.map(one, jobs)
+
+
+def judge_suite(device: str, arch: str, timeout_s: float | None, types: list[str] | None = None,
+                backends: tuple[str, ...] = BACKENDS, dtype: str | None = None) -> list[dict]:
+    return list(iter_suite(device, arch, timeout_s, types, backends, dtype))
+
+
+def parse_backends(backend: str) -> tuple[str, ...]:
+    if backend == "both":
+        return BACKENDS
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r}", "use triton, cuda or both")
+    return (backend,)
 
 
 def run_suite(suite: str, *, json_out: bool, timeout_s: float | None, device: str | None, arch: str,
-              types: list[str] | None = None) -> int:
+              types: list[str] | None = None, backend: str = "both", dtype: str | None = None,
+              jsonl: str | None = None) -> int:
+    """Judge the suite. Each verdict is reported the moment it is in: a one-line row on stderr and,
+    with `jsonl`, one JSON line appended to that file ("-": stdout), so a run cut short keeps every
+    finished row. At the end: the table, or with `json_out` one JSON list, on stdout."""
     from harness.judge import JudgeUsageError, resolve_device
     if suite not in SUITES:
         raise UsageError(f"unknown suite {suite!r}", f"use one of: {', '.join(SUITES)}")
@@ -53,12 +78,44 @@ def run_suite(suite: str, *, json_out: bool, timeout_s: float | None, device: st
         device = resolve_device(device)
     except JudgeUsageError as e:
         raise UsageError(str(e)) from None
-    verdicts = judge_suite(device, arch, timeout_s, types)
+    backends = parse_backends(backend)
+    from harness import registry
+    unknown = sorted(set(types or ()) - set(registry.names()))
+    if unknown:
+        raise UsageError(f"unknown kernel type(s) {', '.join(unknown)}",
+                         f"known types are {', '.join(registry.names())}")
+    stream = None if jsonl is None else (sys.stdout if jsonl == "-" else open(jsonl, "a", encoding="utf-8"))
+    verdicts = []
+    try:
+        for verdict in iter_suite(device, arch, timeout_s, types, backends, dtype):
+            verdicts.append(verdict)
+            print(row_line(verdict), file=sys.stderr, flush=True)
+            if stream is not None:
+                stream.write(json.dumps(verdict) + "\n")
+                stream.flush()
+    finally:
+        if stream is not None and stream is not sys.stdout:
+            stream.close()
     if json_out:
         print(json.dumps(verdicts))
-    else:
+    elif jsonl != "-":
         render_suite(verdicts, Console(width=max(Console().width, 170)))
     return 0 if all(v["verdict"] in ("PASS", "COMPILE_ONLY") for v in verdicts) else 1
+
+
+def row_line(v: dict) -> str:
+    """One verdict as one line of text: what the table row says, readable while the suite runs."""
+    t, res = v.get("timing") or {}, v.get("resources") or {}
+    verdict = v["verdict"] + (f" ({v['failed_stage']})" if v.get("failed_stage") else "")
+    parts = [v.get("target", ""), v.get("backend") or "", verdict,
+             f"median {_fmt(t.get('median_us'), '.1f')} us", f"eager {_fmt(t.get('baseline_median_us'), '.1f')} us",
+             f"vs eager {_fmt(t.get('speedup_vs_eager'), '.3f')}x",
+             f"vs compile {_fmt(t.get('speedup_vs_compile'), '.3f')}x",
+             f"regs {_fmt(res.get('registers'), 'd')}", f"spills {_fmt(res.get('spills'), 'd')}",
+             f"smem {_fmt(res.get('shared_bytes'), 'd')} B"]
+    if v.get("sandbox") is not None:
+        parts.append(f"sandbox {v['sandbox'] if isinstance(v['sandbox'], str) else json.dumps(v['sandbox'])}")
+    return " | ".join(parts)
 
 
 def _fmt(value, spec: str) -> str:

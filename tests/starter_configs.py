@@ -14,8 +14,8 @@ TRITON = {
     "reduce": {"BLOCK_N": 256, "num_warps": 2, "num_stages": 1},
     "cross_entropy": {"BLOCK_V": 1024, "num_warps": 4, "num_stages": 1},
     "rotary_embedding": {"BLOCK_S": 16, "num_warps": 2, "num_stages": 1},
-    "matmul": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 4, "num_warps": 4, "num_stages": 2},
-    "fused_mlp": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4, "num_stages": 2},
+    "matmul": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 4, "TMA": 0, "num_warps": 4, "num_stages": 2},
+    "fused_mlp": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4, "TMA": 0, "num_warps": 4, "num_stages": 2},
     "flash_attention": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1},
 }
 

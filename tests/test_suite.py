@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from autokernel.errors import UsageError
 from autokernel.suite import judge_suite, run_suite
 
 
@@ -24,3 +27,22 @@ def test_suite_json_is_one_list(capsys):
     verdicts = json.loads(capsys.readouterr().out)
     assert code == 0 and [v["verdict"] for v in verdicts] == ["PASS", "COMPILE_ONLY"]
     assert all(v["resources"]["arch"] == "sm_80" for v in verdicts)
+
+
+def test_suite_streams_each_row_as_a_json_line_and_a_stderr_row(tmp_path, capsys):
+    out = tmp_path / "rows.jsonl"
+    out.write_text('{"earlier": "run"}\n', encoding="utf-8")  # appended to, never truncated
+    code = run_suite("starters", json_out=False, timeout_s=None, device="cpu", arch="sm_90", types=["reduce"],
+                     backend="triton", dtype="bfloat16", jsonl=str(out))
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert code == 0 and lines[0] == {"earlier": "run"} and len(lines) == 2
+    assert (lines[1]["backend"], lines[1]["target"]) == ("triton", "reduce[64x4096:bfloat16]")
+    err = capsys.readouterr().err
+    assert "reduce[64x4096:bfloat16] | triton | PASS" in err
+
+
+def test_suite_rejects_an_unknown_backend_or_type():
+    with pytest.raises(UsageError, match="unknown backend"):
+        run_suite("starters", json_out=True, timeout_s=None, device="cpu", arch="sm_90", backend="opencl")
+    with pytest.raises(UsageError, match="unknown kernel type"):
+        run_suite("starters", json_out=True, timeout_s=None, device="cpu", arch="sm_90", types=["conv9"])

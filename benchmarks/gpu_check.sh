@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# One prepared check of the GPU path, for a machine with a CUDA device, in one call of at most
+# 8 minutes. Run from anywhere:  bash benchmarks/gpu_check.sh
+#
+# Steps, most important first, each under its own `timeout` and all under one deadline (TOTAL_S,
+# default 460 s), so the script ends in time whatever hangs; a step with no time left is named as
+# skipped. Every line is printed as it comes and copied into one summary file,
+# benchmarks/results/gpu-check-<date>-<device>.md (commit it).
+#   1. compute-bound starters vs cuBLAS / SDPA / eager, met or short per row (compute_bound.py)
+#   2. GPU-marked tests (pytest -m gpu)
+#   3. the starters suite, Triton then CUDA C++, fp16 and bf16, one row per verdict as it finishes
+#   5. three KernelBench level-1 problems with the tuner
+#   4. the bf16 LLaMA: autokernel optimize with the tuner (budget: 3 minutes, or what the deadline
+#      leaves less a minute for profiling and verify), then its verify (verify.json)
+# The sandbox each verdict ran in is printed where verdicts carry a "sandbox" key.
+#
+# Environment: torch and triton preinstalled. Wheels the operator carried in .whl/ (openai, optuna,
+# ...) are installed from there without an index. The repository goes on PYTHONPATH.
+#   DRY_RUN=1   the same steps on the CPU with tiny shapes and budgets (proves the script; no GPU)
+#   TOTAL_S     the overall deadline in seconds (default 460)
+#   STEPS       which steps to run, in order, e.g. "1 3" (default "1 2 3 5 4": the LLaMA run takes
+#               the time that is left, its tuner budget 3 minutes at most)
+# shellcheck disable=SC2054  # the commas below are inside arguments (comma lists), not separators
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 2
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+PY="${PYTHON:-python}"
+DRY_RUN="${DRY_RUN:-0}"
+TOTAL_S="${TOTAL_S:-460}"
+STEPS="${STEPS:-1 2 3 5 4}"
+START="${GPU_CHECK_START:-$(date +%s)}"
+WORK="${GPU_CHECK_WORK:-$(mktemp -d /tmp/gpu_check.XXXXXX)}"
+export GPU_CHECK_WORK="$WORK" GPU_CHECK_START="${GPU_CHECK_START:-$START}"
+
+SCALE=1  # the interpreter is slow: a dry run gives every step three times as long
+if [ "$DRY_RUN" = 1 ]; then
+  SCALE=3
+  DEVICE_NAME="cpu-dry-run"
+else
+  DEVICE_NAME="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
+  DEVICE_NAME="${DEVICE_NAME:-unknown-gpu}"
+fi
+if [ "$DRY_RUN" = 1 ]; then
+  DEV=(--device cpu)
+  SUITE_TYPES=(--types reduce,matmul)
+  SUITE_DTYPES="float32"
+  LLAMA=(examples/llama_tiny.py --class-name LlamaTiny --input-dtype tokens --vocab-size 2048
+         --input-shape 1,8 --init-args '[2048, 64, 4, 4, 128]' --dtype bfloat16 --device cpu
+         --agent tune --max-experiments 1 --top 1 --plain)
+  KB=(--agent tune --budget-per-problem 20s --max-experiments 1 --device cpu --no-compile --reps 3)
+  COMPUTE=(--dry-run)
+else
+  DEV=(--device cuda)
+  SUITE_TYPES=(--types matmul,fused_mlp,flash_attention,rmsnorm,layernorm,softmax,cross_entropy,reduce,rotary_embedding)
+  SUITE_DTYPES="float16 bfloat16"
+  LLAMA=(examples/llama_tiny.py --class-name LlamaTiny --input-dtype tokens --vocab-size 32000
+         --input-shape 4,512 --init-args '[32000, 2048, 2, 16, 5632]' --dtype bfloat16 --device cuda
+         --agent tune --plain)
+  # no torch.compile baseline: its build would take most of the 45 s this step has
+  KB=(--agent tune --budget-per-problem 15s --device cuda --precision fp16 --no-compile)
+  COMPUTE=()
+fi
+
+# Seconds left before the deadline, less a margin for writing the summary.
+left() { echo $(( TOTAL_S - ($(date +%s) - START) - 5 )); }
+
+suite() {  # the starters suite for one backend, every dtype, rows streamed into one JSONL file
+  local backend="$1"
+  for dtype in $SUITE_DTYPES; do
+    "$PY" -m autokernel bench --suite starters "${DEV[@]}" --backend "$backend" --dtype "$dtype" \
+      "${SUITE_TYPES[@]}" --jsonl "$WORK/suite-$backend.jsonl" --json > /dev/null
+  done
+}
+
+sandboxes() {  # which sandbox the verdicts ran in, where they say
+  cat "$WORK"/suite-*.jsonl 2>/dev/null | "$PY" -c '
+import json, sys
+seen = {}
+for line in sys.stdin:
+    v = json.loads(line)
+    seen.setdefault(json.dumps(v.get("sandbox", "not recorded in the verdict")), []).append(v.get("target", "?"))
+for sandbox, targets in seen.items():
+    print(f"sandbox {sandbox}: {len(targets)} verdict(s)")
+'
+}
+
+kernelbench() {  # three level-1 problems the tuner's starters fit: a matmul, a softmax, a LayerNorm
+  local kb="$WORK/kb"
+  mkdir -p "$kb/level1"
+  cp examples/kernelbench/matmul.py "$kb/level1/1_Matmul.py"
+  cp tests/kernelbench/level1/23_Softmax.py "$kb/level1/23_Softmax.py"
+  cp examples/kernelbench/layernorm.py "$kb/level1/40_LayerNorm.py"
+  "$PY" -m autokernel kernelbench run --kb-dir "$kb" --level 1 --problems 1,23,40 "${KB[@]}" \
+    --runs-dir "$WORK/kb-runs"
+}
+
+llama() {  # optimize (which ends with its own verify), then verify again if that did not happen
+  local runs="$WORK/runs" tuner=$(( $(left) - 60 ))
+  [ "$tuner" -gt 180 ] && tuner=180
+  [ "$tuner" -lt 20 ] && tuner=20
+  echo "tuner budget ${tuner} s"
+  "$PY" -m autokernel optimize "${LLAMA[@]}" --budget "${tuner}s" --runs-dir "$runs"
+  local rc=$? run
+  run="$(find "$runs" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | head -n1)"
+  if [ -n "$run" ] && [ ! -f "$run/verify.json" ]; then
+    "$PY" -m autokernel verify "$run" "${DEV[@]}"
+  fi
+  [ -n "$run" ] && [ -f "$run/verify.json" ] && "$PY" -c '
+import json, sys
+v = json.load(open(sys.argv[1]))
+keys = ("ok", "speedup", "eager_us", "patched_us", "guilty", "reason")
+print("verify.json:", json.dumps({k: v[k] for k in keys if k in v}))
+for w in v.get("winners", []) if isinstance(v.get("winners"), list) else []:
+    print("  winner:", json.dumps({k: w.get(k) for k in ("target", "dtype", "calls_served", "speedup")}))
+' "$run/verify.json"
+  return $rc
+}
+
+# `timeout` runs programs, not shell functions: a step that is a function re-runs this script
+if [ "${1:-}" = __call ]; then
+  shift
+  "$@"
+  exit $?
+fi
+
+SLUG="$(printf '%s' "$DEVICE_NAME" | tr -cs 'A-Za-z0-9' '-' | sed 's/^-*//; s/-*$//' | tr '[:upper:]' '[:lower:]')"
+mkdir -p benchmarks/results
+SUMMARY="benchmarks/results/gpu-check-$(date -u +%Y-%m-%d)-${SLUG}.md"
+: > "$SUMMARY"
+
+say() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
+
+# step NAME WANT_S COMMAND...: run COMMAND under timeout min(WANT_S, time left), output streamed
+# to the terminal and into the summary inside a fenced block; its exit status is recorded.
+step() {
+  local name="$1" want=$(( $2 * SCALE )); shift 2
+  local budget; budget="$(left)"
+  [ "$budget" -gt "$want" ] && budget="$want"
+  say ""
+  say "## $name"
+  if [ "$budget" -lt 10 ]; then
+    say "skipped: no time left before the ${TOTAL_S} s deadline"
+    return 0
+  fi
+  say "\`$*\` (timeout ${budget} s)"
+  say '```'
+  local t0 rc; t0="$(date +%s)"
+  local cmd=("$@")
+  if declare -F "$1" > /dev/null; then cmd=(bash "${BASH_SOURCE[0]}" __call "$@"); fi
+  timeout --kill-after=5 "$budget" "${cmd[@]}" 2>&1 | tee -a "$SUMMARY"
+  rc="${PIPESTATUS[0]}"
+  say '```'
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    say "result: cut at ${budget} s (every row above finished)"
+  else
+    say "result: exit ${rc} after $(( $(date +%s) - t0 )) s"
+  fi
+}
+
+say "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), ${DEVICE_NAME}"
+say ""
+say "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), dry run: ${DRY_RUN}"
+if compgen -G ".whl/*.whl" > /dev/null; then
+  say "installing carried wheels from .whl/"
+  timeout 90 "$PY" -m pip install -q --no-index --find-links .whl/ .whl/*.whl 2>&1 | tail -n 3 | tee -a "$SUMMARY"
+fi
+say "$("$PY" -c 'import sys, torch, triton; print(f"python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}, cuda available: {torch.cuda.is_available()}")' 2>&1)"
+
+
+for s in $STEPS; do
+  case "$s" in
+    1) step "Compute-bound starters vs cuBLAS, SDPA and eager" 110 \
+         "$PY" benchmarks/compute_bound.py "${COMPUTE[@]}" ;;
+    2) step "GPU-marked tests" 40 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests ;;
+    3) step "Starters suite, Triton" 60 suite triton
+       step "Starters suite, CUDA C++" 25 suite cuda
+       step "Sandbox of the judged verdicts" 10 sandboxes ;;
+    4) step "bf16 LLaMA: optimize with the tuner, then verify" 400 llama ;;
+    5) step "KernelBench level 1, three problems, tuner" 45 kernelbench ;;
+    *) say "unknown step $s" ;;
+  esac
+done
+
+say ""
+say "total $(( $(date +%s) - START )) s; summary in $SUMMARY; work files in $WORK"

@@ -1,0 +1,114 @@
+"""Registers, spills and shared memory of the Triton starters on GPU targets, per configuration.
+
+    python benchmarks/starter_resources.py [--arch sm_90 sm_80] [--sample 6] [--dtype float16]
+                                           [--types matmul fused_mlp ...]
+
+For each starter: its default CONFIG and a sample of the other configurations its CONSTRAINTS
+allow, each launched once at the GPU bench shape with launches recorded but not run (no GPU and
+no interpreter needed), then compiled ahead of time for every architecture through the judge's own
+compile-for-target path (harness/target_compile.py). One row per (starter, config, arch) with the
+worst kernel's figures; a row whose kernel would not launch there (shared memory over the limit,
+too many registers per block) or does not compile is marked so. Exit status 1 when any row spills
+or would not launch.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import random
+import sys
+
+import torch
+
+from autokernel.kernel_source import check_constraints
+from harness import registry
+from harness.launches import LaunchMonitor
+from harness.registry import Case
+from harness.target_compile import _launch_problem, compile_triton, parse_arch
+from starter_kernels import KERNEL_TYPES
+
+GPU_PROGRAMS = 132  # H100 / H200 multiprocessors: matmul's tile-filling rule sees a GPU's count
+
+
+def allowed_configs(module, sample: int, seed: int = 0) -> list[dict]:
+    """The default CONFIG first, then up to `sample` other configurations the CONSTRAINTS allow."""
+    names = list(module.TUNABLES)
+    allowed = [dict(zip(names, values)) for values in itertools.product(*module.TUNABLES.values())]
+    allowed = [c for c in allowed if check_constraints(module.CONSTRAINTS, c) and c != module.CONFIG]
+    return [dict(module.CONFIG)] + random.Random(seed).sample(allowed, min(sample, len(allowed)))
+
+
+def recorded_launches(module, config: dict, dtype: str, arch: str) -> list:
+    """The launches kernel_fn makes at the bench shape under `config` on a GPU of `arch`,
+    recorded and not run (a starter that picks a variant by GPU generation is told the target's)."""
+    from triton.runtime.jit import JITFunction
+    if hasattr(module, "_tma_device"):
+        module._tma_device = lambda device: parse_arch(arch) >= 90
+    kt = registry.get(module.KERNEL_TYPE)
+    args, kwargs = kt.make_inputs(Case.make(kt.name, kt.bench_shape, dtype), torch.Generator().manual_seed(0))
+    from triton.runtime.interpreter import InterpretedFunction
+    saved_config = dict(module.CONFIG)
+    saved_runs = [(cls, cls.run) for cls in (JITFunction, InterpretedFunction)]
+    for cls, _ in saved_runs:  # record only: nothing runs, compiled or interpreted
+        cls.run = lambda *a, **k: None
+    try:
+        module.CONFIG.clear()
+        module.CONFIG.update(config)
+        with LaunchMonitor(record=True) as monitor:
+            module.kernel_fn(*args, **kwargs)
+        return monitor.records
+    finally:
+        for cls, run in saved_runs:
+            cls.run = run
+        module.CONFIG.clear()
+        module.CONFIG.update(saved_config)
+
+
+def resource_rows(kernel_type: str, archs: list[str], sample: int, dtype: str) -> list[dict]:
+    module = importlib.import_module(f"starter_kernels.triton.{kernel_type}")
+    if hasattr(module, "CPU_PROGRAMS"):
+        module.CPU_PROGRAMS = GPU_PROGRAMS
+    rows = []
+    for config in allowed_configs(module, sample):
+        for arch in archs:
+            records = recorded_launches(module, config, dtype, arch)
+            result = compile_triton(records, arch)
+            row = {"starter": kernel_type, "config": config, "arch": arch, "ok": result.ok,
+                   "problem": "" if result.ok else result.detail.splitlines()[0][:160]}
+            if result.kernels:
+                row.update(registers=max(k.registers for k in result.kernels),
+                           spills=max(k.spills for k in result.kernels),
+                           shared_bytes=max(k.shared_bytes for k in result.kernels))
+                problems = [p for k in result.kernels if (p := _launch_problem(k, parse_arch(arch)))]
+                row["problem"] = row["problem"] or "; ".join(problems)[:160]
+            rows.append(row)
+    return rows
+
+
+def _config_text(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", nargs="+", default=["sm_90", "sm_80"])
+    parser.add_argument("--sample", type=int, default=4, help="other allowed configs per starter")
+    parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--types", nargs="+", default=list(KERNEL_TYPES))
+    args = parser.parse_args(argv)
+    bad = 0
+    print(f"{'starter':17} {'arch':6} {'regs':>5} {'spills':>6} {'smem B':>7}  config  [problem]")
+    for kernel_type in args.types:
+        for row in resource_rows(kernel_type, args.arch, args.sample, args.dtype):
+            spills = row.get("spills")
+            bad += bool(spills) or bool(row["problem"])
+            print(f"{row['starter']:17} {row['arch']:6} {row.get('registers', '-'):>5} {spills if spills is not None else '-':>6} "
+                  f"{row.get('shared_bytes', '-'):>7}  {_config_text(row['config'])}"
+                  + (f"  [{row['problem']}]" if row["problem"] else ""), flush=True)
+    print(f"{bad} row(s) spill or would not launch")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
