@@ -108,13 +108,29 @@ llama() {  # optimize (which ends with its own verify), then verify again if tha
     "$PY" -m autokernel verify "$run" "${DEV[@]}"
   fi
   [ -n "$run" ] && [ -f "$run/verify.json" ] && "$PY" -c '
-import json, sys
-v = json.load(open(sys.argv[1]))
-keys = ("ok", "speedup", "eager_us", "patched_us", "guilty", "reason")
-print("verify.json:", json.dumps({k: v[k] for k in keys if k in v}))
-for w in v.get("winners", []) if isinstance(v.get("winners"), list) else []:
-    print("  winner:", json.dumps({k: w.get(k) for k in ("target", "dtype", "calls_served", "speedup")}))
-' "$run/verify.json"
+import csv, json, sys
+from pathlib import Path
+run = Path(sys.argv[1])
+v = json.loads((run / "verify.json").read_text())
+measured, projected = v.get("e2e_speedup"), v.get("projected_e2e_speedup")
+print("verify:", json.dumps({k: v.get(k) for k in ("status", "ok", "model_dtype", "failures", "not_run",
+                                                      "eager_median_us", "patched_median_us", "sandbox")}))
+if measured and projected:
+    gap = abs(measured - projected) / projected
+    print(f"end to end {measured:.3f}x measured vs {projected:.3f}x projected ({gap:.0%} apart; goal: >= 1.0x, within 15%)")
+for target, k in v.get("per_kernel", {}).items():
+    shown = {key: k.get(key) for key in ("dtype", "calls_served", "fallbacks", "kernel_speedup_vs_eager")}
+    print(f"  winner {target}:", json.dumps(shown))
+seconds = []
+for verdict in run.glob("kernels/*/exp_*.json"):
+    split = json.loads(verdict.read_text()).get("judge_seconds") or {}
+    if split.get("worker_total") is not None:
+        seconds.append(split["worker_total"] + (split.get("parent_checks") or 0.0))
+if seconds:
+    seconds.sort()
+    print(f"judge time per candidate: median {seconds[len(seconds) // 2]:.1f} s, max {seconds[-1]:.1f} s "
+          f"over {len(seconds)} verdicts (goal: at most 10 s)")
+' "$run"
   return $rc
 }
 
