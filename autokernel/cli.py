@@ -379,6 +379,8 @@ def export(
     run: str = typer.Argument(..., help="A run id under --runs-dir, or a run folder."),
     out: Path = typer.Option(..., "--out", help="Folder to write the autokernel_kernels package into."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
+    selftest: bool = typer.Option(False, "--selftest", help="Then run the package's selftest, sandboxed: each "
+                                                            "kernel against PyTorch at its target shape."),
 ) -> None:
     """Write a self-contained package (torch + triton only) with the run's verified winners and patch(model)."""
     from autokernel import export as exporter
@@ -391,4 +393,12 @@ def export(
         err.print(f"left out {left['target']}: {left['reason']}", highlight=False)
     err.print(f"wrote {manifest['package']} with {len(manifest['kernels'])} kernel(s); "
               f"use: with autokernel_kernels.patch(model): model(x)", highlight=False)
+    if selftest:
+        from autokernel.export_check import selftest_confined
+        result = selftest_confined(out)
+        err.print(f"selftest (sandbox: {result['sandbox'].get('kind')}): "
+                  + (", ".join(f"{t} error {e:.2g}" for t, e in result["errors"].items()) if result["ok"]
+                     else result["failure"]), highlight=False)
+        if not result["ok"]:
+            raise UserError("the exported package's selftest failed", "see the line above; the package is written")
 # ---- end verify/report/export ---------------------------------------------------------------
