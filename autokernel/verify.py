@@ -13,10 +13,12 @@ projection from the plan's shares and the winners' own speedups.
 
 verify fails (status "failed", exit 1, each reason named) when the outputs are not accepted, when a
 winner serves no call of the model, or when a target's dtype is not the model's. A winner this
-machine cannot run (bf16 dot products in the Triton interpreter, CUDA C++ without a GPU) is not
-run: verify.json names it and why under "not_run", and the status is "partial" (exit 0, `ok` false:
-nothing was claimed about it). "ok" means every winner ran, served calls of the model, and the
-outputs were accepted.
+machine cannot run (CUDA C++ without a GPU) is not run: verify.json names it and why under
+"not_run". A bf16 winner with dot products, which the Triton interpreter cannot run in bf16, runs
+with fp16 standing in, as the judge ran it (named under "stand_ins"), so it still serves the model
+and is still judged against the truth. Either makes the status "partial" (exit 0, `ok` false:
+nothing is claimed about the winner's own dtype path). "ok" means every winner ran in its own
+dtype, served calls of the model, and the outputs were accepted.
 
 On the CPU the kernels run in the Triton interpreter (TRITON_INTERPRET=1 is set here, before any
 kernel file is imported); every time is then a CPU-interpreter figure and labelled so.
@@ -99,20 +101,44 @@ def _read_plan(run: RunDir) -> dict:
         return {}
 
 
+STAND_IN = "fp16 stood in for bf16: the Triton interpreter cannot run bf16 dot products"
+
+
 def not_runnable(f: WinnerFile, device: str) -> str:
-    """Why this machine cannot run a winner ('' when it can)."""
+    """Why this machine cannot run a winner at all ('' when it can)."""
     if device.startswith("cuda"):
         return ""
-    source = f.path.read_text(encoding="utf-8")
-    if re.search(r"""^BACKEND\s*=\s*["']cuda["']""", source, re.M):
+    if re.search(r"""^BACKEND\s*=\s*["']cuda["']""", f.path.read_text(encoding="utf-8"), re.M):
         return "not run: a CUDA C++ kernel needs a GPU"
-    if f.dtype == "bfloat16" and "tl.dot" in source:
-        return "not run: the Triton interpreter cannot run bf16 dot products"
     return ""
 
 
-def load_winners(files: list[WinnerFile]) -> tuple[list, dict[str, str]]:
-    """The kernels imported in this process, and why any failed to import (it is then guilty)."""
+def stand_in(f: WinnerFile, device: str) -> str:
+    """Why a winner runs here in another dtype than its own ('' when it runs in its own), as the
+    judge ran it: bf16 dot products in the Triton interpreter run in fp16 (same exponent rules for
+    these magnitudes, more mantissa), the result rounded back to bf16."""
+    if device.startswith("cuda") or f.dtype != "bfloat16":
+        return ""
+    return STAND_IN if "tl.dot" in f.path.read_text(encoding="utf-8") else ""
+
+
+def fp16_for_bf16(kernel_fn: Callable) -> Callable:
+    """kernel_fn with its bf16 tensors given as fp16 and its fp16 output returned as bf16."""
+    import torch
+
+    def cast(value: Any, to: Any, what: Any) -> Any:
+        return value.to(to) if isinstance(value, torch.Tensor) and value.dtype == what else value
+
+    def standing_in(*args: Any, **kwargs: Any) -> Any:
+        out = kernel_fn(*[cast(a, torch.float16, torch.bfloat16) for a in args],
+                        **{k: cast(v, torch.float16, torch.bfloat16) for k, v in kwargs.items()})
+        return cast(out, torch.bfloat16, torch.float16)
+    return standing_in
+
+
+def load_winners(files: list[WinnerFile], stand_ins: Optional[dict[str, str]] = None) -> tuple[list, dict[str, str]]:
+    """The kernels imported in this process, and why any failed to import (it is then guilty).
+    A winner in `stand_ins` runs in the dtype that stood in for its own (see stand_in)."""
     from autokernel import routing
     winners, failed = [], {}
     for f in files:
@@ -121,8 +147,9 @@ def load_winners(files: list[WinnerFile]) -> tuple[list, dict[str, str]]:
         except Exception as e:  # noqa: BLE001 (a judged file should import; report whatever it raised)
             failed[f.target] = f"importing {f.path.name} raised {type(e).__name__}: {e}"
             continue
+        kernel_fn = fp16_for_bf16(module.kernel_fn) if (stand_ins or {}).get(f.target) else module.kernel_fn
         winners.append(routing.Winner(target=f.target, kernel_type=f.kernel_type, dims=f.dims, dtype=f.dtype,
-                                      kernel_fn=module.kernel_fn, kwargs=f.kwargs, route=f.route, modules=f.modules))
+                                      kernel_fn=kernel_fn, kwargs=f.kwargs, route=f.route, modules=f.modules))
     return winners, failed
 
 
@@ -206,20 +233,22 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
     files = winner_files(run)
     loaded = load_model(spec)
     not_run = {f.target: why for f in files if (why := not_runnable(f, spec.device))}
-    winners, failed = load_winners([f for f in files if f.target not in not_run])
+    stand_ins = {f.target: why for f in files if (why := stand_in(f, spec.device))}
+    winners, failed = load_winners([f for f in files if f.target not in not_run], stand_ins)
     inputs = [loaded.make_inputs(s) for s in seeds]
     from autokernel.accuracy import reference_outputs
     references, reference_dtype = reference_outputs(loaded, inputs)
     cases = [(i, loaded.forward(i), r) for i, r in zip(inputs, references)]
     log(f"verify: {len(winners)} winner(s) inside {Path(spec.path).name} on {spec.device}, {len(seeds)} seeded "
         f"inputs, judged against the model in {reference_dtype}"
-        + (f"; {len(not_run)} not run here" if not_run else ""))
+        + (f"; {len(not_run)} not run here" if not_run else "")
+        + (f"; {len(stand_ins)} with fp16 standing in for bf16" if stand_ins else ""))
     full, rest, guilty, clean = judge_winners(loaded, winners, failed, cases, log)
     log(f"verify: timing the model unmodified and with {len(clean)} winner(s)")
     eager = time_forward(loaded, cases[0][0], spec.device)
     patched = time_forward(loaded, cases[0][0], spec.device, clean)
     result = _result(run, spec, files, full, rest, guilty, clean, eager, patched, seeds)
-    result.update(_verdict(result, model_dtype(loaded), not_run, reference_dtype))
+    result.update(_verdict(result, model_dtype(loaded), not_run, stand_ins, reference_dtype))
     if compile_baseline:
         log("verify: timing torch.compile of the unmodified model")
         compiled = time_compiled(loaded, cases[0][0], spec.device)
@@ -255,12 +284,14 @@ def model_dtype(loaded: Any) -> str:
     return loaded.spec.dtype or "float32"
 
 
-def _verdict(result: dict, dtype: str, not_run: dict, reference_dtype: str) -> dict:
-    """What failed, per winner and in words; the status; `ok` only when every winner was checked."""
+def _verdict(result: dict, dtype: str, not_run: dict, stand_ins: dict, reference_dtype: str) -> dict:
+    """What failed, per winner and in words; the status; `ok` only when every winner was checked in
+    its own dtype."""
     from autokernel.accuracy import rule
     failures = []
     for target, k in result["per_kernel"].items():
         k["not_run"] = not_run.get(target)
+        k["stand_in"] = stand_ins.get(target)
         k["dtype_matches_model"] = k["dtype"] == dtype
         if k["dtype"] != dtype:
             failures.append(f"{target}: the target's dtype {k['dtype'] or '(none)'} is not the model's {dtype}")
@@ -270,8 +301,9 @@ def _verdict(result: dict, dtype: str, not_run: dict, reference_dtype: str) -> d
             failures.append(f"{target}: served no call of the model ({_unserved_reason(result, k)})")
     if not result["outputs_match"] and not result["guilty"]:
         failures.append("the patched model's outputs were not accepted")
-    status = "failed" if failures else "partial" if not_run else "ok"
+    status = "failed" if failures else "partial" if (not_run or stand_ins) else "ok"
     return {"status": status, "ok": status == "ok", "failures": failures, "not_run": dict(not_run),
+            "stand_ins": dict(stand_ins),
             "model_dtype": dtype, "acceptance": {**rule(), "reference_dtype": reference_dtype}}
 
 
@@ -351,9 +383,12 @@ def render(result: dict, folder: Path, *, print_table: Callable[[Any], None], lo
         raise UserError("verify failed: " + "; ".join(result["failures"]),
                         "`autokernel export` leaves the guilty kernels out; a winner that serves nothing or has "
                         "another dtype than the model's was searched at the wrong target: see verify.json")
+    for target, why in result.get("stand_ins", {}).items():
+        log(f"{target}: served with {why}; verify it in bf16 on a GPU")
     if result["status"] == "partial":
-        log(f"verify: partial: {len(result['not_run'])} winner(s) not run on this machine, the others ok "
-            "(verify.json: \"ok\" is false, \"not_run\" says why)")
+        log(f"verify: partial: {len(result['not_run'])} winner(s) not run and {len(result.get('stand_ins', {}))} "
+            "run in a stand-in dtype on this machine, the rest ok (verify.json: \"ok\" is false; \"not_run\" "
+            "and \"stand_ins\" say why)")
 
 
 def _kernel_verdict(k: dict) -> str:
@@ -365,7 +400,7 @@ def _kernel_verdict(k: dict) -> str:
         return "[red]WRONG DTYPE[/]"
     if k["calls_served"] == 0:
         return "[red]SERVED NOTHING[/]"
-    return "[green]ok[/]"
+    return "[yellow]ok (fp16 stand-in)[/]" if k.get("stand_in") else "[green]ok[/]"
 
 
 def summary_table(result: dict) -> Any:
