@@ -13,8 +13,9 @@ import ast
 from dataclasses import dataclass
 
 # What a kernel file may import: the kernel languages and pure helpers of the standard library.
-KERNEL_IMPORTS = ("torch", "triton", "triton.language", "math", "functools", "typing", "dataclasses",
-                  "__future__")
+# triton.tools.tensor_descriptor is the host side of Hopper's TMA: a plain descriptor of a tensor.
+KERNEL_IMPORTS = ("torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math", "functools",
+                  "typing", "dataclasses", "__future__")
 # A CUDA C++ kernel builds its extension through the project's loader, which caches and observes it.
 CUDA_IMPORTS = ("harness.cuda_build",)
 # A KernelBench ModelNew is an nn.Module and may build CUDA C++ with load_inline.
