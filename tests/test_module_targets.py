@@ -1,0 +1,59 @@
+"""Module targets: time no kernel type names goes to the smallest module that encloses it, and
+enters the plan beside the typed targets."""
+from pathlib import Path
+
+import pytest
+
+from autokernel import plan, profiler
+from autokernel.modelfile import load_model, spec_from_options
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+PEAKS = {"device": "cpu", "copy_gbps": 10.0, "matmul_tflops": {"float32": 0.5}}
+
+
+def run_profile(path, iters=2):
+    return profiler.profile_model(load_model(spec_from_options(path, device="cpu")), iters=iters, warmup=1)
+
+
+def modules_of(prof):
+    return {g["module"]["label"]: g for g in prof.groups if g["kernel_type"] == "module"}
+
+
+def test_complex_rotary_and_repeat_interleave_become_module_targets():
+    prof = run_profile(DATA / "llama_complex.py")
+    found = modules_of(prof)
+    rotary = found["Attention.rotary"]
+    assert {"aten::view_as_complex", "aten::mul"} <= set(rotary["ops"])
+    assert rotary["target"] == "module[Attention.rotary:1x32x4x32:float32]"
+    assert [a["tensor"]["shape"] for a in rotary["module"]["inputs"]["args"]] == [[1, 32, 4, 32], [1, 32, 2, 32], [32, 16]]
+    assert "aten::repeat_interleave" in found["Model.attn"]["ops"]
+    # the explicit masked attention (masked_fill before the softmax) is a typed target
+    assert any(g["kernel_type"] == "flash_attention" and "aten::masked_fill" in g["ops"] for g in prof.groups)
+    assert prof.coverage >= 0.95
+
+
+def test_transformers_gpt2_gelu_is_a_module_target_ranked_with_the_typed_ones():
+    pytest.importorskip("transformers")
+    prof = run_profile(DATA / "hf_gpt2.py")
+    act = modules_of(prof)["GPT2MLP.act"]
+    assert act["target"] == "module[GPT2MLP.act:1x64x1024:float32]" and act["calls"] == 2
+    assert {"aten::tanh", "aten::pow"} <= set(act["ops"])
+    assert prof.coverage >= 0.95 and prof.typed_coverage < prof.coverage
+    result = plan.make_plan(prof, PEAKS)
+    row = next(e for e in result["entries"] if e["target"] == act["target"])
+    # a roofline position from its recorded inputs and output, and an Amdahl projection
+    assert row["bytes"] == 2 * 64 * 1024 * 4 and row["flops"] > 0 and row["bound"] == "memory"
+    assert row["projected_e2e_speedup"] == pytest.approx(plan.amdahl(row["share"], row["ceiling_speedup"]))
+    assert row["rank"] < len(result["entries"]) and result["typed_coverage"] == pytest.approx(prof.typed_coverage)
+
+
+def test_the_whole_model_is_never_a_module_target(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("import torch, torch.nn as nn\n"
+                    "class Model(nn.Module):\n"
+                    "    def forward(self, x):\n"
+                    "        return torch.tanh(x) * 2\n"
+                    "def get_inputs():\n    return [torch.randn(64, 64)]\n")
+    prof = run_profile(path, iters=1)
+    assert [g["kernel_type"] for g in prof.groups] == ["other"] and prof.coverage == 0.0
