@@ -57,3 +57,52 @@ def test_the_whole_model_is_never_a_module_target(tmp_path):
                     "def get_inputs():\n    return [torch.randn(64, 64)]\n")
     prof = run_profile(path, iters=1)
     assert [g["kernel_type"] for g in prof.groups] == ["other"] and prof.coverage == 0.0
+
+
+def _load(path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"problem_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_module_target_is_a_problem_made_from_the_module_instance(tmp_path):
+    import torch
+    from autokernel import module_problem
+    loaded = load_model(spec_from_options(DATA / "llama_complex.py", device="cpu"))
+    prof = profiler.profile_model(loaded, iters=1, warmup=0)
+    attn = modules_of(prof)["Model.attn"]
+    instance = loaded.model.get_submodule(attn["module"]["qualname"])
+    path = module_problem.write_problem(tmp_path / "problems", "attn", instance, attn["module"]["inputs"], attn["target"])
+    problem = _load(path)
+    model = problem.Model()
+    # the module's own parameter and buffer names, its weights copied (the causal mask too)
+    assert set(model.state_dict()) == set(instance.state_dict())
+    assert torch.equal(model.bias, instance.bias) and torch.equal(model.wq.weight, instance.wq.weight)
+    torch.manual_seed(3)
+    inputs = problem.get_inputs()
+    torch.manual_seed(3)
+    again = problem.get_inputs()
+    assert [x.shape for x in inputs] == [torch.Size([1, 32, 128]), torch.Size([32, 16])]
+    assert inputs[1].dtype == torch.complex64 and all(torch.equal(a, b) for a, b in zip(inputs, again))
+    with torch.no_grad():
+        assert torch.equal(model(*inputs), instance(*inputs))
+    # weights changed behind the problem's back are refused, not used
+    weights = path.with_suffix(".pt")
+    torch.save({k: v + 1 for k, v in torch.load(weights, weights_only=True).items()}, weights)
+    with pytest.raises(RuntimeError, match="not the weights"):
+        problem.Model()
+
+
+def test_a_module_holding_an_object_is_refused_with_the_reason():
+    import torch
+    from autokernel import module_problem
+
+    class Holder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config = object()
+
+    with pytest.raises(module_problem.UnsupportedModule, match="config is a object"):
+        module_problem.module_tree(Holder())
