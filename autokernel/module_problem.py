@@ -104,7 +104,14 @@ def write_problem(folder: Path, slug: str, module: torch.nn.Module, inputs: dict
             .replace("@WEIGHTS@", weights_path.name).replace("@SHA@", digest))
     path = folder / f"{slug}.py"
     path.write_text(text, encoding="utf-8")
+    # what the prompt tells the agent: the call and the names the judge copies weights by
+    facts = {"call": call, "names": sorted(weights_names(module))}
+    path.with_suffix(".json").write_text(json.dumps(facts, indent=1), encoding="utf-8")
     return path
+
+
+def weights_names(module: torch.nn.Module) -> list[str]:
+    return [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
 
 
 TEMPLATE = '''"""@TITLE@
