@@ -86,10 +86,20 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
             continue
         entry = by_rank.get(t.rank) or by_name.get(t.name.split("#")[0].replace(",causal]", "]"), {})
         found.append(WinnerFile(target=t.name, kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype,
-                                path=path, kwargs=dict(t.kwargs), route=entry.get("route") or "op",
+                                path=path, kwargs=_serving_kwargs(run, t), route=entry.get("route") or "op",
                                 modules=list(entry.get("modules", [])), share=t.share,
                                 speedup_vs_eager=t.speedup_vs_eager, experiment=t.best_experiment))
     return found
+
+
+def _serving_kwargs(run: RunDir, target: Any) -> dict:
+    """The target's options; a module target's also carry the call its problem was made from."""
+    kwargs = dict(target.kwargs)
+    if target.kernel_type == "module" and kwargs.get("problem"):
+        import json
+        facts = (run.path / kwargs["problem"]).with_suffix(".json")
+        kwargs["call"] = json.loads(facts.read_text(encoding="utf-8"))["call"] if facts.is_file() else None
+    return kwargs
 
 
 def _read_plan(run: RunDir) -> dict:
@@ -118,12 +128,13 @@ def load_winners(files: list[WinnerFile]) -> tuple[list, dict[str, str]]:
     winners, failed = [], {}
     for f in files:
         try:
-            module = routing.load_kernel(f.path, f.module_name)
+            module = routing.load_kernel(f.path, f.module_name, "ModelNew" if f.kernel_type == "module" else "kernel_fn")
         except Exception as e:  # noqa: BLE001 (a judged file should import; report whatever it raised)
             failed[f.target] = f"importing {f.path.name} raised {type(e).__name__}: {e}"
             continue
         winners.append(routing.Winner(target=f.target, kernel_type=f.kernel_type, dims=f.dims, dtype=f.dtype,
-                                      kernel_fn=module.kernel_fn, kwargs=f.kwargs, route=f.route, modules=f.modules))
+                                      kernel_fn=module.ModelNew if f.kernel_type == "module" else module.kernel_fn,
+                                      kwargs=f.kwargs, route=f.route, modules=f.modules))
     return winners, failed
 
 
