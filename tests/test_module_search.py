@@ -1,0 +1,103 @@
+"""A module target end to end on the CPU, with the scripted OpenAI-compatible server: the tanh GELU
+of an example model becomes a module target; a Triton ModelNew for it passes the KernelBench eval,
+one that calls torch.tanh fails integrity; verify serves the winner and the outputs match; the
+tuner skips module targets and says so."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_openai import API_KEY, MODEL, fake_openai, reply  # noqa: F401  (fixture)
+from module_kernels import TORCH_TANH_GELU, TRITON_GELU
+from module_kernels import reply as kernel_reply
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+GELU = "module[MLP.act:1x16x256:float32]"
+
+
+def start_run(tmp_path, agent, **options):
+    from autokernel import run as runs
+    from autokernel.modelfile import spec_from_options
+    opts = runs.OptimizeOptions(agent=agent, llm=MODEL, top=1, only=["module"], **options)
+    return runs.start(spec_from_options(EXAMPLES / "gelu_mlp.py", device="cpu"), opts, tmp_path / "runs")
+
+
+def test_gelu_module_target_searched_judged_and_served(tmp_path, fake_openai, monkeypatch):  # noqa: F811
+    from autokernel import loop
+    from autokernel.verify import verify
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    fake_openai.script(reply(kernel_reply(TORCH_TANH_GELU, "tanh GELU in PyTorch ops.")),
+                       reply(kernel_reply(TRITON_GELU, "tanh GELU as one Triton pass.")))
+    run, state, config = start_run(tmp_path, "llm", base_url=fake_openai.base_url, max_experiments=2)
+    plan = json.loads(run.plan_path.read_text())
+    row = next(e for e in plan["entries"] if e["target"] == GELU)
+    assert row["kernel_type"] == "module" and row["module"]["qualname"] == "mlps.0.act" and row["share"] > 0.05
+    assert plan["coverage"] >= 0.95
+    (target,) = state.targets
+    assert target.name == GELU and (run.path / "problems" / f"{target.slug}.py").is_file()
+
+    state = loop.execute(run, state, config)
+    first, second = target.history
+    assert (first["verdict"], first["failed_stage"]) == ("FAIL", "integrity")
+    assert "no custom Triton or CUDA kernel was launched" in first["message"]
+    assert (second["verdict"], second["decision"]) == ("PASS", "KEEP") and target.best_experiment == 1
+    verdict = json.loads(run.experiment_file(target, 1, ".json").read_text())
+    assert len(verdict["trials"]) == 5 and all(t["passed"] for t in verdict["trials"])
+    # the prompt carries the module's source, its call's shapes and dtypes, and its share
+    prompt = fake_openai.prompts()[0]
+    assert "class TanhGELU(nn.Module)" in prompt and "[1, 16, 256] float32" in prompt
+    assert f"{target.share:.1%} of the model's time" in prompt and "## Playbook" in prompt
+
+    result = verify(run.path)
+    served = result["per_kernel"][GELU]
+    assert result["outputs_match"] and served["calls_served"] == 2 * len(result["per_seed"])  # two MLPs, each seed
+    assert served["fallbacks"] == 0 and result["status"] == "ok"
+
+
+def test_the_tuner_skips_module_targets_and_says_so(tmp_path):
+    from autokernel import loop
+    from autokernel.module_search import TUNER_SKIP
+    run, state, config = start_run(tmp_path, "tune")
+    state = loop.execute(run, state, config)
+    (target,) = state.targets
+    assert target.status == "done" and target.stop_reason == TUNER_SKIP and not target.history
+
+
+def test_a_module_winner_falls_back_on_a_call_unlike_its_problem():
+    import torch
+    from autokernel import routing
+    from autokernel.routing.modules import KERNEL_TYPE
+    namespace: dict = {}
+    exec(compile(TORCH_TANH_GELU, "gelu.py", "exec"), namespace)  # serving does not judge: any ModelNew
+    call = {"args": [{"tensor": {"shape": [4, 8], "dtype": "float32"}}], "kwargs": {}}
+    model = torch.nn.Sequential(torch.nn.GELU(approximate="tanh"))
+    winner = routing.Winner(target="module[Sequential.0:4x8:float32]", kernel_type=KERNEL_TYPE, dims={},
+                            dtype="float32", kernel_fn=namespace["ModelNew"], kwargs={"call": call, "modules": ["0"]})
+    router = routing.Router([winner])
+    x = torch.randn(4, 8)
+    with router.patched(model), torch.no_grad():
+        served = model(x)
+        other = model(torch.randn(2, 8))
+    assert torch.allclose(served, torch.nn.functional.gelu(x, approximate="tanh"), atol=1e-6)
+    tally = router.tally.to_json()["per_kernel"][winner.target]
+    assert tally["calls_served"] == 1 and tally["fallbacks"] == 1 and other.shape == (2, 8)
+    assert "forward" not in vars(model[0])  # put back on exit
+
+
+@pytest.mark.slow
+def test_optimize_on_the_gpt2_example_ends_with_a_verified_module_winner(tmp_path, fake_openai):  # noqa: F811
+    fake_openai.script(reply(kernel_reply(TRITON_GELU, "tanh GELU as one Triton pass.")))
+    env = {**os.environ, "OPENAI_API_KEY": API_KEY, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "autokernel", "optimize", str(EXAMPLES / "gpt2_tiny.py"),
+                           "--agent", "llm", "--llm", MODEL, "--base-url", fake_openai.base_url, "--only", "module",
+                           "--top", "1", "--max-experiments", "1", "--plain", "--runs-dir", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = [p for p in tmp_path.iterdir() if (p / "verify.json").is_file()]
+    verified = json.loads((run / "verify.json").read_text())
+    kernel = verified["per_kernel"]["module[MLP.gelu:1x128x1536:float32]"]
+    assert verified["status"] == "ok" and verified["outputs_match"] and kernel["calls_served"] > 0
