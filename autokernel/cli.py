@@ -170,7 +170,7 @@ def optimize(
     budget: Optional[str] = typer.Option(None, "--budget", help="Search time for the whole run, e.g. 8h, 90m (default 8h)."),
     max_experiments: Optional[int] = typer.Option(None, "--max-experiments", min=0, help="Proposals per target after the baseline."),
     top: int = typer.Option(3, "--top", min=1, help="How many of the plan's targets to search, in Amdahl order."),
-    only: Optional[List[str]] = typer.Option(None, "--only", help="Search only targets of this kernel type (repeatable), e.g. module."),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="Search only targets of this kernel type, or whose name starts so (repeatable): module, 'module[MLP.gelu'."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue the run with this id (also after a crash)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Wall-clock limit per judged candidate, seconds."),

@@ -217,7 +217,7 @@ class OptimizeOptions:
     budget_s: float = 8 * 3600.0
     max_experiments: int | None = None  # proposals per target after the baseline
     top: int = 3
-    only: list[str] | None = None  # search only targets of these kernel types ("module", "matmul", ...)
+    only: list[str] | None = None  # only targets of these kernel types ("module") or names' prefixes
     timeout_s: float | None = None  # per judge call
     plateau: int = 8
     seed: int = 0
@@ -229,13 +229,14 @@ class OptimizeOptions:
 
 def pick_targets(plan: dict, top: int, only: list[str] | None = None) -> list[TargetState]:
     """The top `top` entries of the plan that a starter kernel exists for, or that are module
-    targets, in plan (Amdahl) order; `only`: of these kernel types alone."""
+    targets, in plan (Amdahl) order; `only`: of these kernel types, or targets named so (a prefix:
+    "module[MLP.gelu"), alone."""
     from starter_kernels import KERNEL_TYPES
     targets, names = [], set()
     for e in plan.get("entries", []):
         if len(targets) >= top:
             break
-        if only and e.get("kernel_type") not in only:
+        if only and e.get("kernel_type") not in only and not any(str(e.get("target")).startswith(o) for o in only):
             continue
         if e.get("kernel_type") == "module" and e.get("module") and e.get("target") and e["target"] not in names:
             # a module target: the module's KernelBench problem, searched by the LLM agent

@@ -22,7 +22,7 @@ GELU = "module[MLP.act:1x16x256:float32]"
 def start_run(tmp_path, agent, **options):
     from autokernel import run as runs
     from autokernel.modelfile import spec_from_options
-    opts = runs.OptimizeOptions(agent=agent, llm=MODEL, top=1, only=["module"], **options)
+    opts = runs.OptimizeOptions(agent=agent, llm=MODEL, top=1, only=["module[MLP.act"], **options)
     return runs.start(spec_from_options(EXAMPLES / "gelu_mlp.py", device="cpu"), opts, tmp_path / "runs")
 
 
@@ -93,7 +93,7 @@ def test_optimize_on_the_gpt2_example_ends_with_a_verified_module_winner(tmp_pat
     fake_openai.script(reply(kernel_reply(TRITON_GELU, "tanh GELU as one Triton pass.")))
     env = {**os.environ, "OPENAI_API_KEY": API_KEY, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "autokernel", "optimize", str(EXAMPLES / "gpt2_tiny.py"),
-                           "--agent", "llm", "--llm", MODEL, "--base-url", fake_openai.base_url, "--only", "module",
+                           "--agent", "llm", "--llm", MODEL, "--base-url", fake_openai.base_url, "--only", "module[MLP.gelu",
                            "--top", "1", "--max-experiments", "1", "--plain", "--runs-dir", str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
