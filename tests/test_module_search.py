@@ -17,6 +17,23 @@ from module_kernels import reply as kernel_reply
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 GELU = "module[MLP.act:1x16x256:float32]"
+USE_PACKAGE = """
+import importlib.util, json, sys
+import torch
+import autokernel_kernels as kernels
+spec = importlib.util.spec_from_file_location("gelu_mlp", sys.argv[1])
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+torch.manual_seed(0)
+model = example.Model(*example.get_init_inputs()).eval()
+x = torch.randn(1, 16, 64)
+with torch.no_grad():
+    eager = model(x)
+    with kernels.patch(model) as router:
+        patched = model(x)
+print(json.dumps({"err": (patched - eager).abs().max().item(), "tally": router.tally.to_json()["per_kernel"],
+                  "selftest": kernels.selftest("cpu")}))
+"""
 
 
 def start_run(tmp_path, agent, **options):
@@ -56,6 +73,17 @@ def test_gelu_module_target_searched_judged_and_served(tmp_path, fake_openai, mo
     served = result["per_kernel"][GELU]
     assert result["outputs_match"] and served["calls_served"] == 2 * len(result["per_seed"])  # two MLPs, each seed
     assert served["fallbacks"] == 0 and result["status"] == "ok"
+
+    # the exported package serves it too, in a fresh process with only torch and triton
+    from autokernel.export import export
+    export(run.path, tmp_path / "exported")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update({"PYTHONPATH": str(tmp_path / "exported"), "TRITON_INTERPRET": "1"})
+    proc = subprocess.run([sys.executable, "-c", USE_PACKAGE, str(EXAMPLES / "gelu_mlp.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    used = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert used["tally"][GELU]["calls_served"] == 2 and used["err"] < 1e-5 and used["selftest"] == {}
 
 
 def test_the_tuner_skips_module_targets_and_says_so(tmp_path):
