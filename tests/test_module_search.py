@@ -129,3 +129,39 @@ def test_optimize_on_the_gpt2_example_ends_with_a_verified_module_winner(tmp_pat
     verified = json.loads((run / "verify.json").read_text())
     kernel = verified["per_kernel"]["module[MLP.gelu:1x128x1536:float32]"]
     assert verified["status"] == "ok" and verified["outputs_match"] and kernel["calls_served"] > 0
+
+
+def test_a_module_winner_gets_the_instance_weights_in_the_model_dtype():
+    import torch
+    from autokernel import routing
+    from autokernel.routing.modules import KERNEL_TYPE
+
+    class ModelNew(torch.nn.Module):  # the module's parameter names: the judge copied its weights by them
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.proj(x) * 2
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.proj(x) * 2
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Block()).to(torch.bfloat16)
+    call = {"args": [{"tensor": {"shape": [3, 8], "dtype": "bfloat16"}}], "kwargs": {}}
+    winner = routing.Winner(target="module[Sequential.0:3x8:bfloat16]", kernel_type=KERNEL_TYPE, dims={},
+                            dtype="bfloat16", kernel_fn=ModelNew, kwargs={"call": call, "modules": ["0"]})
+    x = torch.randn(3, 8).to(torch.bfloat16)
+    with torch.no_grad():
+        eager = model(x)
+        router = routing.Router([winner])
+        with router.patched(model):
+            served = model(x)
+    assert served.dtype == torch.bfloat16 and torch.equal(served, eager)
+    assert router.tally.to_json()["per_kernel"][winner.target]["calls_served"] == 1

@@ -88,10 +88,12 @@ def bind_module(router: Any, named: dict, winner: Any, set_attr: Callable, undo:
         if module is None:
             continue
         replacement = winner.kernel_fn()  # ModelNew takes no arguments: the problem's get_init_inputs()
+        # the judge built ModelNew in the model's dtype on the device, then copied Model's state in
+        where = next(iter(module.parameters()), None)
+        where = where if where is not None else next(iter(module.buffers()), None)
+        replacement = replacement.to(device=where.device if where is not None else None,
+                                     dtype=getattr(torch, winner.dtype, None) if winner.dtype else None)
         copy_matching_state(module, replacement)
-        where = next(iter(module.parameters()), None) or next(iter(module.buffers()), None)
-        if where is not None:
-            replacement = replacement.to(where.device)
         replacement.eval()
         site = ModuleSite(router, winner, module, replacement)
         router.tally.sites.append(site)
