@@ -227,14 +227,15 @@ class OptimizeOptions:
         return choose_agent(self.agent, self.api_key_env)
 
 
-def pick_targets(plan: dict, top: int, only: list[str] | None = None) -> list[TargetState]:
+def pick_targets(plan: dict, top: int, only: list[str] | None = None, count_modules: bool = True) -> list[TargetState]:
     """The top `top` entries of the plan that a starter kernel exists for, or that are module
     targets, in plan (Amdahl) order; `only`: of these kernel types, or targets named so (a prefix:
-    "module[MLP.gelu"), alone."""
+    "module[MLP.gelu"), alone. Without `count_modules` (the tuner, which skips them) module targets
+    are listed where they rank but take none of the `top` places."""
     from starter_kernels import KERNEL_TYPES
     targets, names = [], set()
     for e in plan.get("entries", []):
-        if len(targets) >= top:
+        if sum(1 for t in targets if count_modules or t.kernel_type != "module") >= top:
             break
         if only and e.get("kernel_type") not in only and not any(str(e.get("target")).startswith(o) for o in only):
             continue
@@ -283,7 +284,7 @@ def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) 
     profile = profile_model(loaded)
     peaks = measured_peaks(spec.device, at_least=planner.achieved_tflops(profile))
     plan = planner.make_plan(profile, peaks, model=spec.to_json())
-    targets = pick_targets(plan, options.top, options.only)
+    targets = pick_targets(plan, options.top, options.only, count_modules=agent == "llm")
     if not targets:
         raise UserError(f"the profile of {spec.path} has no kernel type autokernel can search for",
                         "run `autokernel profile` on it to see where its time goes")

@@ -106,3 +106,20 @@ def test_a_module_holding_an_object_is_refused_with_the_reason():
 
     with pytest.raises(module_problem.UnsupportedModule, match="config is a object"):
         module_problem.module_tree(Holder())
+
+
+def test_module_targets_are_picked_in_plan_order_and_the_tuner_does_not_spend_places_on_them():
+    from autokernel.run import pick_targets
+    inputs = {"args": [{"tensor": {"shape": [4, 8], "dtype": "float32", "kind": "float", "mean": 0.0, "std": 1.0}}],
+              "kwargs": {}}
+    module = {"kernel_type": "module", "target": "module[MLP.act:4x8:float32]", "dtype": "float32", "dims": {},
+              "rank": 1, "share": 0.4, "modules": [{"name": "mlp.act", "class": "GELU"}],
+              "module": {"qualname": "mlp.act", "class": "GELU", "label": "MLP.act", "inputs": inputs}}
+    softmax = {"kernel_type": "softmax", "target": "softmax[4x8:float32]", "dtype": "float32",
+               "dims": {"M": 4, "N": 8}, "rank": 2, "share": 0.3}
+    plan_ = {"entries": [module, softmax]}
+    assert [t.kernel_type for t in pick_targets(plan_, 1)] == ["module"]
+    assert [t.kernel_type for t in pick_targets(plan_, 1, count_modules=False)] == ["module", "softmax"]
+    assert [t.kernel_type for t in pick_targets(plan_, 3, only=["softmax"])] == ["softmax"]
+    (picked,) = pick_targets(plan_, 3, only=["module[MLP"])
+    assert picked.kwargs["modules"] == ["mlp.act"] and picked.kwargs["problem"].startswith("problems/")
