@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from rich.console import Console
@@ -180,6 +180,7 @@ def optimize(
     budget: Optional[str] = typer.Option(None, "--budget", help="Search time for the whole run, e.g. 8h, 90m (default 8h)."),
     max_experiments: Optional[int] = typer.Option(None, "--max-experiments", min=0, help="Proposals per target after the baseline."),
     top: int = typer.Option(3, "--top", min=1, help="How many of the plan's targets to search, in Amdahl order."),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="Search only targets of this kernel type, or whose name starts so (repeatable): module, 'module[MLP.gelu'."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue the run with this id (also after a crash)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Wall-clock limit per judged candidate, seconds."),
@@ -208,6 +209,7 @@ def optimize(
         options = runs.OptimizeOptions(agent=agent, llm=llm or runs.DEFAULT_LLM, base_url=base_url,
                                        api_key_env=api_key_env, budget_s=budget_s or 8 * 3600.0,
                                        max_experiments=max_experiments, top=top, timeout_s=timeout,
+                                       only=list(only) if only else None,
                                        **{k: v for k, v in scale.items() if v is not None})
         spec = model_opts.spec(model)
         if ray is None:  # a bad --workers/--devices fails before minutes of profiling

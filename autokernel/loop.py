@@ -322,8 +322,8 @@ def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_prop
         if target.status == "done":
             continue
         later = [t for t in state.targets[index + 1:] if t.status != "done"]
-        source = starter_source(target)
-        search = TargetSearch(run, state, target, make_proposer(target, source), settings,
+        source = "" if target.kernel_type == "module" else starter_source(target)
+        search = _search_class(target)(run, state, target, make_proposer(target, source), settings,
                               starter_source=source, judge=judge, display=display, peaks=peaks,
                               next_offer=offer(later[0]) if later else 0.0,
                               time_cap_s=time_cap_s(state, index), paused_s=paused_s, slots=slots)
@@ -339,6 +339,14 @@ def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_prop
             display.end_target(target)
 
 
+def _search_class(target: TargetState) -> type:
+    """A module target is a KernelBench problem made from the model (autokernel.module_search)."""
+    if target.kernel_type == "module":
+        from autokernel.module_search import ModuleSearch
+        return ModuleSearch
+    return TargetSearch
+
+
 def proposer_factory(agent: str, seed: int, client: Any = None) -> Callable[[TargetState, str], Proposer]:
     """The proposer for each target: one LLM client shared by all, or a tuner per target that
     remembers what a resumed run already tried."""
@@ -346,6 +354,9 @@ def proposer_factory(agent: str, seed: int, client: Any = None) -> Callable[[Tar
         if agent == "llm":
             from autokernel.proposer import LLMProposer
             return LLMProposer(client)
+        if target.kernel_type == "module":  # nothing to tune: ModuleSearch skips it and says why
+            from autokernel.module_search import NoTuning
+            return NoTuning()
         from autokernel.kernel_source import read_literals
         from autokernel.tuner import Tuner
         tuner = Tuner(starter_source, seed=seed + target.rank, dims=target.dims)

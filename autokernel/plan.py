@@ -62,9 +62,15 @@ def entry(group: Any, peaks: dict) -> dict:
     row = {**group, "bound": None, "ceiling_speedup": 1.0, "projected_e2e_speedup": 1.0}
     if group["kernel_type"] == "other" or not group["calls"]:
         return row
-    kt = registry.get(group["kernel_type"])
-    element_size = registry.dtype_of(group["dtype"]).itemsize if group["dtype"] in registry.DTYPES else 4
-    flops, nbytes = kt.flops(group["dims"]), kt.bytes(group["dims"], element_size)
+    if group["kernel_type"] == "module":
+        # a module's figures come from its recorded inputs, output and unmapped ops
+        flops, nbytes = float(group.get("flops") or 0), float(group.get("bytes") or 0)
+        if nbytes <= 0:
+            return row
+    else:
+        kt = registry.get(group["kernel_type"])
+        element_size = registry.dtype_of(group["dtype"]).itemsize if group["dtype"] in registry.DTYPES else 4
+        flops, nbytes = kt.flops(group["dims"]), kt.bytes(group["dims"], element_size)
     tflops, tflops_dtype = peak_tflops(peaks, group["dtype"])
     roof = roofline_s(flops, nbytes, tflops, peaks["copy_gbps"])
     per_call_s = group["time_ms"] / 1e3 / group["calls"]
@@ -83,7 +89,7 @@ def achieved_tflops(profile: Any) -> dict[str, float]:
     """The most TFLOP/s any group reached, per dtype: no roof can be lower than what ran."""
     best: dict[str, float] = {}
     for g in profile.groups:
-        if g["kernel_type"] == "other" or not g["calls"] or not g["time_ms"] or g["dtype"] not in registry.DTYPES:
+        if g["kernel_type"] in ("other", "module") or not g["calls"] or not g["time_ms"] or g["dtype"] not in registry.DTYPES:
             continue
         rate = registry.get(g["kernel_type"]).flops(g["dims"]) * g["calls"] / (g["time_ms"] / 1e3) / 1e12
         best[g["dtype"]] = max(best.get(g["dtype"], 0.0), rate)
@@ -103,6 +109,7 @@ def make_plan(profile: Any, peaks: dict, model: dict | None = None) -> dict:
         "dtype": profile.dtype,
         "total_ms": profile.total_ms,
         "coverage": profile.coverage,
+        "typed_coverage": getattr(profile, "typed_coverage", profile.coverage),
         "entries": [_ordered(r) for r in rows],
         "total_ceiling_e2e_speedup": amdahl_many(
             (r["share"], r["ceiling_speedup"]) for r in rows if r["kernel_type"] != "other"),
@@ -174,7 +181,9 @@ def table(plan: dict, max_rows: int = 20) -> Any:
             if part["kernel_type"] != "other":
                 t.add_row("", escape(f" └ {_short(part['target'])}"), "", f"{part['calls']:g}", f"{part['time_ms']:.3f}",
                           f"{part['share']:.1%}", "", "", "", style="dim")
-    t.caption = (f"{plan['coverage']:.1%} of the time in named kernel types. ceiling: the group's speedup at "
+    typed = plan.get("typed_coverage", plan["coverage"])
+    t.caption = (f"{plan['coverage']:.1%} of the time in targets ({typed:.1%} in the nine kernel types, "
+                 f"{plan['coverage'] - typed:.1%} in module targets, searched by the LLM agent). ceiling: the group's speedup at "
                  f"the roofline; e2e: the model's, by Amdahl. All mapped groups at their ceilings: "
                  f"{plan['total_ceiling_e2e_speedup']:.2f}x end to end."
                  + (f"\n{plan['note']}." if plan.get("note") else "")

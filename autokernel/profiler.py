@@ -30,8 +30,9 @@ from typing import Any, Callable, Optional
 import torch
 from torch.autograd.profiler import record_function
 
+from autokernel import module_targets
 from autokernel.errors import UserError
-from autokernel.forms import GLUE, Call, Node, find_forms, map_op
+from autokernel.forms import GLUE, Call, Node, find_forms, map_op, node_dtype
 from autokernel.records import Records, from_kineto, op_trees
 from harness import registry
 
@@ -49,14 +50,22 @@ class Profile:
     iters: int
     warmup: int
     groups: list[dict]  # kernel_type, op, shapes, dtype, dims, target, route, calls, time_ms, share,
-    # modules, ops; causal (attention), parts (recognised forms), other_ops (other)
+    # modules, ops; causal (attention), parts (recognised forms), other_ops (other), module, flops and
+    # bytes (module targets)
+    module_inputs: dict = field(default_factory=dict)  # qualified name -> what its first call took
 
     forward_samples_ms: list[float] = field(default_factory=list)  # raw, unrounded
     profiled_samples_ms: list[float] = field(default_factory=list)
 
     @property
     def coverage(self) -> float:
+        """The share of the time in typed or module targets."""
         return sum(g["share"] for g in self.groups if g["kernel_type"] != "other")
+
+    @property
+    def typed_coverage(self) -> float:
+        """The share of the time in the nine kernel types alone."""
+        return sum(g["share"] for g in self.groups if g["kernel_type"] not in ("other", module_targets.KERNEL_TYPE))
 
 
 # ---------------------------------------------------------------- measuring
@@ -73,6 +82,8 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
     if device.startswith("cuda"):
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     modules = dict(loaded.model.named_modules())
+    # what each module is called with, captured outside the profiler (its ops would be timed)
+    module_inputs = module_targets.capture_inputs(loaded.model, lambda: loaded.forward(inputs))
     handles = _hook_modules(modules)
     try:
         with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
@@ -85,12 +96,12 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
     records = from_kineto(prof.profiler.kineto_results, device)
     if records_path:
         records.save(records_path)
-    groups = attribute(records, modules)
+    groups = attribute(records, modules, module_inputs, _model_dtype(loaded.model))
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
     return Profile(device=device, device_name=name, dtype=_model_dtype(loaded.model),
                    total_ms=sum(g["time_ms"] for g in groups), forward_ms=statistics.median(plain_s) * 1e3,
                    profiled_forward_ms=statistics.median(profiled_s) * 1e3, iters=iters, warmup=warmup,
-                   groups=groups, forward_samples_ms=[t * 1e3 for t in plain_s],
+                   groups=groups, module_inputs=module_inputs, forward_samples_ms=[t * 1e3 for t in plain_s],
                    profiled_samples_ms=[t * 1e3 for t in profiled_s])
 
 
@@ -126,12 +137,14 @@ def _hook_modules(modules: dict[str, torch.nn.Module]) -> list:
     return handles
 
 
-def attribute(records: Records, modules: dict[str, torch.nn.Module]) -> list[dict]:
+def attribute(records: Records, modules: dict[str, torch.nn.Module], module_inputs: Optional[dict] = None,
+              dtype: str = "float32") -> list[dict]:
     """The profile's groups from its records: one tree per profiled forward, attributed alike on
-    every device (the ops from the CPU side, the time from the device's kernels on a GPU)."""
+    every device (the ops from the CPU side, the time from the device's kernels on a GPU).
+    `module_inputs` (module_targets.capture_inputs) names and sizes the module targets."""
     tallies = []
     for tree in op_trees(records, ROOT, _module_of):
-        tallies.append(_Tally(modules))
+        tallies.append(_Tally(modules, module_inputs, dtype))
         tallies[-1].scope(tree)
     return _summarise(tallies)
 
@@ -152,10 +165,14 @@ def _model_dtype(model: torch.nn.Module) -> str:
 class _Tally:
     """Recognised calls and unmapped time of one iteration."""
 
-    def __init__(self, modules: dict):
+    def __init__(self, modules: dict, inputs: Optional[dict] = None, dtype: str = "float32"):
         self.modules = modules
+        self.inputs = inputs or {}  # qualified name -> module_targets.capture_inputs's record
+        self.dtype = dtype  # the model's: a module target's dtype when its inputs were not captured
         self.calls: list[tuple[Call, tuple[str, str]]] = []
         self.other: dict[str, list[float]] = defaultdict(list)  # top-level op -> us of each call
+        # unmapped time inside a module (not the whole model): one entry per module call
+        self.unmapped: list[tuple[tuple[str, str], list[Node], float]] = []  # (where, ops, us)
 
     def scope(self, scope: Node, patterns: bool = True) -> None:
         where = scope.module or ("", "")
@@ -165,16 +182,22 @@ class _Tally:
         if scope.module and len(found) == 1 and all(n.kind in GLUE for n in loose):
             found[0].nodes, found[0].route, loose = list(scope.children), "module", []
         self.calls += [(c, where) for c in found]
-        if scope.self_us:
+        in_module = bool(where[0]) and patterns
+        unmapped: list[Node] = []
+        if scope.self_us and not in_module:
             self.other[f"({where[1] or 'model'}.forward)"].append(scope.self_us)
         for n in loose:
             if n.module:
                 self.scope(n, patterns)
             elif call := map_op(n):
                 self.calls.append((call, where))
+            elif in_module:
+                unmapped.append(n)
             else:
                 # the highest op decides: the sum inside an aten::mean is the mean's, not a reduce
                 self.other[n.name].append(n.total_us)
+        if in_module and (unmapped or scope.self_us):
+            self.unmapped.append((where, unmapped, scope.self_us + sum(n.total_us for n in unmapped)))
 
 
 def _summarise(tallies: list[_Tally]) -> list[dict]:
@@ -192,10 +215,24 @@ def _summarise(tallies: list[_Tally]) -> list[dict]:
                 g["parts"].extend(call.nodes)
         for label, times in tally.other.items():
             samples[("other", label)][i].extend(times)
+        for (qual, cls), nodes, us in tally.unmapped:
+            key = _module_key(qual, tally, nodes)
+            samples[key][i].append(us)
+            g = info.setdefault(key, {"qual": qual, "class": cls, "modules": {}, "ops": set(), "flops": 0,
+                                      "op_bytes": 0, "calls_seen": 0})
+            g["modules"].setdefault(qual, cls)
+            g["ops"] |= set().union(set(), *(nd.op_names() for nd in nodes))
+            if i == 0:
+                g["flops"] += module_targets.op_flops(nodes)
+                g["op_bytes"] += module_targets.op_bytes(nodes, key[3])
+                g["calls_seen"] += 1
     best = {k: _best_us(v) / 1e3 for k, v in samples.items()}
     total_ms = sum(best.values()) or 1.0
     calls = {k: sum(len(s) for s in v) / n for k, v in samples.items()}
-    groups = [_group(info[k], best[k], calls[k], total_ms, tallies[0].modules) for k in samples if k[0] != "other"]
+    groups = [_group(info[k], best[k], calls[k], total_ms, tallies[0].modules) for k in samples
+              if k[0] not in ("other", module_targets.KERNEL_TYPE)]
+    groups += [_module_group(k, info[k], best[k], calls[k], total_ms, tallies[0]) for k in samples
+               if k[0] == module_targets.KERNEL_TYPE]
     others = sorted(((k[1], best[k], calls[k]) for k in samples if k[0] == "other"), key=lambda t: -t[1])
     if others:
         other_ms = sum(t[1] for t in others)
@@ -207,6 +244,30 @@ def _summarise(tallies: list[_Tally]) -> list[dict]:
                                      for op, ms, c in others]})
     groups.sort(key=lambda g: -g["time_ms"])
     return groups
+
+
+def _module_key(qual: str, tally: _Tally, nodes: list[Node]) -> tuple:
+    call = tally.inputs.get(qual)
+    lbl = module_targets.label(qual, tally.modules)
+    # without captured inputs (records attributed elsewhere) the module's float ops tell its dtype
+    recorded = [d for d in map(node_dtype, nodes) if d in registry.DTYPES]
+    dtype = module_targets.call_dtype(call, recorded[0] if recorded else tally.dtype)
+    return (module_targets.KERNEL_TYPE, lbl, module_targets.signature(call), dtype)
+
+
+def _module_group(key: tuple, g: dict, time_ms: float, calls: float, total_ms: float, tally: _Tally) -> dict:
+    """A module target: the unmapped time of one module class at one input signature."""
+    _, lbl, _, dtype = key
+    call = tally.inputs.get(g["qual"])
+    per_call = max(g["calls_seen"], 1)
+    return {"kernel_type": module_targets.KERNEL_TYPE, "op": f"{g['class']}.forward",
+            "shapes": [v["tensor"]["shape"] for v in (call or {}).get("args", []) if "tensor" in v],
+            "dtype": dtype, "dims": {}, "target": module_targets.target_name(lbl, call, dtype), "route": "module",
+            "calls": _count(calls), "time_ms": time_ms, "share": time_ms / total_ms,
+            "modules": [{"name": q, "class": c} for q, c in g["modules"].items()], "ops": sorted(g["ops"]),
+            "module": {"qualname": g["qual"], "class": g["class"], "label": lbl,
+                       "inputs": call}, "flops": g["flops"] / per_call,
+            "bytes": module_targets.call_bytes(call) or g["op_bytes"] / per_call}
 
 
 def _best_us(per_iter: list[list[float]]) -> float:

@@ -180,7 +180,8 @@ def _plan(plan: dict) -> list[str]:
     if not rows:
         return ["No plan.json in this run."]
     head = [f"{plan.get('device_name', '?')}: {plan.get('total_ms', 0.0):.3f} ms per forward, "
-            f"{plan.get('coverage', 0.0):.1%} of it in named kernel types.", ""]
+            f"{plan.get('coverage', 0.0):.1%} of it in targets ({plan.get('typed_coverage', plan.get('coverage', 0.0)):.1%} "
+            "in the nine kernel types, the rest in module targets).", ""]
     return head + _table(["#", "target", "where", "calls", "ms", "share", "bound", "ceiling", "e2e at ceiling"], rows)
 
 

@@ -220,6 +220,7 @@ class OptimizeOptions:
     budget_s: float = 8 * 3600.0
     max_experiments: int | None = None  # proposals per target after the baseline
     top: int = 3
+    only: list[str] | None = None  # only targets of these kernel types ("module") or names' prefixes
     timeout_s: float | None = None  # per judge call
     plateau: int = 8
     seed: int = 0
@@ -233,13 +234,24 @@ class OptimizeOptions:
         return choose_agent(self.agent, self.api_key_env)
 
 
-def pick_targets(plan: dict, top: int) -> list[TargetState]:
-    """The top `top` entries of the plan that a starter kernel exists for, in plan (Amdahl) order."""
+def pick_targets(plan: dict, top: int, only: list[str] | None = None, count_modules: bool = True) -> list[TargetState]:
+    """The top `top` entries of the plan that a starter kernel exists for, or that are module
+    targets, in plan (Amdahl) order; `only`: of these kernel types, or targets named so (a prefix:
+    "module[MLP.gelu"), alone. Without `count_modules` (the tuner, which skips them) module targets
+    are listed where they rank but take none of the `top` places."""
     from starter_kernels import KERNEL_TYPES
     targets, names = [], set()
     for e in plan.get("entries", []):
-        if len(targets) >= top:
+        if sum(1 for t in targets if count_modules or t.kernel_type != "module") >= top:
             break
+        if only and e.get("kernel_type") not in only and not any(str(e.get("target")).startswith(o) for o in only):
+            continue
+        if e.get("kernel_type") == "module" and e.get("module") and e.get("target") and e["target"] not in names:
+            # a module target: the module's KernelBench problem, searched by the LLM agent
+            from autokernel.module_search import module_state
+            names.add(e["target"])
+            targets.append(module_state(e, e["target"]))
+            continue
         if e.get("kernel_type") not in KERNEL_TYPES or not e.get("dims") or not e.get("target"):
             continue
         name = e["target"]
@@ -280,7 +292,7 @@ def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) 
     profile = profile_model(loaded)
     peaks = measured_peaks(spec.device, at_least=planner.achieved_tflops(profile))
     plan = planner.make_plan(profile, peaks, model=spec.to_json())
-    targets = pick_targets(plan, options.top)
+    targets = pick_targets(plan, options.top, options.only, count_modules=agent == "llm")
     if not targets:
         raise UserError(f"the profile of {spec.path} has no kernel type autokernel can search for",
                         "run `autokernel profile` on it to see where its time goes")
@@ -296,6 +308,8 @@ def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) 
         (log or (lambda m: None))(f"WARNING: no sandbox for candidates on this machine: {config['sandbox']['reason']}")
     run.write_json(run.plan_path, plan)
     run.write_json(run.config_path, config)
+    from autokernel.module_search import prepare
+    prepare(run, targets, loaded.model, plan, log)
     state = RunState(run_id=run.run_id, agent=agent, budget_s=options.budget_s, targets=targets)
     run.save_state(state)
     return run, state, config

@@ -87,10 +87,20 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
             continue
         entry = by_rank.get(t.rank) or by_name.get(t.name.split("#")[0].replace(",causal]", "]"), {})
         found.append(WinnerFile(target=t.name, kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype,
-                                path=path, kwargs=dict(t.kwargs), route=entry.get("route") or "op",
+                                path=path, kwargs=_serving_kwargs(run, t), route=entry.get("route") or "op",
                                 modules=list(entry.get("modules", [])), share=t.share,
                                 speedup_vs_eager=t.speedup_vs_eager, experiment=t.best_experiment))
     return found
+
+
+def _serving_kwargs(run: RunDir, target: Any) -> dict:
+    """The target's options; a module target's also carry the call its problem was made from."""
+    kwargs = dict(target.kwargs)
+    if target.kernel_type == "module" and kwargs.get("problem"):
+        import json
+        facts = (run.path / kwargs["problem"]).with_suffix(".json")
+        kwargs["call"] = json.loads(facts.read_text(encoding="utf-8"))["call"] if facts.is_file() else None
+    return kwargs
 
 
 def _read_plan(run: RunDir) -> dict:
@@ -108,8 +118,11 @@ def not_runnable(f: WinnerFile, device: str) -> str:
     """Why this machine cannot run a winner at all ('' when it can)."""
     if device.startswith("cuda"):
         return ""
-    if re.search(r"""^BACKEND\s*=\s*["']cuda["']""", f.path.read_text(encoding="utf-8"), re.M):
+    source = f.path.read_text(encoding="utf-8")
+    if re.search(r"""^BACKEND\s*=\s*["']cuda["']""", source, re.M):
         return "not run: a CUDA C++ kernel needs a GPU"
+    if f.kernel_type == "module" and f.dtype == "bfloat16" and "tl.dot" in source:
+        return "not run: the Triton interpreter cannot run bf16 dot products"  # no stand-in for a whole module
     return ""
 
 
@@ -117,7 +130,7 @@ def stand_in(f: WinnerFile, device: str) -> str:
     """Why a winner runs here in another dtype than its own ('' when it runs in its own), as the
     judge ran it: bf16 dot products in the Triton interpreter run in fp16 (same exponent rules for
     these magnitudes, more mantissa), the result rounded back to bf16."""
-    if device.startswith("cuda") or f.dtype != "bfloat16":
+    if device.startswith("cuda") or f.dtype != "bfloat16" or f.kernel_type == "module":
         return ""
     return STAND_IN if "tl.dot" in f.path.read_text(encoding="utf-8") else ""
 
@@ -143,11 +156,14 @@ def load_winners(files: list[WinnerFile], stand_ins: Optional[dict[str, str]] = 
     winners, failed = [], {}
     for f in files:
         try:
-            module = routing.load_kernel(f.path, f.module_name)
+            module = routing.load_kernel(f.path, f.module_name, "ModelNew" if f.kernel_type == "module" else "kernel_fn")
         except Exception as e:  # noqa: BLE001 (a judged file should import; report whatever it raised)
             failed[f.target] = f"importing {f.path.name} raised {type(e).__name__}: {e}"
             continue
-        kernel_fn = fp16_for_bf16(module.kernel_fn) if (stand_ins or {}).get(f.target) else module.kernel_fn
+        if f.kernel_type == "module":  # a module winner is its ModelNew class, built per recorded instance
+            kernel_fn = module.ModelNew
+        else:
+            kernel_fn = fp16_for_bf16(module.kernel_fn) if (stand_ins or {}).get(f.target) else module.kernel_fn
         winners.append(routing.Winner(target=f.target, kernel_type=f.kernel_type, dims=f.dims, dtype=f.dtype,
                                       kernel_fn=kernel_fn, kwargs=f.kwargs, route=f.route, modules=f.modules))
     return winners, failed

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from .calls import FORMS, OPS
+from .modules import KERNEL_TYPE as MODULE
+from .modules import bind_module
 from .sites import FormSite, LinearSite, OpSite, Scope, Watch, scoped
 
 # where each torch callable of OPS lives, so it can be replaced and put back: (owner, attribute)
@@ -36,6 +38,10 @@ def bind(router: Any, model: torch.nn.Module) -> list[Callable[[], None]]:
     named, done = dict(model.named_modules()), set()
     try:
         for kernel_type, winners in router.by_type.items():
+            if kernel_type == MODULE:  # a module target's ModelNew replaces its instances' forwards
+                for w in winners:
+                    bind_module(router, named, w, _set, undo)
+                continue
             forms = [w for w in winners if kernel_type in FORMS and w.route in ("module", "pattern")]
             ops = [w for w in winners if w not in forms]
             for w in forms:

@@ -28,8 +28,9 @@ from .outputs import dtype_name
 from .sites import NOTHING
 
 
-def load_kernel(path, module_name: str) -> types.ModuleType:
-    """Import a kernel file as a module (it launches Triton kernels: import it only to run it)."""
+def load_kernel(path, module_name: str, entry: str = "kernel_fn") -> types.ModuleType:
+    """Import a kernel file as a module (it launches Triton kernels: import it only to run it);
+    `entry` is what it must define: kernel_fn, or ModelNew for a module target's winner."""
     spec = importlib.util.spec_from_file_location(module_name, str(path))
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
@@ -38,8 +39,8 @@ def load_kernel(path, module_name: str) -> types.ModuleType:
     except BaseException:
         sys.modules.pop(module_name, None)
         raise
-    if not callable(getattr(module, "kernel_fn", None)):
-        raise ImportError(f"{path} defines no kernel_fn")
+    if not callable(getattr(module, entry, None)):
+        raise ImportError(f"{path} defines no {entry}")
     return module
 
 
@@ -151,7 +152,8 @@ class Router:
         """Serve `model`'s matching calls while inside; restore every replaced attribute after."""
         from .binding import bind
         for w in self.winners:
-            w.registered()
+            if w.kernel_type != "module":  # a ModelNew is called as a module, not as a custom op
+                w.registered()
         self._undo = bind(self, model)
         try:
             yield self
