@@ -136,11 +136,12 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
         copy.parent.mkdir()
         copy.write_bytes(source)
         return _judge_copy(verdict, copy, Path(tmp), target, device, arch, timeout_s, compile_baseline, sandbox,
-                           origin=path.resolve())
+                           origin=path.resolve(), visible_devices=visible_devices)
 
 
 def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, device: str, arch: str,
-                timeout_s: float | None, compile_baseline: bool, sandbox: bool, origin: Path) -> dict[str, Any]:
+                timeout_s: float | None, compile_baseline: bool, sandbox: bool, origin: Path,
+                visible_devices: str | None = None) -> dict[str, Any]:
     try:
         header = read_header(path)
         check_header(header)
