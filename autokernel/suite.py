@@ -29,6 +29,7 @@ def suite_targets(device: str, dtype: str | None = None):
 def judge_suite(device: str, arch: str, timeout_s: float | None, types: list[str] | None = None,
                 backends: tuple[str, ...] = ("triton", "cuda"), dtype: str | None = None) -> list[dict]:
     from harness.judge import judge
+    from harness.judge_session import judge_session
     from starter_kernels import starter_path
     jobs = [(case, backend) for case in suite_targets(device, dtype) for backend in backends
             if types is None or case.kernel_type in types]
@@ -40,7 +41,7 @@ def judge_suite(device: str, arch: str, timeout_s: float | None, types: list[str
         verdict["target"] = case.label()
         return verdict
 
-    with ThreadPoolExecutor(1 if device == "cuda" else 2) as pool:
+    with judge_session(), ThreadPoolExecutor(1 if device == "cuda" else 2) as pool:
         return list(pool.map(one, jobs))
 
 
