@@ -27,8 +27,8 @@ from harness.isolation import ChildResult, _kill_group, _live_groups, _read
 from harness.zygote import TITLE_ROOM
 
 START_TIMEOUT_S = 300.0  # importing torch and triton on a loaded machine
-PER_CALL_ENV = ("TMPDIR",)
-ZYGOTE_ARGV = ["-m", "harness.zygote", " " * TITLE_ROOM]  # blank room for each child's own command line  # set in the child after the fork: never read at import
+PER_CALL_ENV = ("TMPDIR",)  # set in the child after the fork: never read at import
+ZYGOTE_ARGV = ["-m", "harness.zygote", " " * TITLE_ROOM]  # blank room for each child's own command line
 
 
 class ZygoteError(Exception):
