@@ -27,7 +27,7 @@ import torch
 import harness
 from harness.candidate import ContractError, check_header, read_header
 from harness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
-from harness import judge_session
+from harness import judge_session, references
 from harness.isolation import ChildResult, scrubbed_env
 from harness.judge_session import JudgeSession
 from harness.registry import Case
@@ -183,7 +183,8 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     events = read_events(out_dir)
     _share_baseline(events, session, baseline_key, cached)
     checks_start = time.time()
-    assessment = assess(events, out_dir, plan, device)
+    with references.on_device(device, visible_devices):  # the slot's own GPU, idle while it rechecks
+        assessment = assess(events, out_dir, plan, device)
     checks_s = time.time() - checks_start
     verdict["sandbox"] = sandbox_record(events, sandbox)
     assessment = _account_for_child(assessment, child, timeout_s)

@@ -95,6 +95,14 @@ def compute(case: Case, args: list, kwargs: dict, where: str, precision: str) ->
         return Reference(kt.reference(*args, **kwargs).cpu(), None, f"float64 on {where}")
 
 
+def on_device(device: str, visible_devices: str | None):
+    """Large references of a candidate judged on CUDA device `visible_devices` run on that device:
+    its slot waits for the verdict, so no other candidate is being timed there meanwhile."""
+    if device != "cuda" or visible_devices is None or not str(visible_devices).isdigit():
+        return contextlib.nullcontext()
+    return torch.cuda.device(int(visible_devices))
+
+
 def reference(case: Case, device: str = "cpu", inputs: tuple[list, dict] | None = None) -> Reference:
     """The true answer for `case` judged on `device`: float64 on the CPU for small cases.
     `inputs`: the case's CPU inputs where the caller has them already."""

@@ -159,3 +159,18 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+@pytest.mark.gpu
+def test_a_forked_worker_initialises_cuda_itself_and_judges_a_starter(tmp_path):
+    """CUDA does not survive fork: the zygote never touches it, each child initialises it."""
+    from harness.registry import Case
+    from starter_kernels import starter_path
+    case = Case.make("softmax", {"M": 256, "N": 1024}, "float16", seed=7)
+    with judge_session(fork=True) as session:
+        first = judge(starter_path("softmax", "triton"), target=case, device="cuda", compile_baseline=True)
+        second = judge(starter_path("softmax", "triton"), target=case, device="cuda", compile_baseline=True)
+        assert session.pool.forked == 2 and session.pool.fallbacks == 0
+    spawned = judge(starter_path("softmax", "triton"), target=case, device="cuda")
+    assert first["verdict"] == second["verdict"] == spawned["verdict"] == "PASS"
+    assert second["judge_seconds"]["worker"] == "fork" and second["timing"].get("compile_cached") is True

@@ -4,6 +4,7 @@ float32 path runs here on CPU tensors: its bound holds against float64, it accep
 and rejects a wrong one."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness import references, registry
@@ -74,3 +75,19 @@ def test_the_reference_entry_point_matches_registry_on_the_cpu():
     case = Case.make("softmax", {"M": 8, "N": 64}, "float32", seed=2)
     ref = references.reference(case, "cpu")
     assert ref.how == "float64 on cpu" and torch.equal(ref.value, registry.reference_output(case))
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_large_reference_is_computed_there_and_agrees_with_the_cpu():
+    case = Case.make("matmul", {"M": 1024, "K": 1024, "N": 1024}, "float16", seed=5)
+    args, kwargs = registry.build_inputs(case, "cpu")
+    where, precision = choose(case, "cuda", references.elements_of(args))
+    assert where == "cuda"
+    ref = compute(case, args, kwargs, where, precision)
+    truth = registry.reference_output(case)
+    if ref.error is None:
+        assert torch.allclose(ref.value, truth, rtol=1e-12, atol=1e-12)
+    else:
+        assert bool(((ref.value - truth).abs() <= ref.error).all())
+    bounded = compute(case, args, kwargs, "cuda", "float32")  # the fp32 path on a real GPU: TF32 off
+    assert bool(((bounded.value - truth).abs() <= bounded.error).all())
