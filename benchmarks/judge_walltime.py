@@ -2,7 +2,8 @@
 the rest of the stages, timing (and within it the torch.compile baseline), the parent's rechecks.
 
     python benchmarks/judge_walltime.py [--device cpu] [--no-fork] [KERNEL_FILE ...]
-    python benchmarks/judge_walltime.py --device cuda [--repeat 2] [--types matmul,softmax] [--out rows.jsonl]
+    python benchmarks/judge_walltime.py --device cuda [--repeat 2] [--types matmul,softmax] [--backends triton]
+                                        [--out rows.jsonl]
 
 On the CPU (the Triton interpreter): the given kernels (two small good ones by default) at the
 CPU stage shapes. On a GPU: every starter, Triton and CUDA C++, at its bench shape in fp16 with the
@@ -38,7 +39,8 @@ def _fmt(x, width: int = 7) -> str:
     return f"{x:{width}.2f}" if isinstance(x, (int, float)) else " " * (width - 1) + "-"
 
 
-def jobs(device: str, paths: list[Path], types: list[str] | None) -> list[tuple[str, Path, object]]:
+def jobs(device: str, paths: list[Path], types: list[str] | None,
+         backends: tuple[str, ...] = ("triton", "cuda")) -> list[tuple[str, Path, object]]:
     """(name, file, target case or None) for each kernel to judge."""
     if device == "cpu" and paths:
         return [(p.name, p, None) for p in paths]
@@ -50,7 +52,7 @@ def jobs(device: str, paths: list[Path], types: list[str] | None) -> list[tuple[
     for case in suite_targets("cuda"):
         if types and case.kernel_type not in types:
             continue
-        for backend in ("triton", "cuda"):
+        for backend in backends:
             out.append((f"{case.label()} {backend}", starter_path(case.kernel_type, backend), case))
     return out
 
@@ -87,12 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--repeat", type=int, default=None, help="rounds over the kernels (cuda: 2, cpu: 1)")
     p.add_argument("--types", default=None, help="cuda: only these kernel types, comma-separated")
+    p.add_argument("--backends", default="triton,cuda", help="cuda: the starters' backends to judge")
     p.add_argument("--no-fork", action="store_true", help="spawn a worker per kernel (no zygote)")
     p.add_argument("--timeout", type=float, default=None)
     p.add_argument("--out", type=Path, default=None, help="append each row here as one JSON line")
     ns = p.parse_args(argv)
     paths = [x for x in ns.paths if not x.name.endswith("__init__.py")]
-    todo = jobs(ns.device, paths, ns.types.split(",") if ns.types else None)
+    todo = jobs(ns.device, paths, ns.types.split(",") if ns.types else None, tuple(ns.backends.split(",")))
     repeat = ns.repeat or (2 if ns.device == "cuda" else 1)
     print(HEADER, flush=True)
     rows: list[dict] = []
