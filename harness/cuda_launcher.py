@@ -7,7 +7,8 @@ autokernel_cuda.cuh, and its `*_launch` functions take raw pointers, sizes, a dt
 stream. nvcc builds it in a few seconds (5.8 s for the softmax starter on a busy 2-core machine), and
 the host layer here is compiled once: ctypes, with each function's parameter types read from the
 library's own symbols (nm, c++filt), so a tensor goes in as its data pointer, a size as int64, the
-stream as the current torch stream. What CUDA_HOST did in torch C++ (checks, the output's
+stream as the current torch stream (a struct passed by value, as flash attention's Shape, is not
+marshalled yet). What CUDA_HOST did in torch C++ (checks, the output's
 allocation, rows and columns) is then the caller's Python.
 
     lib = load_launcher(CUDA_KERNELS, CONFIG, arch="sm_90")
@@ -168,7 +169,9 @@ class Launcher:
 
     def __init__(self, library: Path):
         self.library = library
-        self.signatures = {n: s for n, s in exported(library).items() if s.callable_here}
+        # the `*_launch` convention of CUDA_KERNELS: other host symbols (stubs of __device__
+        # helpers) are not entry points
+        self.signatures = {n: s for n, s in exported(library).items() if s.callable_here and n.endswith("_launch")}
         self._dll = ctypes.CDLL(str(library), mode=ctypes.RTLD_LOCAL)
 
     def __getattr__(self, name: str):

@@ -50,6 +50,7 @@ def test_the_launch_function_and_its_parameter_types_are_read_from_the_library(s
     found = exported(path)
     assert found["softmax_launch"].params == SOFTMAX_PARAMS and found["softmax_launch"].callable_here
     assert not found["block_merge"].callable_here  # a struct by value: not a launch function
+    assert set(cuda_launcher.Launcher(path).signatures) == {"softmax_launch"}
 
 
 @NEEDS_NVCC
