@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,9 +24,9 @@ from typing import Any
 import torch
 
 import harness
+from harness import judge_session, references
 from harness.candidate import ContractError, check_header, read_header
 from harness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
-from harness import judge_session, references
 from harness.isolation import ChildResult, scrubbed_env
 from harness.judge_session import JudgeSession
 from harness.registry import Case

@@ -14,7 +14,6 @@ The parent computes this itself, as before; the candidate's process is never ask
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 
 import torch
