@@ -54,16 +54,24 @@ class Zygote:
                                      stdout=subprocess.PIPE, stderr=self._log, env=self.env, cwd=self._home,
                                      start_new_session=True)
         self.ready = False
+        self._pending = b""
 
     def _line(self, timeout_s: float | None) -> dict:
-        """The next reply, or ZygoteError when none comes in time or the zygote is gone."""
-        if timeout_s is not None:
-            readable, _, _ = select.select([self.proc.stdout], [], [], max(timeout_s, 0.0))
+        """The next reply, or ZygoteError when none comes in time or the zygote is gone. Read from
+        the raw pipe with our own buffer: two replies can arrive in one read (a child that exits at
+        once), and a buffered reader would hide the second from select()."""
+        deadline = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._pending:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            readable, _, _ = select.select([fd], [], [], wait)
             if not readable:
                 raise TimeoutError
-        line = self.proc.stdout.readline()
-        if not line:
-            raise ZygoteError(f"the zygote exited: {_read(Path(self._home, 'stderr'))[-2000:]}")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise ZygoteError(f"the zygote exited: {_read(Path(self._home, 'stderr'))[-2000:]}")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
         reply = json.loads(line)
         if "error" in reply:
             raise ZygoteError(reply["error"])

@@ -133,7 +133,7 @@ def serve(requests_fd: int, replies_fd: int) -> None:
             _reap(live, reply)
             if not ready:
                 continue
-            line = reader.readline()
+            line = reader.readline()  # one request at a time: the judge waits for its reply
             if not line:
                 return  # the judge is gone
             request = json.loads(line)

@@ -104,6 +104,9 @@ def test_zygote_is_single_threaded_never_touches_cuda_and_a_timeout_leaves_no_ch
         assert result.timed_out and result.returncode == -signal.SIGKILL
         assert _children(zygote.proc.pid) == []
         assert zygote.alive()
+        # a child that exits at once: its two replies may come in one read, and neither is lost
+        quick = zygote.run(["--no-such-option"], 120.0, {**child_env("cpu"), "TMPDIR": str(tmp_path)}, cwd)
+        assert (quick.timed_out, quick.returncode) == (False, 2) and "usage:" in quick.stderr
     finally:
         zygote.close()
     assert not zygote.alive()
