@@ -387,6 +387,7 @@ def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
     Ctrl-C and SIGTERM kill the judge's processes and leave a resumable state."""
     from autokernel.run import llm_client, options_of
     from autokernel.slots import make_slots
+    from harness.judge_session import judge_session
     options = options_of(config)
     settings = SearchSettings(max_experiments=options.max_experiments, plateau=options.plateau,
                               device=config["model"]["device"], timeout_s=options.timeout_s,
@@ -400,10 +401,11 @@ def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
     try:
-        search_all(run, state, settings, proposer_factory(state.agent, options.seed, client),
-                   starter_source=starter_sources(run), judge=judge, display=display,
-                   peaks=config.get("peaks"), paused_s=lambda: getattr(client, "waited_s", 0.0),
-                   slots=slots)
+        with judge_session():  # one pre-imported worker per slot and one compile baseline per target
+            search_all(run, state, settings, proposer_factory(state.agent, options.seed, client),
+                       starter_source=starter_sources(run), judge=judge, display=display,
+                       peaks=config.get("peaks"), paused_s=lambda: getattr(client, "waited_s", 0.0),
+                       slots=slots)
         state.status, state.stop_reason = "done", "every target searched"
     except BudgetExhausted as stop:
         state.status, state.stop_reason = "done", str(stop)

@@ -35,6 +35,7 @@ def iter_suite(device: str, arch: str, timeout_s: float | None, types: list[str]
     """Yield each verdict as soon as it (and every one before it) is judged: in suite order, or in
     the order of `types` when given."""
     from harness.judge import judge
+    from harness.judge_session import judge_session
     from starter_kernels import starter_path
     jobs = [(case, backend) for case in suite_targets(device, dtype) for backend in backends
             if types is None or case.kernel_type in types]
@@ -48,7 +49,7 @@ def iter_suite(device: str, arch: str, timeout_s: float | None, types: list[str]
         verdict["target"] = case.label()
         return verdict
 
-    with ThreadPoolExecutor(1 if device == "cuda" else 2) as pool:
+    with judge_session(), ThreadPoolExecutor(1 if device == "cuda" else 2) as pool:
         yield from pool.map(one, jobs)
 
 

@@ -34,9 +34,11 @@ def _bound(case: Case, args: list, ref: torch.Tensor, out_dtype: torch.dtype) ->
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, case: Case, args: list | None = None,
-            trivial: bool = False) -> Comparison:
+            trivial: bool = False, ref_error: torch.Tensor | None = None) -> Comparison:
     """out: the kernel's output (any device); ref: float64 reference on the CPU. With trivial=True,
-    also name the trivial output (zeros, a constant) that would pass this case, if any."""
+    also name the trivial output (zeros, a constant) that would pass this case, if any.
+    ref_error: a bound on the reference's own error (a float32 reference, harness/references.py),
+    added to the tolerance so that the reference's rounding is never charged to the kernel."""
     kt = registry.get(case.kernel_type)
     want_dtype = kt.out_dtype(case)
     if not isinstance(out, torch.Tensor):
@@ -48,6 +50,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, case: Case, args: list | None 
     if args is None:
         args, _ = registry.build_inputs(case, "cpu")
     bound = _bound(case, args, ref, want_dtype)
+    if ref_error is not None:
+        bound = bound + ref_error
     result = check_values(out.detach().to("cpu", torch.float64), ref, bound, want_dtype)
     if trivial and result.ok:
         result.trivial = trivial_output_passes(ref, bound, want_dtype)

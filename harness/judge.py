@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,9 +24,11 @@ from typing import Any
 import torch
 
 import harness
+from harness import judge_session, references
 from harness.candidate import ContractError, check_header, read_header
 from harness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
-from harness.isolation import ChildResult, run_isolated, scrubbed_env
+from harness.isolation import ChildResult, scrubbed_env
+from harness.judge_session import JudgeSession
 from harness.registry import Case
 from harness.static_check import check_source, describe
 from harness.verdict_checks import Assessment, assess
@@ -163,40 +164,61 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     out_dir, cwd, scratch_tmp = tmp / "out", tmp / "cwd", tmp / "tmp"
     for folder in (out_dir, cwd, scratch_tmp):
         folder.mkdir()
-    argv = [sys.executable, "-m", "harness.worker", str(path), str(out_dir), "--device", device, "--arch", arch,
+    bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
+    plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)
+    session = judge_session.active()
+    baseline_key = JudgeSession.baseline_key(plan.timing.to_json(), device, visible_devices)
+    cached = session.cached_baseline(baseline_key) if (session and compile_baseline) else None
+    argv = [str(path), str(out_dir), "--device", device, "--arch", arch,
             "--origin", str(origin)]  # named for process listings only: the worker never opens it
     argv += sandbox_argv(tmp) if sandbox else ["--no-sandbox"]
     if target is not None:
         argv += ["--target", json.dumps(target.to_json())]
-    if compile_baseline:
+    if compile_baseline and cached is None:
         argv.append("--compile-baseline")
     spawned = time.time()
-    env = {**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp)}
-    child = run_isolated(argv, timeout_s, env=env, cwd=cwd)
+    child, started_by = judge_session.run_worker(
+        argv, timeout_s, {**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp)}, cwd, out_dir)
     events = read_events(out_dir)
-    bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
-    plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)
+    _share_baseline(events, session, baseline_key, cached)
     checks_start = time.time()
-    assessment = assess(events, out_dir, plan, device)
+    with references.on_device(device, visible_devices):  # the slot's own GPU, idle while it rechecks
+        assessment = assess(events, out_dir, plan, device)
     checks_s = time.time() - checks_start
     verdict["sandbox"] = sandbox_record(events, sandbox)
     assessment = _account_for_child(assessment, child, timeout_s)
     verdict["device"] = _device_info(device, events)
     verdict = _finish(verdict, assessment)
     verdict.update(plan.dtype_record())  # a dtype that stood in for the target's is said so
-    verdict["judge_seconds"] = wall_time_split(events, spawned, child.seconds, checks_s)
+    if cached is not None and verdict["timing"]:
+        verdict["timing"]["compile_cached"] = True  # timed once for this target, by an earlier worker
+    verdict["judge_seconds"] = {**wall_time_split(events, spawned, child.seconds, checks_s), "worker": started_by}
     return verdict
+
+
+def _share_baseline(events: list[dict], session: JudgeSession | None, key: tuple, cached: dict | None) -> None:
+    """Reuse the target's torch.compile baseline timed by an earlier worker, or keep this one's."""
+    end = judge_session.timing_end(events)
+    if session is None or end is None:
+        return
+    if cached is not None:
+        judge_session.apply_cached_baseline(events, cached)
+    else:
+        session.remember_baseline(key, end)
 
 
 def wall_time_split(events: list[dict], spawned: float, child_s: float, checks_s: float) -> dict:
     """Where the judge's time went: the worker's start-up (interpreter, torch, triton), compile,
-    the kernel's own calls, timing, and the parent's rechecking."""
+    the kernel's own calls, timing (the torch.compile baseline's share of it apart), and the
+    parent's rechecking."""
     started = next((e["t"] for e in events if e.get("event") == "started"), None)
     ends = {e["stage"]: e.get("seconds", 0.0) for e in events if e.get("event") == "stage_end"}
     calls = sum(e.get("seconds", 0.0) for e in events if e.get("event") == "case")
     return {"startup": (started - spawned) if started else None, "compile": ends.get("compile"),
             "kernel_calls": calls, "stages": sum(v for k, v in ends.items() if k not in ("compile", "timing")),
-            "timing": ends.get("timing"), "worker_total": child_s, "parent_checks": checks_s}
+            "timing": ends.get("timing"), "worker_total": child_s, "parent_checks": checks_s,
+            "baseline_compile": next((e.get("compiled_seconds") for e in events if e.get("event") == "stage_end"
+                                      and e.get("stage") == "timing"), None)}
 
 
 def _account_for_child(a: Assessment, child: ChildResult, timeout_s: float) -> Assessment:

@@ -279,10 +279,12 @@ def time_candidate(w: Worker, case: Case) -> None:
                 label=checked.label(), output=w.log.save(last["out"]), error=None, obs={}, seconds=0.0)
     with torch.no_grad():
         eager = time_fn(lambda: kt.eager(*args, **kwargs), device=w.device, before_each=refill_for_rep, **budget)
+    baseline_start = time.perf_counter()
     compiled, compile_error = (_time_compiled(kt, args, kwargs, w.device, refill_for_rep, budget)
                                if w.compile_baseline else (None, "not requested"))
     w.log.end("timing", "pass", "timed", case=case.to_json(), kernel=kernel.to_json(), eager=eager.to_json(),
-              compiled=compiled.to_json() if compiled else None, compiled_error=compile_error)
+              compiled=compiled.to_json() if compiled else None, compiled_error=compile_error,
+              compiled_seconds=time.perf_counter() - baseline_start if w.compile_baseline else 0.0)
 
 
 def _time_compiled(kt, args, kwargs, device, before_each, budget):

@@ -1,0 +1,104 @@
+"""What a run's judge calls share: the pre-imported workers (harness/forkserver.py) and the
+torch.compile baseline, timed once per target.
+
+The baseline cache is fair: the baseline is torch.compile of PyTorch's own eager op, the same code
+on the same inputs (the target case, built from its seeds) on the same device for every candidate
+of a target, so its time does not depend on the candidate. Rebuilding it per candidate cost a
+compile (tens of seconds on a GPU) each time for the same number. It is timed by the first worker
+that reaches timing with the baseline requested, inside that worker's process, as before; later
+candidates of the target reuse the figure, and their verdicts say so (`compile_cached`).
+
+    with judge_session():   # every judge() call inside, from any thread, shares one session
+        ...
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from typing import Iterator
+
+from harness import forkserver
+
+_active: "JudgeSession | None" = None
+_active_lock = threading.Lock()
+
+
+class JudgeSession:
+    def __init__(self, fork: bool | None = None):
+        self.pool = forkserver.ZygotePool() if (forkserver.enabled() if fork is None else fork) else None
+        self._baselines: dict[tuple, dict] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def baseline_key(timing_case: dict, device: str, visible_devices: str | None) -> tuple:
+        return json.dumps(timing_case, sort_keys=True), device, visible_devices
+
+    def cached_baseline(self, key: tuple) -> dict | None:
+        """{"compiled": timing or None, "compiled_error": str or None}, or None when not yet timed."""
+        with self._lock:
+            return self._baselines.get(key)
+
+    def remember_baseline(self, key: tuple, timing_end: dict) -> None:
+        if "compiled" not in timing_end or timing_end.get("compiled_error") == "not requested":
+            return
+        with self._lock:
+            self._baselines.setdefault(key, {"compiled": timing_end.get("compiled"),
+                                             "compiled_error": timing_end.get("compiled_error")})
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+def active() -> JudgeSession | None:
+    return _active
+
+
+@contextlib.contextmanager
+def judge_session(fork: bool | None = None) -> Iterator[JudgeSession]:
+    """Share zygotes and baselines among the judge calls inside; nested sessions reuse the outer one."""
+    global _active
+    with _active_lock:
+        outer = _active
+        session = outer or JudgeSession(fork)
+        _active = session
+    try:
+        yield session
+    finally:
+        if outer is None:
+            with _active_lock:
+                _active = None
+            session.close()
+
+
+def apply_cached_baseline(events: list[dict], cached: dict) -> None:
+    """Put the target's baseline, timed by an earlier worker, into this worker's timing record."""
+    for event in events:
+        if event.get("event") == "stage_end" and event.get("stage") == "timing" and "kernel" in event:
+            event["compiled"], event["compiled_error"] = cached["compiled"], cached["compiled_error"]
+            event["compiled_cached"] = True
+
+
+def timing_end(events: list[dict]) -> dict | None:
+    return next((e for e in events if e.get("event") == "stage_end" and e.get("stage") == "timing"
+                 and "kernel" in e), None)
+
+
+def run_worker(worker_args: list[str], timeout_s: float, env: dict[str, str], cwd, out_dir) -> tuple:
+    """(ChildResult, "fork" or "spawn"): the worker forked from the session's zygote where one can
+    serve, else spawned as `python -m harness.worker`. A zygote that failed mid-candidate leaves
+    nothing behind: the output folder is emptied and the candidate runs again, spawned."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from harness.isolation import run_isolated
+    session = _active
+    if session is not None and session.pool is not None:
+        result = session.pool.run(worker_args, timeout_s, env, cwd)
+        if result is not None:
+            return result, "fork"
+        shutil.rmtree(out_dir, ignore_errors=True)
+        Path(out_dir).mkdir()
+    return run_isolated([sys.executable, "-m", "harness.worker"] + worker_args, timeout_s, env=env, cwd=cwd), "spawn"
