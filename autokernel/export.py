@@ -8,7 +8,7 @@
       tests/test_kernels.py  pytest: selftest() (each kernel against PyTorch at its target shape)
 
 Left out, with the reason in the manifest: kernels verify.json names guilty, CUDA C++ kernels (they
-build through harness.cuda_build, which the package does not carry) and any kernel file that
+build with nvcc at run time through harness.cuda_launcher, which the package does not carry) and any kernel file that
 imports autokernel, harness or starter_kernels.
 """
 from __future__ import annotations
@@ -113,7 +113,8 @@ def leave_out_reason(f: WinnerFile, verified: dict) -> str:
     backend = next((n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
                     and any(isinstance(t, ast.Name) and t.id == "BACKEND" for t in n.targets)), "triton")
     if backend != "triton":
-        return f"a {backend} kernel: it builds through harness.cuda_build, which the package does not carry"
+        return (f"a {backend} kernel: it builds with nvcc at run time through harness.cuda_launcher, which the "
+                "package does not carry")
     for node in ast.walk(tree):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                  [node.module or ""] if isinstance(node, ast.ImportFrom) else [])

@@ -1,11 +1,12 @@
-"""CUDA C++ kernel files: their contract, the source the compiler sees, and the loader.
+"""CUDA C++ kernel files: their contract, the source the compiler sees, and the torch-extension loader.
 
 The contract of a kernel file with BACKEND = "cuda"
 ----------------------------------------------------
 A CUDA C++ kernel is one Python file, like a Triton one (DESIGN.md, "The kernel file"), whose
-kernels are C++ text in two literals:
+kernels are C++ text in a literal and whose host side is Python:
 
-    from harness.cuda_build import load_cuda
+    import torch
+    from harness.cuda_launcher import dtype_code, load_launcher
 
     KERNEL_TYPE = "softmax"
     BACKEND = "cuda"
@@ -13,34 +14,35 @@ kernels are C++ text in two literals:
     CONSTRAINTS = ["THREADS % 32 == 0"]                # optional: Python boolean expressions
     CONFIG = {"THREADS": 256}                          # the values in use; each one a C++ macro
     CUDA_KERNELS = r'''
-    #include <cuda_fp16.h>
-    template <typename T> __global__ void softmax_kernel(const T* x, T* y, int n_cols) { ... }
-    void softmax_launch_f16(const __half* x, __half* y, int rows, int n_cols, cudaStream_t s) {
-        softmax_kernel<__half><<<rows, THREADS, 0, s>>>(x, y, n_cols);
+    #include "autokernel_cuda.cuh"
+    template <typename T> __global__ void softmax_kernel(const T* x, T* y, int64_t cols) { ... }
+    void softmax_launch(const void* x, void* y, int64_t rows, int64_t cols, int dtype, cudaStream_t s) {
+      AUTOKERNEL_DISPATCH(dtype, T, (softmax_kernel<T><<<rows, THREADS, 0, s>>>((const T*)x, (T*)y, cols)));
     }
     '''
-    CUDA_HOST = r'''
-    #include <torch/extension.h>
-    #include <ATen/cuda/CUDAContext.h>
-    torch::Tensor softmax_fwd(torch::Tensor x) { ...checks, x.contiguous(), allocate, launch... }
-    '''
-    FUNCTIONS = ["softmax_fwd"]
 
     def kernel_fn(x):
-        return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).softmax_fwd(x)
+        x = x.contiguous()
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        rows, cols = x.numel() // x.shape[-1], x.shape[-1]
+        load_launcher(CUDA_KERNELS, CONFIG).softmax_launch(x, y, rows, cols, dtype_code(x), None)
+        return y
 
-- `CUDA_KERNELS` holds the device code and plain C++ launch functions taking raw pointers, sizes
-  and a `cudaStream_t`. It includes CUDA headers only (cuda_runtime.h, cuda_fp16.h, cuda_bf16.h,
-  mma.h...), never torch's: the compile stage compiles exactly this text with `nvcc -cubin
-  -Xptxas -v` for the target architecture, without a GPU, in one to a few seconds; torch's headers
-  would make that a minute. Errors are reported against its own line numbers (`CUDA_KERNELS(12)`).
+- `CUDA_KERNELS` holds the device code and plain C++ launch functions, named `*_launch`, taking raw
+  pointers, sizes, flags and a `cudaStream_t`. It includes CUDA headers only (cuda_runtime.h,
+  cuda_fp16.h, cuda_bf16.h, mma.h...), never torch's: the compile stage compiles exactly this text
+  with `nvcc -cubin -Xptxas -v` for the target architecture, without a GPU, in one to a few seconds.
+  Errors are reported against its own line numbers (`CUDA_KERNELS(12)`).
 - `CONFIG` values (int, float or bool) reach the text as `#define NAME value` lines placed before
   it, so the tuner changes a kernel by rewriting the CONFIG line only. Use them as macros or as
   template arguments; every CONFIG the CONSTRAINTS admit must give correct results.
-- `CUDA_HOST` is the torch side: input checks, `.contiguous()`, output allocation, the launcher
-  call on `at::cuda::getCurrentCUDAStream()`. It is appended to CUDA_KERNELS in one .cu file, so
-  it sees the launchers without prototypes. It is only built where a GPU is, by `load_cuda`.
-- `FUNCTIONS` names the CUDA_HOST functions Python may call (plain, not overloaded or templated).
+- The host side is kernel_fn's Python: input checks, `.contiguous()`, output allocation, and the
+  call of a launch function through `load_launcher` (harness/cuda_launcher.py), which builds the
+  same text with nvcc alone into a small shared library (about three seconds, once per source and
+  CONFIG, cached) and calls it through ctypes on torch's current stream. Where a GPU is.
+- The older form, still accepted: `CUDA_HOST`, torch C++ appended to CUDA_KERNELS in one .cu file,
+  with `FUNCTIONS` naming the functions to bind, built by `load_cuda` below as a torch extension.
+  Torch's headers make that a minute or more per candidate, so new kernels use the launcher.
 - Two small headers are on the include path of both compiles, for a file that wants them:
   `#include "autokernel_cuda.cuh"` (CUDA_KERNELS) gives the dtype codes DTYPE_F32 / DTYPE_F16 /
   DTYPE_BF16, `to_float(x)` and `from_float<T>(v)` for float, __half and __nv_bfloat16,
@@ -50,7 +52,7 @@ kernels are C++ text in two literals:
   `#include "autokernel_torch.h"` (CUDA_HOST) adds `dtype_code(tensor, "op")`. Their text is
   DEVICE_HEADER and HOST_HEADER below.
 - Built as torch builds extensions: with `-O3`, without `--use_fast_math` (fp32 means IEEE fp32),
-  and with torch's `__CUDA_NO_HALF_OPERATORS__`-style defines in force in both compiles, so
+  and with torch's `__CUDA_NO_HALF_OPERATORS__`-style defines in force in every compile, so
   convert `__half` and `__nv_bfloat16` explicitly (`__half2float`, `__float2half_rn`, ...).
 - Shared memory: ptxas sees static `__shared__` arrays only (48 KiB per block at most); dynamic
   shared memory is sized at launch time and checked only when the kernel runs.

@@ -1,7 +1,8 @@
 """Watch the GPU kernels a kernel_fn launches.
 
-`LaunchMonitor` patches Triton's launch entry points (compiled and interpreted) and wraps the
-functions of CUDA C++ extensions built through torch.utils.cpp_extension, so the judge knows how
+`LaunchMonitor` patches Triton's launch entry points (compiled and interpreted), the launch
+libraries of CUDA C++ kernel files (harness/cuda_launcher.py) and wraps the functions of CUDA C++
+extensions built through torch.utils.cpp_extension, so the judge knows how
 many real kernels a call launched and, for compile-for-target, with which arguments, constexprs and
 launch options. While a launch runs, `paused` is true so the integrity recorder does not mistake
 the interpreter's own tensor copies for the candidate's compute.
@@ -104,6 +105,24 @@ class LaunchMonitor:
         setattr(module, name, load)
         self._undo.append(lambda: setattr(module, name, original))
 
+    def _wrap_invoke(self) -> None:
+        from harness.cuda_launcher import Launcher
+        original = Launcher.invoke
+        monitor = self
+
+        @functools.wraps(original)
+        def invoke(launcher, name, values):
+            monitor.cuda_calls += 1
+            was = monitor.paused
+            monitor.paused = True
+            try:
+                return original(launcher, name, values)
+            finally:
+                monitor.paused = was
+
+        Launcher.invoke = invoke
+        self._undo.append(lambda: setattr(Launcher, "invoke", original))
+
     def __enter__(self) -> "LaunchMonitor":
         from triton.runtime import jit
         self._wrap_run(jit.JITFunction)
@@ -115,6 +134,7 @@ class LaunchMonitor:
         from torch.utils import cpp_extension
         for name in ("load_inline", "load"):
             self._wrap_loader(cpp_extension, name)
+        self._wrap_invoke()
         return self
 
     def __exit__(self, *exc) -> None:

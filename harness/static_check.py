@@ -16,8 +16,9 @@ from dataclasses import dataclass
 # triton.tools.tensor_descriptor is the host side of Hopper's TMA: a plain descriptor of a tensor.
 KERNEL_IMPORTS = ("torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math", "functools",
                   "typing", "dataclasses", "__future__")
-# A CUDA C++ kernel builds its extension through the project's loader, which caches and observes it.
-CUDA_IMPORTS = ("harness.cuda_build",)
+# A CUDA C++ kernel builds and launches through the project's loaders, which cache and observe it:
+# the launch library (harness.cuda_launcher) or a torch extension (harness.cuda_build).
+CUDA_IMPORTS = ("harness.cuda_launcher", "harness.cuda_build")
 # A KernelBench ModelNew is an nn.Module and may build CUDA C++ with load_inline.
 MODEL_IMPORTS = ("torch.nn", "torch.nn.functional", "torch.utils.cpp_extension")
 # Prefixes whose submodules are kernel language too (libdevice lives in triton.language.extra).

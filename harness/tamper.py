@@ -20,9 +20,11 @@ CUDA_NAMES = ("Event", "synchronize", "current_stream", "default_stream", "Strea
               "set_stream", "Event.record", "Event.elapsed_time", "Event.synchronize", "Event.query",
               "Event.wait", "Stream.synchronize", "Stream.wait_event", "Stream.record_event")
 # The judge's own modules: every global they hold (functions, imported modules and names).
+# harness.cuda_launcher is the host side of CUDA C++ candidates: its launch check and the method the
+# LaunchMonitor counts through.
 JUDGE_MODULES = ("harness.timing", "harness.compare", "harness.candidate", "harness.launches",
-                 "harness.integrity", "harness.registry", "harness.cases", "harness.tamper", "statistics",
-                 "json")
+                 "harness.integrity", "harness.registry", "harness.cases", "harness.tamper",
+                 "harness.cuda_launcher", "statistics", "json")
 
 
 CODE_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type)

@@ -150,7 +150,7 @@ def _cuda_failure(log: str, cc: int) -> str:
                      f"launcher), up to {shared_limit(cc)} B on sm_{cc}")
     if re.search(r"(torch|ATen|c10)/\S+\.h", log) and re.search(r"cannot open source file|No such file", log):
         hints.append("CUDA_KERNELS must not include torch headers: host code that uses torch "
-                     "belongs in CUDA_HOST")
+                     "belongs in kernel_fn's Python (harness.cuda_launcher) or in CUDA_HOST")
     hint = "".join(f"\nhint: {h}" for h in hints)
     return f"nvcc could not compile CUDA_KERNELS for sm_{cc}:\n{_tail(log)}{hint}"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+import harness.cuda_launcher  # noqa: F401  (CUDA candidates' host side: in the identity snapshot)
 from harness import registry
 from harness.candidate import (CallResult, ContractError, check_header, check_signature, error_text,
                                import_candidate, observed_call, read_header)

@@ -12,7 +12,7 @@ import torch
 
 from harness import cuda_launcher
 from harness.cuda_build import nvcc_path
-from harness.cuda_launcher import Signature, build_library, exported, marshal, parse_signature
+from harness.cuda_launcher import LaunchError, Signature, build_library, exported, marshal, parse_signature
 
 ROOT = Path(__file__).resolve().parent.parent
 NEEDS_NVCC = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
@@ -50,7 +50,11 @@ def test_the_launch_function_and_its_parameter_types_are_read_from_the_library(s
     found = exported(path)
     assert found["softmax_launch"].params == SOFTMAX_PARAMS and found["softmax_launch"].callable_here
     assert not found["block_merge"].callable_here  # a struct by value: not a launch function
-    assert set(cuda_launcher.Launcher(path).signatures) == {"softmax_launch"}
+    launcher = cuda_launcher.Launcher(path)  # loads without a GPU: the CUDA runtime starts on first use
+    assert set(launcher.signatures) == {"softmax_launch"}
+    assert launcher._last_error.restype is ctypes.c_int  # the launch check each call makes is in the library
+    with pytest.raises(AttributeError, match="softmax_launch"):
+        launcher.softmax_fwd  # a wrong name lists the launch functions there are
 
 
 @NEEDS_NVCC
@@ -83,12 +87,59 @@ def test_tensors_go_in_as_pointers_sizes_as_int64_and_the_stream_as_given():
 def test_wrong_arguments_are_refused_before_any_launch(bad, why):
     sig = Signature("softmax_launch", "sym", SOFTMAX_PARAMS)
     x = torch.randn(2, 2)
-    with pytest.raises(TypeError, match=why):
+    with pytest.raises(LaunchError, match=why):
         marshal(sig, (x, x, 2) + bad + (0, 0))
-    with pytest.raises(TypeError, match="takes 6 arguments"):
+    with pytest.raises(LaunchError, match="takes 6 arguments"):
         marshal(sig, (x, x, 2, 2, 0))
-    with pytest.raises(TypeError, match="expected a tensor"):
+    with pytest.raises(LaunchError, match="expected a tensor"):
         marshal(sig, ("x", x, 2, 2, 0, 0))
+
+
+def test_a_typed_pointer_takes_only_its_element_type():
+    sig = Signature("ce_launch", "sym", ["void const*", "long const*", "float*", "int", "CUstream_st*"])
+    logits, targets, losses = torch.randn(4, 8, dtype=torch.bfloat16), torch.zeros(4, dtype=torch.int64), torch.empty(4)
+    assert len(marshal(sig, (logits, targets, losses, 2, None))) == 5  # void* takes any dtype
+    with pytest.raises(LaunchError, match=r"argument 3 \(float\*\): expects torch.float32 data, got a torch.bfloat16"):
+        marshal(sig, (logits, targets, losses.bfloat16(), 2, None))
+    with pytest.raises(LaunchError, match="expects torch.int64 data"):
+        marshal(sig, (logits, targets.int(), losses, 2, None))
+
+
+def test_a_struct_by_value_is_named_and_refused():
+    sig = Signature("attention_launch", "sym", ["void const*", "Shape", "int", "CUstream_st*"])
+    assert not sig.callable_here
+    with pytest.raises(LaunchError, match="pass a struct's fields"):
+        marshal(sig, (torch.empty(1), object(), 0, None))
+
+
+def test_a_call_with_a_cpu_tensor_is_refused_before_the_launch():
+    with pytest.raises(LaunchError, match="argument 2 is a cpu tensor: a CUDA kernel needs tensors on a CUDA device"):
+        cuda_launcher.launch_device("softmax_launch", (7, torch.empty(1)))
+    assert cuda_launcher.launch_device("k_launch", (1, 2.0)) is None  # no tensor: nothing to check
+
+
+def test_the_launch_monitor_counts_every_launch_library_call(monkeypatch):
+    from harness.launches import LaunchMonitor
+    seen = []
+
+    def dry_invoke(launcher, name, values):
+        seen.append((name, monitor.paused))
+    monkeypatch.setattr(cuda_launcher.Launcher, "invoke", dry_invoke)
+    launcher = object.__new__(cuda_launcher.Launcher)
+    launcher.__dict__.update(library=Path("x.so"), signatures={"softmax_launch": None})
+    with LaunchMonitor() as monitor:
+        launcher.softmax_launch(1, 2)
+        launcher.softmax_launch(3, 4)
+    assert monitor.cuda_calls == 2 and seen == [("softmax_launch", True)] * 2  # paused: not the candidate's compute
+    assert cuda_launcher.Launcher.invoke is dry_invoke  # and the monitor put it back
+
+
+def test_replacing_the_launch_check_is_seen_by_the_identity_guard(monkeypatch):
+    from harness.tamper import IdentityGuard
+    guard = IdentityGuard()
+    monkeypatch.setattr(cuda_launcher.Launcher, "invoke", lambda *a: None)
+    monkeypatch.setattr(cuda_launcher, "launch_device", lambda *a: None)
+    assert {"harness.cuda_launcher.Launcher.invoke", "harness.cuda_launcher.launch_device"} <= set(guard.replaced())
 
 
 def test_dtype_codes_match_the_device_header():
@@ -108,3 +159,20 @@ def test_the_softmax_starter_runs_through_the_launcher():
     lib.softmax_launch(x, y, 64, 1000, cuda_launcher.dtype_code(x), None)
     torch.cuda.synchronize()
     assert torch.allclose(y.float(), torch.softmax(x.float(), -1), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.gpu
+def test_a_failed_launch_raises_with_cuda_s_message():
+    starter = _starter("softmax")
+    lib = cuda_launcher.load_launcher(starter.CUDA_KERNELS, {**starter.CONFIG, "THREADS": 2048})  # > 1024 per block
+    x = torch.randn(4, 64, device="cuda")
+    with pytest.raises(LaunchError, match="softmax_launch: the launch failed: .*configuration"):
+        lib.softmax_launch(x, torch.empty_like(x), 4, 64, cuda_launcher.dtype_code(x), None)
+
+
+@pytest.mark.gpu
+def test_attention_s_scalar_parameters_reach_the_kernel_on_a_gpu():
+    q = torch.randn(1, 2, 24, 32, device="cuda", dtype=torch.float16)
+    got = _starter("flash_attention").kernel_fn(q, q, q, True)
+    want = torch.nn.functional.scaled_dot_product_attention(q.float(), q.float(), q.float(), is_causal=True)
+    assert torch.allclose(got.float(), want, atol=2e-3, rtol=2e-3)

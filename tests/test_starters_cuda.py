@@ -1,6 +1,7 @@
 """The CUDA C++ starter kernels: their declared literals and contract, nvcc's verdict on each for
 sm_90 and sm_80 (default and second CONFIG), the judge's COMPILE_ONLY verdict on a machine without a
-GPU, and, on a GPU, every judged case through load_cuda against the float64 references.
+GPU, the Python host side of each against its nvcc-built launch library (the launch left out), and,
+on a GPU, every judged case through the launch library against the float64 references.
 
 The nvcc compiles run once per module, two at a time across the CPU cores.
 """
@@ -45,11 +46,11 @@ def _module(kernel_type: str, config: dict | None = None) -> types.ModuleType:
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
 def test_the_cuda_contract_holds(kernel_type):
     module = _module(kernel_type)
-    kernels, host = module.CUDA_KERNELS, module.CUDA_HOST
-    assert not re.search(r"#include\s*<(torch|ATen|c10)/", kernels), "torch headers belong in CUDA_HOST"
-    assert re.search(r'#include [<"](torch/extension\.h|autokernel_torch\.h)', host) and "getCurrentCUDAStream" in host
-    for fn in module.FUNCTIONS:
-        assert re.search(rf"torch::Tensor {fn}\(", host), fn
+    kernels, text = module.CUDA_KERNELS, _source(kernel_type)
+    assert not re.search(r"#include\s*<(torch|ATen|c10)/", kernels), "torch headers have no place in CUDA_KERNELS"
+    # the host side is Python through the launch library: no torch extension to build
+    assert not hasattr(module, "CUDA_HOST") and "load_cuda" not in text and "load_launcher(CUDA_KERNELS, CONFIG)" in text
+    assert re.search(r"^void \w+_launch\(", kernels, re.M), "a plain C++ launch function"
     for flag in ("--use_fast_math", "__expf", "__logf", "__fdividef", "atomicAdd"):
         assert flag not in kernels, f"{flag}: approximate or order-dependent arithmetic in a starter"
     assert set(module.CONFIG) <= set(re.findall(r"\b[A-Z][A-Z_]+\b", kernels))  # every knob is used
@@ -107,6 +108,51 @@ def test_the_judge_says_compile_only_without_a_gpu(tmp_path):
     verdict = judge(starter_path("softmax", "cuda"), device="cpu")
     assert verdict["verdict"] == "COMPILE_ONLY", verdict["stages"]
     assert verdict["resources"]["arch"] == "sm_90" and verdict["resources"]["registers"] > 0
+
+
+# ------------------------------------------------------------------ the host side, without a GPU
+@pytest.fixture(scope="module")
+def launch_libraries() -> dict:
+    """Every starter's launch library, built by nvcc for sm_90 (no GPU needed), two at a time."""
+    from harness.cuda_launcher import build_library
+    with ThreadPoolExecutor(PARALLEL_JOBS) as pool:
+        futures = {t: pool.submit(build_library, _module(t).CUDA_KERNELS, _module(t).CONFIG, "sm_90")
+                   for t in KERNEL_TYPES}
+        return {t: f.result() for t, f in futures.items()}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_the_python_host_side_calls_its_launch_function_correctly(launch_libraries, kernel_type, monkeypatch):
+    """kernel_fn's Python runs on CPU tensors with the launch itself left out: every call must
+    marshal against the parameter types nvcc's library really has, pass contiguous tensors of the
+    pointer's element type, and hand the kernel the tensor it returns, shaped and typed as the
+    reference is. The cases are the GPU judge's, in every dtype, layouts and edge cases included."""
+    from harness import cuda_launcher
+    from harness.cases import CORRECTNESS_STAGES, Capabilities, build_plan
+    launches = []
+
+    def dry_invoke(launcher, name, values):
+        launches.append((name, values, cuda_launcher.marshal(launcher.signatures[name], values)))
+    monkeypatch.setattr(cuda_launcher.Launcher, "invoke", dry_invoke)
+    module, kt = _module(kernel_type), registry.get(kernel_type)
+    plan = build_plan(kernel_type, Capabilities("cuda", True))
+    cases = [case for stage in CORRECTNESS_STAGES for case in plan.stages[stage]]
+    assert {case.dtype for case in cases} >= {"float32", "float16", "bfloat16"}
+    for case in cases:
+        args, kwargs = registry.build_inputs(case, "cpu")
+        launches.clear()
+        out = module.kernel_fn(*args, **kwargs)
+        want = registry.reference_output(case)
+        assert tuple(out.shape) == tuple(want.shape) and out.dtype == kt.out_dtype(case), case.label()
+        if out.numel() == 0 or not launches:  # nothing to compute (an empty or K = 0 problem)
+            assert out.numel() == 0 or not out.any(), case.label()
+            continue
+        assert len(launches) == 1, case.label()
+        name, values, _ = launches[0]
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        assert all(t.is_contiguous() for t in tensors), f"{case.label()}: a strided tensor reached {name}"
+        assert any(t.data_ptr() == out.data_ptr() for t in tensors), f"{case.label()}: {name} never sees the output"
 
 
 # ------------------------------------------------------------------ on a GPU

@@ -86,8 +86,9 @@ def test_honest_constructs_pass():
 
 
 def test_cuda_and_model_profiles():
-    cuda = "from harness.cuda_build import load_cuda\n"
-    assert check_source(cuda, "cuda") == [] and _rules(cuda, backend="triton") == [(1, "import not allowed")]
+    cuda = "from harness.cuda_launcher import dtype_code, load_launcher\nfrom harness.cuda_build import load_cuda\n"
+    assert check_source(cuda, "cuda") == [] and _rules(cuda, backend="triton") == [(1, "import not allowed")] * 2 + [
+        (2, "import not allowed")]
     model = ("import torch.nn as nn\nimport torch.nn.functional as F\n"
              "from torch.utils.cpp_extension import load_inline\n")
     assert check_source(model, model=True) == []

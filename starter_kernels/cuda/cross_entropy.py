@@ -11,7 +11,9 @@ by the number of counted rows: no atomics, so the same inputs give the same bits
 Semantics follow F.cross_entropy: a target of -100 (the default ignore_index) contributes nothing
 and is not counted; a target outside [0, V) gives NaN rather than a read out of bounds.
 """
-from harness.cuda_build import load_cuda
+import torch
+
+from harness.cuda_launcher import dtype_code, load_launcher
 
 KERNEL_TYPE = "cross_entropy"
 BACKEND = "cuda"
@@ -100,35 +102,22 @@ void cross_entropy_launch(const void* logits, const int64_t* targets, float* los
 }
 '''
 
-CUDA_HOST = r'''
-#include "autokernel_torch.h"
-
-torch::Tensor cross_entropy_fwd(torch::Tensor logits, torch::Tensor targets) {
-  TORCH_CHECK(logits.is_cuda() && targets.is_cuda(), "cross_entropy: tensors must be on a CUDA device");
-  TORCH_CHECK(logits.dim() == 2, "cross_entropy: logits must be [N, V]");
-  TORCH_CHECK(targets.scalar_type() == torch::kInt64 && targets.dim() == 1 && targets.size(0) == logits.size(0),
-              "cross_entropy: targets must be int64 [N]");
-  const c10::cuda::CUDAGuard guard(logits.device());
-  const int code = dtype_code(logits, "cross_entropy");
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
-  TORCH_CHECK(vocab > 0, "cross_entropy: V must be at least 1");
-  TORCH_CHECK(rows < (int64_t(1) << 31), "cross_entropy: too many rows for one grid");
-  auto out = torch::empty({}, logits.options().dtype(torch::kFloat32));
-  auto losses = torch::empty({rows}, logits.options().dtype(torch::kFloat32));
-  auto lc = logits.contiguous(), tc = targets.contiguous();
-  if (rows == 0) {
-    out.fill_(NAN);  // the mean of nothing, as F.cross_entropy gives
-    return out;
-  }
-  cross_entropy_launch(lc.data_ptr(), tc.data_ptr<int64_t>(), losses.data_ptr<float>(), out.data_ptr<float>(), rows,
-                       vocab, code, at::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
-}
-'''
-
-FUNCTIONS = ["cross_entropy_fwd"]
-
 
 def kernel_fn(logits, targets):
-    return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).cross_entropy_fwd(logits, targets)
+    if logits.dim() != 2:
+        raise ValueError("cross_entropy: logits must be [N, V]")
+    if targets.dtype != torch.int64 or targets.dim() != 1 or targets.shape[0] != logits.shape[0]:
+        raise ValueError("cross_entropy: targets must be int64 [N]")
+    code = dtype_code(logits)
+    rows, vocab = logits.shape
+    if vocab == 0:
+        raise ValueError("cross_entropy: V must be at least 1")
+    if rows >= 2**31:
+        raise ValueError("cross_entropy: too many rows for one grid")
+    out = torch.empty((), dtype=torch.float32, device=logits.device)
+    if rows == 0:
+        return out.fill_(float("nan"))  # the mean of nothing, as F.cross_entropy gives
+    losses = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    load_launcher(CUDA_KERNELS, CONFIG).cross_entropy_launch(logits.contiguous(), targets.contiguous(), losses, out,
+                                                             rows, vocab, code, None)
+    return out

@@ -17,7 +17,9 @@ fully masked tiles add exp(-inf) = 0 and never NaN. This starter uses CUDA cores
 """
 import math
 
-from harness.cuda_build import load_cuda
+import torch
+
+from harness.cuda_launcher import dtype_code, load_launcher
 
 KERNEL_TYPE = "flash_attention"
 BACKEND = "cuda"
@@ -127,42 +129,30 @@ static void launch_dim(const void* q, const void* k, const void* v, void* o, Sha
 }
 
 // all contiguous, one dtype (DTYPE_*); head_dim <= 128.
-void attention_launch(const void* q, const void* k, const void* v, void* o, Shape p, int dtype, cudaStream_t stream) {
+void attention_launch(const void* q, const void* k, const void* v, void* o, int heads, int seq_q, int seq_k,
+                      int head_dim, float sm_scale, bool causal, int dtype, cudaStream_t stream) {
+  const Shape p = {heads, seq_q, seq_k, head_dim, sm_scale, causal};
   AUTOKERNEL_DISPATCH(dtype, T, launch_dim<T>(q, k, v, o, p, stream));
 }
 '''
 
-CUDA_HOST = r'''
-#include "autokernel_torch.h"
-
-torch::Tensor attention_fwd(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal, double sm_scale) {
-  TORCH_CHECK(q.is_cuda() && k.is_cuda() && v.is_cuda(), "flash_attention: tensors must be on a CUDA device");
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && k.size(0) == q.size(0) &&
-              k.size(1) == q.size(1) && k.size(3) == q.size(3),
-              "flash_attention: q must be [B, H, Sq, D] and k, v [B, H, Sk, D]");
-  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
-              "flash_attention: q, k and v must share a dtype");
-  const int64_t heads = q.size(0) * q.size(1), seq_q = q.size(2), seq_k = k.size(2), head_dim = q.size(3);
-  TORCH_CHECK(head_dim <= 128, "flash_attention: this kernel handles head dims up to 128, got ", head_dim);
-  const c10::cuda::CUDAGuard guard(q.device());
-  const int code = dtype_code(q, "flash_attention");
-  auto o = torch::empty(q.sizes(), q.options());
-  if (o.numel() == 0) return o;
-  TORCH_CHECK(heads < 65536 && seq_q < (int64_t(1) << 31) && seq_k < (int64_t(1) << 31),
-              "flash_attention: too large for one grid");
-  auto qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  const Shape shape = {(int)heads, (int)seq_q, (int)seq_k, (int)head_dim, (float)sm_scale, causal};
-  attention_launch(qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), o.data_ptr(), shape, code,
-                   at::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return o;
-}
-'''
-
-FUNCTIONS = ["attention_fwd"]
-
 
 def kernel_fn(q, k, v, causal=False, sm_scale=None):
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    ext = load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG)
-    return ext.attention_fwd(q, k, v, bool(causal), scale)
+    """q [B, H, Sq, D], k and v [B, H, Sk, D] -> [B, H, Sq, D]; head dims up to 128."""
+    if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape or k.shape[:2] != q.shape[:2] or k.shape[3] != q.shape[3]:
+        raise ValueError("flash_attention: q must be [B, H, Sq, D] and k, v [B, H, Sk, D]")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError("flash_attention: q, k and v must share a dtype")
+    heads, seq_q, seq_k, head_dim = q.shape[0] * q.shape[1], q.shape[2], k.shape[2], q.shape[3]
+    if head_dim > 128:
+        raise ValueError(f"flash_attention: this kernel handles head dims up to 128, got {head_dim}")
+    scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+    code = dtype_code(q)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if o.numel() == 0:
+        return o
+    if heads >= 65536 or seq_q >= 2**31 or seq_k >= 2**31:
+        raise ValueError("flash_attention: too large for one grid")
+    load_launcher(CUDA_KERNELS, CONFIG).attention_launch(q.contiguous(), k.contiguous(), v.contiguous(), o, heads,
+                                                         seq_q, seq_k, head_dim, scale, bool(causal), code, None)
+    return o

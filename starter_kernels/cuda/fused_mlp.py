@@ -15,7 +15,9 @@ both operands). fp16 / bf16 run on the tensor cores (wmma 16x16x16, fp32 accumul
 in the input dtype, as PyTorch's eager MLP stores it); fp32 uses IEEE fp32 fmaf in registers (no
 TF32) and keeps h in fp32.
 """
-from harness.cuda_build import load_cuda
+import torch
+
+from harness.cuda_launcher import dtype_code, load_launcher
 
 KERNEL_TYPE = "fused_mlp"
 BACKEND = "cuda"
@@ -221,37 +223,26 @@ void mlp_launch(const void* x, const void* wg, const void* wu, const void* wd, v
 }
 '''
 
-CUDA_HOST = r'''
-#include "autokernel_torch.h"
-
-// x [..., D]; w_gate, w_up [F, D]; w_down [D, F] -> [..., D] in x's dtype.
-torch::Tensor fused_mlp_fwd(torch::Tensor x, torch::Tensor w_gate, torch::Tensor w_up, torch::Tensor w_down) {
-  TORCH_CHECK(x.is_cuda() && w_gate.is_cuda() && w_up.is_cuda() && w_down.is_cuda(),
-              "fused_mlp: tensors must be on a CUDA device");
-  TORCH_CHECK(x.dim() >= 1 && w_gate.dim() == 2, "fused_mlp: x must be [..., D] and w_gate [F, D]");
-  const int64_t D = x.size(-1), F = w_gate.size(0);
-  TORCH_CHECK(w_gate.size(1) == D && w_up.sizes() == w_gate.sizes() && w_down.dim() == 2 && w_down.size(0) == D &&
-              w_down.size(1) == F, "fused_mlp: weights must be w_gate, w_up [F, D] and w_down [D, F]");
-  for (const auto& t : {w_gate, w_up, w_down})
-    TORCH_CHECK(t.scalar_type() == x.scalar_type(), "fused_mlp: x and the weights must share a dtype");
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int code = dtype_code(x, "fused_mlp");
-  auto out = torch::empty(x.sizes(), x.options());
-  const int64_t M = D ? x.numel() / D : 0;
-  if (out.numel() == 0) return out;
-  if (F == 0) return out.zero_();  // no hidden units: every output is an empty sum
-  TORCH_CHECK(M < (int64_t(1) << 31) && F < (int64_t(1) << 31), "fused_mlp: too large");
-  auto xc = x.contiguous(), gc = w_gate.contiguous(), uc = w_up.contiguous(), dc = w_down.contiguous();
-  auto h = torch::empty({M, F}, x.options());
-  mlp_launch(xc.data_ptr(), gc.data_ptr(), uc.data_ptr(), dc.data_ptr(), h.data_ptr(), out.data_ptr(), (int)M,
-             (int)D, (int)F, code, at::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
-}
-'''
-
-FUNCTIONS = ["fused_mlp_fwd"]
-
 
 def kernel_fn(x, w_gate, w_up, w_down):
-    return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).fused_mlp_fwd(x, w_gate, w_up, w_down)
+    """x [..., D]; w_gate, w_up [F, D]; w_down [D, F] -> [..., D] in x's dtype."""
+    if x.dim() < 1 or w_gate.dim() != 2:
+        raise ValueError("fused_mlp: x must be [..., D] and w_gate [F, D]")
+    D, F = x.shape[-1], w_gate.shape[0]
+    if w_gate.shape[1] != D or w_up.shape != w_gate.shape or tuple(w_down.shape) != (D, F):
+        raise ValueError("fused_mlp: weights must be w_gate, w_up [F, D] and w_down [D, F]")
+    if any(w.dtype != x.dtype for w in (w_gate, w_up, w_down)):
+        raise ValueError("fused_mlp: x and the weights must share a dtype")
+    code = dtype_code(x)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    M = x.numel() // D if D else 0
+    if out.numel() == 0:
+        return out
+    if F == 0:
+        return out.zero_()  # no hidden units: every output is an empty sum
+    if M >= 2**31 or F >= 2**31:
+        raise ValueError("fused_mlp: too large")
+    h = torch.empty((M, F), dtype=x.dtype, device=x.device)  # the gated hidden activations
+    load_launcher(CUDA_KERNELS, CONFIG).mlp_launch(x.contiguous(), w_gate.contiguous(), w_up.contiguous(),
+                                                   w_down.contiguous(), h, out, M, D, F, code, None)
+    return out

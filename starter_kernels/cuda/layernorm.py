@@ -10,7 +10,9 @@ threads' triples with Chan's formula in a fixed order (deterministic). Unlike su
 this keeps its accuracy when the mean is large against the spread (a row offset by 1e3 with unit
 variance loses every digit of the variance to cancellation in fp32 the naive way).
 """
-from harness.cuda_build import load_cuda
+import torch
+
+from harness.cuda_launcher import dtype_code, load_launcher
 
 KERNEL_TYPE = "layernorm"
 BACKEND = "cuda"
@@ -94,33 +96,22 @@ void layernorm_launch(const void* x, const void* w, const void* b, void* y, int6
 }
 '''
 
-CUDA_HOST = r'''
-#include "autokernel_torch.h"
-
-torch::Tensor layernorm_fwd(torch::Tensor x, torch::Tensor weight, torch::Tensor bias, double eps) {
-  TORCH_CHECK(x.is_cuda() && weight.is_cuda() && bias.is_cuda(), "layernorm: tensors must be on a CUDA device");
-  TORCH_CHECK(x.dim() >= 1, "layernorm: x needs at least one dim");
-  const int64_t cols = x.size(-1);
-  TORCH_CHECK(weight.numel() == cols && bias.numel() == cols, "layernorm: weight and bias need ", cols, " elements");
-  TORCH_CHECK(weight.scalar_type() == x.scalar_type() && bias.scalar_type() == x.scalar_type(),
-              "layernorm: x, weight and bias must share a dtype");
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int code = dtype_code(x, "layernorm");
-  auto xc = x.contiguous(), wc = weight.contiguous(), bc = bias.contiguous();
-  auto y = torch::empty(x.sizes(), x.options());
-  if (y.numel() == 0) return y;
-  const int64_t rows = y.numel() / cols;
-  TORCH_CHECK(rows < (int64_t(1) << 31), "layernorm: too many rows for one grid");
-  layernorm_launch(xc.data_ptr(), wc.data_ptr(), bc.data_ptr(), y.data_ptr(), rows, cols, (float)eps, code,
-                   at::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return y;
-}
-'''
-
-FUNCTIONS = ["layernorm_fwd"]
-
 
 def kernel_fn(x, weight, bias, eps=1e-5):
-    ext = load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG)
-    return ext.layernorm_fwd(x, weight, bias, float(eps))
+    if x.dim() < 1:
+        raise ValueError("layernorm: x needs at least one dim")
+    cols = x.shape[-1]
+    if weight.numel() != cols or bias.numel() != cols:
+        raise ValueError(f"layernorm: weight and bias need {cols} elements")
+    if weight.dtype != x.dtype or bias.dtype != x.dtype:
+        raise ValueError("layernorm: x, weight and bias must share a dtype")
+    code = dtype_code(x)
+    x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
+    rows = y.numel() // cols
+    if rows >= 2**31:
+        raise ValueError("layernorm: too many rows for one grid")
+    load_launcher(CUDA_KERNELS, CONFIG).layernorm_launch(x, weight, bias, y, rows, cols, float(eps), code, None)
+    return y

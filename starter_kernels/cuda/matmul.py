@@ -17,7 +17,9 @@ M * N * K * (1/BN + 1/BM) elements instead of 2 * M * N * K.
 
 Ragged edges are zero-filled on load and masked on store, so any M, N, K works (K = 1, M = 1).
 """
-from harness.cuda_build import load_cuda
+import torch
+
+from harness.cuda_launcher import dtype_code, load_launcher
 
 KERNEL_TYPE = "matmul"
 BACKEND = "cuda"
@@ -171,34 +173,23 @@ void matmul_launch(const void* a, const void* b, void* c, int M, int N, int K, i
 }
 '''
 
-CUDA_HOST = r'''
-#include "autokernel_torch.h"
-
-// a [..., K] @ b [K, N] -> [..., N] in a's dtype; leading dims of a are rows.
-torch::Tensor matmul_fwd(torch::Tensor a, torch::Tensor b) {
-  TORCH_CHECK(a.is_cuda() && b.is_cuda(), "matmul: tensors must be on a CUDA device");
-  TORCH_CHECK(a.dim() >= 1 && b.dim() == 2 && a.size(-1) == b.size(0), "matmul: shapes ", a.sizes(), " and ",
-              b.sizes(), " do not multiply");
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "matmul: a and b must share a dtype");
-  const c10::cuda::CUDAGuard guard(a.device());
-  const int code = dtype_code(a, "matmul");
-  const int64_t K = b.size(0), N = b.size(1), M = K ? a.numel() / K : 0;
-  auto out_sizes = a.sizes().vec();
-  out_sizes.back() = N;
-  if (K == 0) return torch::zeros(out_sizes, a.options());  // an empty sum is 0, as in torch
-  auto c = torch::empty(out_sizes, a.options());
-  if (c.numel() == 0) return c;
-  TORCH_CHECK(M < (int64_t(1) << 31) && N < (int64_t(1) << 31) && K < (int64_t(1) << 31), "matmul: too large");
-  auto ac = a.contiguous(), bc = b.contiguous();
-  matmul_launch(ac.data_ptr(), bc.data_ptr(), c.data_ptr(), (int)M, (int)N, (int)K, code,
-                at::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return c;
-}
-'''
-
-FUNCTIONS = ["matmul_fwd"]
-
 
 def kernel_fn(a, b):
-    return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).matmul_fwd(a, b)
+    """a [..., K] @ b [K, N] -> [..., N] in a's dtype; leading dims of a are rows."""
+    if a.dim() < 1 or b.dim() != 2 or a.shape[-1] != b.shape[0]:
+        raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply")
+    if a.dtype != b.dtype:
+        raise ValueError("matmul: a and b must share a dtype")
+    code = dtype_code(a)
+    K, N = b.shape
+    M = a.numel() // K if K else 0
+    out_shape = (*a.shape[:-1], N)
+    if K == 0:
+        return torch.zeros(out_shape, dtype=a.dtype, device=a.device)  # an empty sum is 0, as in torch
+    c = torch.empty(out_shape, dtype=a.dtype, device=a.device)
+    if c.numel() == 0:
+        return c
+    if max(M, N, K) >= 2**31:
+        raise ValueError("matmul: too large")
+    load_launcher(CUDA_KERNELS, CONFIG).matmul_launch(a.contiguous(), b.contiguous(), c, M, N, K, code, None)
+    return c

@@ -9,7 +9,9 @@ inputs always give the same bits.
 Numerics: fp32 accumulation whatever the input dtype, rounded once to x's dtype at the store, so
 an fp16 row whose sum exceeds 65504 becomes inf exactly where the reference does.
 """
-from harness.cuda_build import load_cuda
+import torch
+
+from harness.cuda_launcher import dtype_code, load_launcher
 
 KERNEL_TYPE = "reduce"
 BACKEND = "cuda"
@@ -67,31 +69,19 @@ void reduce_launch(const void* x, void* y, int64_t rows, int64_t cols, int dtype
 }
 '''
 
-CUDA_HOST = r'''
-#include "autokernel_torch.h"
-
-torch::Tensor reduce_fwd(torch::Tensor x) {
-  TORCH_CHECK(x.is_cuda(), "reduce: x must be a CUDA tensor");
-  TORCH_CHECK(x.dim() >= 1, "reduce: x needs at least one dim");
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int code = dtype_code(x, "reduce");
-  auto out_sizes = x.sizes().vec();
-  out_sizes.pop_back();
-  const int64_t cols = x.size(-1);
-  if (cols == 0) return torch::zeros(out_sizes, x.options());  // an empty sum is 0, as in torch
-  auto y = torch::empty(out_sizes, x.options());
-  if (y.numel() == 0) return y;
-  const int64_t rows = y.numel();
-  TORCH_CHECK(rows < (int64_t(1) << 31), "reduce: too many rows for one grid");
-  auto xc = x.contiguous();
-  reduce_launch(xc.data_ptr(), y.data_ptr(), rows, cols, code, at::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return y;
-}
-'''
-
-FUNCTIONS = ["reduce_fwd"]
-
 
 def kernel_fn(x):
-    return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).reduce_fwd(x)
+    if x.dim() < 1:
+        raise ValueError("reduce: x needs at least one dim")
+    code = dtype_code(x)
+    out_shape, cols = x.shape[:-1], x.shape[-1]
+    if cols == 0:
+        return torch.zeros(out_shape, dtype=x.dtype, device=x.device)  # an empty sum is 0, as in torch
+    y = torch.empty(out_shape, dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
+    rows = y.numel()
+    if rows >= 2**31:
+        raise ValueError("reduce: too many rows for one grid")
+    load_launcher(CUDA_KERNELS, CONFIG).reduce_launch(x.contiguous(), y, rows, cols, code, None)
+    return y

@@ -8,7 +8,9 @@ is deterministic); the second re-reads the row (mostly from L2) and writes x * r
 Numerics: the mean of squares, rstd and the product are fp32; the output is rounded once to x's
 dtype. Squares are never negative, so a plain fp32 sum has no cancellation to fear.
 """
-from harness.cuda_build import load_cuda
+import torch
+
+from harness.cuda_launcher import dtype_code, load_launcher
 
 KERNEL_TYPE = "rmsnorm"
 BACKEND = "cuda"
@@ -67,31 +69,22 @@ void rmsnorm_launch(const void* x, const void* w, void* y, int64_t rows, int64_t
 }
 '''
 
-CUDA_HOST = r'''
-#include "autokernel_torch.h"
-
-torch::Tensor rmsnorm_fwd(torch::Tensor x, torch::Tensor weight, double eps) {
-  TORCH_CHECK(x.is_cuda() && weight.is_cuda(), "rmsnorm: tensors must be on a CUDA device");
-  TORCH_CHECK(x.dim() >= 1, "rmsnorm: x needs at least one dim");
-  const int64_t cols = x.size(-1);
-  TORCH_CHECK(weight.numel() == cols, "rmsnorm: weight needs ", cols, " elements");
-  TORCH_CHECK(weight.scalar_type() == x.scalar_type(), "rmsnorm: x and weight must share a dtype");
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int code = dtype_code(x, "rmsnorm");
-  auto xc = x.contiguous(), wc = weight.contiguous();
-  auto y = torch::empty(x.sizes(), x.options());
-  if (y.numel() == 0) return y;
-  const int64_t rows = y.numel() / cols;
-  TORCH_CHECK(rows < (int64_t(1) << 31), "rmsnorm: too many rows for one grid");
-  rmsnorm_launch(xc.data_ptr(), wc.data_ptr(), y.data_ptr(), rows, cols, (float)eps, code,
-                 at::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return y;
-}
-'''
-
-FUNCTIONS = ["rmsnorm_fwd"]
-
 
 def kernel_fn(x, weight, eps=1e-6):
-    return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).rmsnorm_fwd(x, weight, float(eps))
+    if x.dim() < 1:
+        raise ValueError("rmsnorm: x needs at least one dim")
+    cols = x.shape[-1]
+    if weight.numel() != cols:
+        raise ValueError(f"rmsnorm: weight needs {cols} elements, got {weight.numel()}")
+    if weight.dtype != x.dtype:
+        raise ValueError("rmsnorm: x and weight must share a dtype")
+    code = dtype_code(x)
+    x, weight = x.contiguous(), weight.contiguous()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
+    rows = y.numel() // cols
+    if rows >= 2**31:
+        raise ValueError("rmsnorm: too many rows for one grid")
+    load_launcher(CUDA_KERNELS, CONFIG).rmsnorm_launch(x, weight, y, rows, cols, float(eps), code, None)
+    return y

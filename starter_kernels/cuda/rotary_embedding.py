@@ -9,7 +9,9 @@ reads x[d], its partner x[d +- D/2] (the same row, so the same cache lines), cos
 rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]); for an odd D the first part is the longer one,
 D - D/2 elements, exactly as the reference's slicing gives.
 """
-from harness.cuda_build import load_cuda
+import torch
+
+from harness.cuda_launcher import dtype_code, load_launcher
 
 KERNEL_TYPE = "rotary_embedding"
 BACKEND = "cuda"
@@ -52,33 +54,22 @@ void rotary_launch(const void* x, const void* c, const void* s, void* y, int64_t
 }
 '''
 
-CUDA_HOST = r'''
-#include "autokernel_torch.h"
-
-torch::Tensor rotary_fwd(torch::Tensor x, torch::Tensor cos_t, torch::Tensor sin_t) {
-  TORCH_CHECK(x.is_cuda() && cos_t.is_cuda() && sin_t.is_cuda(), "rotary_embedding: tensors must be on a CUDA device");
-  TORCH_CHECK(x.dim() == 4, "rotary_embedding: x must be [B, H, S, D]");
-  const int64_t seq_len = x.size(2), dim = x.size(3);
-  TORCH_CHECK(cos_t.dim() == 2 && cos_t.size(0) == seq_len && cos_t.size(1) == dim && sin_t.sizes() == cos_t.sizes(),
-              "rotary_embedding: cos and sin must be [S, D]");
-  TORCH_CHECK(cos_t.scalar_type() == x.scalar_type() && sin_t.scalar_type() == x.scalar_type(),
-              "rotary_embedding: x, cos and sin must share a dtype");
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int code = dtype_code(x, "rotary_embedding");
-  auto y = torch::empty(x.sizes(), x.options());
-  if (y.numel() == 0) return y;
-  const int64_t rows = y.numel() / dim;
-  TORCH_CHECK(rows < (int64_t(1) << 31) && dim < (int64_t(1) << 31), "rotary_embedding: too large for one grid");
-  auto xc = x.contiguous(), cc = cos_t.contiguous(), sc = sin_t.contiguous();
-  rotary_launch(xc.data_ptr(), cc.data_ptr(), sc.data_ptr(), y.data_ptr(), rows, (int)seq_len, (int)dim, code,
-                at::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return y;
-}
-'''
-
-FUNCTIONS = ["rotary_fwd"]
-
 
 def kernel_fn(x, cos, sin):
-    return load_cuda(KERNEL_TYPE, CUDA_KERNELS, CUDA_HOST, FUNCTIONS, CONFIG).rotary_fwd(x, cos, sin)
+    if x.dim() != 4:
+        raise ValueError("rotary_embedding: x must be [B, H, S, D]")
+    seq_len, dim = x.shape[2], x.shape[3]
+    if cos.shape != (seq_len, dim) or sin.shape != cos.shape:
+        raise ValueError(f"rotary_embedding: cos and sin must be [S, D] = [{seq_len}, {dim}]")
+    if cos.dtype != x.dtype or sin.dtype != x.dtype:
+        raise ValueError("rotary_embedding: x, cos and sin must share a dtype")
+    code = dtype_code(x)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
+    rows = y.numel() // dim
+    if rows >= 2**31 or dim >= 2**31:
+        raise ValueError("rotary_embedding: too large for one grid")
+    load_launcher(CUDA_KERNELS, CONFIG).rotary_launch(x.contiguous(), cos.contiguous(), sin.contiguous(), y, rows,
+                                                      seq_len, dim, code, None)
+    return y
