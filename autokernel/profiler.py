@@ -21,9 +21,14 @@ the shares.
 """
 from __future__ import annotations
 
+import os
+import re
 import statistics
+import sys
+import tempfile
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -86,7 +91,7 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
     module_inputs = module_targets.capture_inputs(loaded.model, lambda: loaded.forward(inputs))
     handles = _hook_modules(modules)
     try:
-        with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+        with _without_profiler_chatter(), torch.profiler.profile(activities=activities, record_shapes=True) as prof:
             profiled_s = [_timed(loaded.forward, inputs, device, ROOT) for _ in range(iters)]
     finally:
         for h in handles:
@@ -103,6 +108,37 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
                    profiled_forward_ms=statistics.median(profiled_s) * 1e3, iters=iters, warmup=warmup,
                    groups=groups, module_inputs=module_inputs, forward_samples_ms=[t * 1e3 for t in plain_s],
                    profiled_samples_ms=[t * 1e3 for t in profiled_s])
+
+
+# What torch's profiler library (kineto) prints on every start and stop, straight to fd 2.
+PROFILER_CHATTER = re.compile(r"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\] ")
+
+
+@contextmanager
+def _without_profiler_chatter():
+    """Hold the process's stderr while the profiler runs and pass on every line but kineto's
+    'USDT: ... profiler_start' chatter: its errors (CUPTI's among them) and the model's own output
+    still reach the terminal, after the profile."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real stderr to hold
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().decode("utf-8", "replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if not PROFILER_CHATTER.match(line))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()
 
 
 def _timed(forward: Callable, inputs: list, device: str, label: Optional[str] = None) -> float:
