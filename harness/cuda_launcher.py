@@ -124,9 +124,11 @@ class Signature:
     symbol: str  # the mangled name in the library
     params: list[str]  # parameter types as c++filt writes them
     converters: list[Callable] = field(init=False, repr=False, compare=False)
+    argtypes: list = field(init=False, repr=False, compare=False)  # what ctypes converts the values to
 
     def __post_init__(self):
         self.converters = [_converter(self.name, i, p) for i, p in enumerate(self.params)]
+        self.argtypes = [SCALARS.get(p, ctypes.c_void_p) for p in self.params]
 
     @property
     def callable_here(self) -> bool:
@@ -163,8 +165,8 @@ def exported(library: Path) -> dict[str, Signature]:
 
 
 def marshal(sig: Signature, values: tuple, stream: Callable[[], int] = lambda: 0) -> list:
-    """The ctypes arguments for one call: a tensor as its data pointer, sizes checked as integers,
-    a stream of None as `stream()`."""
+    """The arguments of one call, checked, as ctypes takes them under `sig.argtypes`: a tensor as
+    its data pointer, sizes as integers, a stream of None as `stream()`."""
     if len(values) != len(sig.params):
         raise LaunchError(f"{sig.name} takes {len(sig.params)} arguments ({', '.join(sig.params)}), "
                           f"got {len(values)}")
@@ -174,13 +176,12 @@ def marshal(sig: Signature, values: tuple, stream: Callable[[], int] = lambda: 0
 def _converter(name: str, index: int, kind: str) -> Callable:
     where = f"{name} argument {index + 1} ({kind})"
     if kind == STREAM:
-        return lambda value, stream: ctypes.c_void_p(stream() if value is None else _stream_handle(value, where))
+        return lambda value, stream: stream() if value is None else _stream_handle(value, where)
     if POINTER.match(kind):
         expected = POINTEE_DTYPES.get(re.sub(r"\bconst\b|\*", "", kind).strip())
-        return lambda value, stream: ctypes.c_void_p(_pointer(value, where, expected))
+        return lambda value, stream: _pointer(value, where, expected)
     if kind in SCALARS:
-        ctype = SCALARS[kind]
-        return lambda value, stream: ctype(_scalar(value, kind, where))
+        return lambda value, stream: _scalar(value, kind, where)
 
     def refuse(value, stream):
         raise LaunchError(f"{where}: no ctypes conversion for this parameter type; a launch function takes "
@@ -270,7 +271,7 @@ class Launcher:
         fn = self._functions.get(name)
         if fn is None:
             fn = self._functions[name] = getattr(self._dll, sig.symbol)
-            fn.restype = None
+            fn.argtypes, fn.restype = sig.argtypes, None
         if device is not None and device.index is not None and device.index != torch.cuda.current_device():
             with torch.cuda.device(device):
                 fn(*args)

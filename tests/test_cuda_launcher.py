@@ -64,6 +64,34 @@ def test_a_build_error_names_the_line_of_cuda_kernels(tmp_path, monkeypatch):
         build_library("__global__ void k(float* x) { x[0] = undefined_name; }\n", None, "sm_90")
 
 
+HOST_ONLY = r"""
+#include <cuda_runtime.h>
+__global__ void unused(float* x) { x[0] = 1.f; }
+// host code only: it runs without a GPU, so the ctypes call itself is checked here
+void fill_launch(float* out, long n, float value, int scale, cudaStream_t stream) {
+  for (long i = 0; i < n; ++i) out[i] = value * scale + i;
+}
+"""
+
+
+@NEEDS_NVCC
+def test_a_call_goes_through_the_real_abi_and_the_launch_check(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOKERNEL_CACHE_DIR", str(tmp_path))
+    lib = cuda_launcher.load_launcher(HOST_ONLY, None, "sm_90")
+    assert cuda_launcher.load_launcher(HOST_ONLY, None, "sm_90") is lib  # once per process
+    out = torch.zeros(5)
+    try:
+        lib.fill_launch(out.data_ptr(), 5, 2.5, 2, 0)  # an address, an int64, a float, an int, a stream
+        launch_error = None
+    except LaunchError as e:
+        launch_error = str(e)
+    assert out.tolist() == [5.0, 6.0, 7.0, 8.0, 9.0]
+    if torch.cuda.is_available():
+        assert launch_error is None
+    else:  # CUDA's own message, from the library's runtime, names why nothing could launch here
+        assert launch_error and launch_error.startswith("fill_launch: the launch failed: ")
+
+
 def test_signatures_are_parsed_and_templates_skipped():
     sig = parse_signature("_Z1fPKvl", "rmsnorm_launch(void const*, void*, long, float, int, CUstream_st*)")
     assert sig.name == "rmsnorm_launch" and sig.params[3] == "float"
@@ -75,11 +103,10 @@ def test_signatures_are_parsed_and_templates_skipped():
 def test_tensors_go_in_as_pointers_sizes_as_int64_and_the_stream_as_given():
     sig = Signature("softmax_launch", "sym", SOFTMAX_PARAMS)
     x, y = torch.randn(4, 8), torch.empty(4, 8)
-    args = marshal(sig, (x, y, 4, 8, 0, 0))
-    assert [type(a) for a in args] == [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                      ctypes.c_int, ctypes.c_void_p]
-    assert args[0].value == x.data_ptr() and args[1].value == y.data_ptr() and args[3].value == 8
-    assert args[5].value in (None, 0)  # the default stream
+    assert sig.argtypes == [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
+                            ctypes.c_void_p]
+    assert marshal(sig, (x, y, 4, 8, 0, 0)) == [x.data_ptr(), y.data_ptr(), 4, 8, 0, 0]  # 0: the default stream
+    assert marshal(sig, (x, y, 4, 8, 0, None), stream=lambda: 1234)[5] == 1234  # None: the current stream
 
 
 @pytest.mark.parametrize("bad, why", [((1.5,), "expected an integer"), ((True,), "got a bool"),
