@@ -9,6 +9,7 @@ with the one writer (autokernel.parallel); a slot returns a verdict and writes n
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import tempfile
@@ -110,7 +111,14 @@ class LocalSlots(ThreadSlots):
 # ====================================================================== Ray
 class JudgeActor:
     """A judge on a Ray worker: the candidate arrives as text, is judged in a temp folder of the
-    actor's own, and the verdict goes back as plain data."""
+    actor's own, and the verdict goes back as plain data. The actor holds one judge session for its
+    life, as a local run does: a pre-imported worker forks per candidate, and the torch.compile
+    baseline is timed once per target."""
+
+    def __init__(self):
+        from harness.judge_session import judge_session
+        self._session = contextlib.ExitStack()  # its zygote ends with the actor's process (EOF)
+        self._session.enter_context(judge_session())
 
     def judge(self, source: str, name: str, case: dict, device: str, arch: str,
               timeout_s: float | None) -> dict:

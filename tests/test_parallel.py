@@ -290,6 +290,10 @@ def test_the_same_search_on_a_local_ray_cluster(tmp_path, local_ray):
     verdict = json.loads(run.experiment_file(t, 2, ".json").read_text())
     assert verdict["kernel_file"] == str(run.experiment_file(t, 2))  # the run's file, not the actor's copy
     assert verdict["timing"]["median_us"] > 0 and verdict["device"]["type"] == "cpu"
+    if os.environ.get("AUTOKERNEL_JUDGE_FORK", "1") != "0":  # each actor forks its workers, as a local run does
+        workers = [json.loads(run.experiment_file(t, n, ".json").read_text())["judge_seconds"]["worker"]
+                   for n in range(3)]
+        assert workers == ["fork"] * 3, workers
     assert check_run(run.path).errors == []
 
 
