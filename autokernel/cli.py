@@ -227,7 +227,7 @@ def optimize(
     Console(width=max(Console().width, 120)).print(shown.summary_table(state, cpu_figures))
     verified = 0
     if state.status == "done":  # the winners inside the model; a failure is the command's, the run is kept
-        from autokernel.verify import after_optimize
+        from autokernel.verify_report import after_optimize
         verified = after_optimize(run.path, log=lambda m: err.print(m, highlight=False))
     if state.status == "interrupted":
         err.print(f"resume with: autokernel optimize --resume {run.run_id} --runs-dir {runs_dir}", highlight=False)
@@ -350,6 +350,7 @@ def verify(
     from autokernel import verify as verifier
     from autokernel.errors import UsageError
     from autokernel.verify_child import verify_confined
+    from autokernel.verify_report import render
     if device not in (None, "cpu", "cuda"):
         raise UsageError(f"--device {device!r} is not supported", "use cuda or cpu")
     folder = verifier.run_folder(run, runs_dir)
@@ -359,8 +360,8 @@ def verify(
                                  log=lambda m: err.print(m, highlight=False))
     else:  # the winners run in a sandboxed child on a copy of the run; this process writes verify.json
         result = verify_confined(folder, device, compile_baseline)
-    verifier.render(result, folder, print_table=Console(width=max(Console().width, 120)).print,
-                    log=lambda m: err.print(m, highlight=False))
+    render(result, folder, print_table=Console(width=max(Console().width, 120)).print,
+           log=lambda m: err.print(m, highlight=False))
 
 
 @app.command()
