@@ -193,7 +193,7 @@ def optimize(
 ) -> None:
     """Profile MODEL, then search faster kernels for its top bottlenecks, judging every candidate."""
     from autokernel import display as shown
-    from autokernel import loop
+    from autokernel import run_search
     from autokernel import run as runs
     from autokernel.errors import UsageError
     from autokernel.slots import parse_devices
@@ -220,7 +220,7 @@ def optimize(
     err.print(f"run {run.run_id} in {run.path} ({state.agent} agent)", highlight=False)
     view = shown.make_display(state, live=False if plain else None)
     try:
-        state = loop.execute(run, state, config, display=view)
+        state = run_search.execute(run, state, config, display=view)
     finally:
         view.close()
     cpu_figures = (config.get("device") or {}).get("type") == "cpu"
