@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autokernel import loop  # noqa: E402
+from autokernel import loop, run_search  # noqa: E402
 from autokernel.kernel_source import read_literals  # noqa: E402
 from autokernel.llm import Reply  # noqa: E402
 from autokernel.proposer import LLMProposer  # noqa: E402
@@ -64,7 +64,7 @@ def measure(agent: str, experiments: int) -> list[float]:
         if agent == "llm":
             proposer = LLMProposer(InstantLLM(source))
         else:
-            proposer = loop.proposer_factory("tune", seed=0)(target, source)
+            proposer = run_search.proposer_factory("tune", seed=0)(target, source)
         search = loop.TargetSearch(run, state, target, proposer, loop.SearchSettings(), starter_source=source,
                                    judge=instant_judge)
         search.experiment(search._starter_candidate())

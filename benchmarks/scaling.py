@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autokernel import loop  # noqa: E402
+from autokernel import loop, run_search  # noqa: E402
 from autokernel.run import RunDir, RunState, TargetState  # noqa: E402
 from autokernel.slots import LocalSlots, local_slots  # noqa: E402
 
@@ -37,8 +37,8 @@ def search(run: RunDir, experiments: int, workers: int) -> tuple[int, float]:
     slots = LocalSlots(loop.default_judge, local_slots("cpu", workers))
     start = time.perf_counter()
     try:
-        loop.search_all(run, state, settings, loop.proposer_factory("tune", seed=0),
-                        starter_source=loop.starter_sources(run), judge=loop.default_judge, slots=slots)
+        run_search.search_all(run, state, settings, run_search.proposer_factory("tune", seed=0),
+                              starter_source=run_search.starter_sources(run), judge=loop.default_judge, slots=slots)
     finally:
         slots.close()
     return len(state.targets[0].history) - done_before, time.perf_counter() - start

@@ -14,222 +14,31 @@ solution can still do, with deliberate effort, is tamper with this process's own
 counting, the aten-op recorder, input fingerprints); no wrong output survives that, since outputs
 are checked in the parent against a process that never imported the solution.
 
-Protocol (KernelBench's): torch.manual_seed(42) before get_init_inputs() and before building each
-model; trial seeds drawn from torch.manual_seed(42) then randint(0, 2**32 - 1); the seed is set
-again before each input set and each forward. Every forward runs under torch.no_grad().
+KernelBench's protocol (seeds, inputs, the outputs shipped to the parent, timing) is in
+harness/kb_protocol.py; this module holds the modes, the solution's loading and the plumbing.
 """
 from __future__ import annotations
 
 import argparse
 import faulthandler
-import hashlib
-import importlib.util
 import json
 import os
 import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from harness.candidate import error_text, observed_call
 from harness.judge import versions as judge_versions
+from harness.kb_protocol import (PRECISIONS, TIME_SEED, Bench, ProblemError, as_outputs, fingerprint, forward,
+                                 load_module, store, sync, time_model, trial_seeds)
 from harness.tamper import IdentityGuard
-
-SEED = 42
-TIME_SEED = 10_000  # timed reps get seeds TIME_SEED + i, far from the trial seeds
-SHIP_MAX_ELEMS = 2 ** 25  # larger outputs travel to the parent as a strided sample
-REFILL_BUDGET_S = 10.0  # seconds of get_inputs() calls one timing run may spend on fresh values
-PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-class ProblemError(Exception):
-    """The problem file itself does not load or run: not the solution's fault."""
 
 
 class SolutionError(Exception):
     """The solution file has no usable ModelNew."""
-
-
-def trial_seeds(n: int) -> list[int]:
-    torch.manual_seed(SEED)
-    return [int(torch.randint(0, 2 ** 32 - 1, (1,)).item()) for _ in range(n)]
-
-
-def load_module(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # @triton.jit reads the source through the module
-    spec.loader.exec_module(module)
-    return module
-
-
-class Bench:
-    """The problem's functions with KernelBench's seeding and casting, captured before any
-    solution code runs (a solution cannot swap get_inputs for a friendlier one)."""
-
-    def __init__(self, path: str, device: str, precision: str):
-        try:
-            self.module = load_module(path, "kb_problem")
-        except Exception as e:
-            raise ProblemError(f"the problem file failed to load:\n{error_text(e)}") from e
-        missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(self.module, n)]
-        if missing:
-            raise ProblemError(f"the problem file lacks {', '.join(missing)}")
-        self.Model, self.get_inputs = self.module.Model, self.module.get_inputs
-        self.get_init_inputs = self.module.get_init_inputs
-        self.device, self.dtype = torch.device(device), PRECISIONS[precision]
-
-    def prepare(self, values) -> list:
-        out = []
-        for v in values:
-            if isinstance(v, torch.Tensor):
-                v = v.to(self.device)
-                v = v.to(self.dtype) if v.is_floating_point() else v
-            out.append(v)
-        return out
-
-    def inputs(self, seed: int) -> list:
-        torch.manual_seed(seed)
-        return self.prepare(list(self.get_inputs()))
-
-    def build(self, cls) -> torch.nn.Module:
-        torch.manual_seed(SEED)
-        init = self.prepare(list(self.get_init_inputs()))
-        torch.manual_seed(SEED)
-        with torch.no_grad():
-            model = cls(*init)
-        return model.to(device=self.device, dtype=self.dtype)
-
-
-def forward(model, inputs: list, seed: int):
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        return model(*inputs)
-
-
-def as_outputs(result) -> list[torch.Tensor]:
-    if isinstance(result, torch.Tensor):
-        return [result]
-    if isinstance(result, (tuple, list)) and result and all(isinstance(r, torch.Tensor) for r in result):
-        return list(result)
-    raise TypeError(f"forward returned {type(result).__name__}, expected a tensor or a tuple of tensors")
-
-
-def ship(t: torch.Tensor) -> torch.Tensor:
-    """A CPU copy to hand to the parent; huge outputs as a deterministic strided sample."""
-    t = t.detach()
-    if t.numel() > SHIP_MAX_ELEMS:
-        t = t.reshape(-1)[:: -(-t.numel() // SHIP_MAX_ELEMS)]
-    return t.to("cpu", copy=True)
-
-
-def store(tensors: dict, key: str, outputs: list[torch.Tensor]) -> list[dict]:
-    meta = []
-    for k, t in enumerate(outputs):
-        tensors[f"{key}.{k}"] = ship(t)
-        meta.append({"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
-                     "numel": t.numel(), "sampled": t.numel() > SHIP_MAX_ELEMS})
-    return meta
-
-
-def fingerprint(values: list) -> str:
-    """A hash of the input values (a strided sample of huge tensors): both processes must have
-    judged the same inputs."""
-    h = hashlib.sha256()
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            flat = v.detach().reshape(-1)
-            flat = flat[:: max(1, -(-flat.numel() // 2 ** 22))].to("cpu").contiguous()
-            h.update(f"{tuple(v.shape)}{v.dtype}".encode())
-            h.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
-        else:
-            h.update(repr(v).encode())
-    return h.hexdigest()[:16]
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class Refill:
-    """Fresh values written in place into the timed buffers before each call (outside the timed
-    region): a result cache keyed on buffer addresses returns stale answers, which the parent
-    catches in the checked reps. When get_inputs() is slow, the values cycle through a pool sized
-    to REFILL_BUDGET_S; the first and last reps always get their own seeds."""
-
-    def __init__(self, bench: Bench, bufs: list, reps: int, warmup: int):
-        self.bench, self.bufs, self.last = bench, bufs, reps - 1
-        self.unique, self.pool, self.fingerprints = reps + warmup, {}, {}
-
-    def seed_of(self, i: int) -> int:
-        return TIME_SEED + (i if i in (0, self.last) else i % self.unique)
-
-    def __call__(self, i: int) -> None:
-        seed = self.seed_of(i)
-        values = self.pool.get(seed)
-        if values is None:
-            start = time.perf_counter()
-            values = self.bench.inputs(seed)
-            spent_s = time.perf_counter() - start
-            self.unique = max(2, min(self.unique, int(REFILL_BUDGET_S / max(spent_s, 1e-9))))
-            if i in (0, self.last):
-                self.fingerprints[i] = fingerprint(values)
-            if self.unique < self.last + 1:
-                self.pool[seed] = values
-        with torch.no_grad():
-            for dst, src in zip(self.bufs, values):
-                if isinstance(dst, torch.Tensor):
-                    dst.copy_(src)
-        torch.manual_seed(seed)  # the rep's forward sees the RNG state the reference used
-
-
-def time_model(bench: Bench, model, reps: int, warmup: int, keep_outputs: bool = False) -> dict:
-    """Time model(*bufs) with time_fn: fixed rep count, refilled inputs, raw samples kept."""
-    from harness.timing import time_fn
-    bufs = bench.inputs(TIME_SEED)
-    refill = Refill(bench, bufs, reps, warmup)
-    state: dict[str, Any] = {}
-    kept: dict[int, list] = {}
-
-    def call() -> None:
-        state["out"] = model(*bufs)
-
-    def before_each(i: int) -> None:
-        if keep_outputs and i == 1:  # rep 0's output, before rep 1 can overwrite a reused buffer
-            kept[0] = as_outputs(state["out"])
-            kept[0] = [ship(t) for t in kept[0]]
-        refill(i)
-
-    with torch.no_grad():
-        timing = time_fn(call, device=str(bench.device), warmup=warmup, min_reps=reps, max_reps=reps,
-                         before_each=before_each)
-        if keep_outputs:
-            kept[reps - 1] = [ship(t) for t in as_outputs(state["out"])]
-            kept.setdefault(0, kept[reps - 1])
-    result = {"timing": timing.to_json(), "kept": kept, "fingerprints": refill.fingerprints,
-              "fresh_sets": refill.unique}
-    if bench.device.type == "cuda":
-        result["host_wall_median_us"] = _host_wall_median_us(call, refill, bench.device)
-    return result
-
-
-def _host_wall_median_us(call, refill: Refill, device: torch.device, reps: int = 10) -> float:
-    """Wall time from launch to a device-wide synchronize: work hidden on a side stream, which
-    CUDA events on the current stream do not see, shows up here."""
-    samples = []
-    with torch.no_grad():
-        for i in range(reps):
-            refill(i)
-            torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            call()
-            torch.cuda.synchronize(device)
-            samples.append((time.perf_counter() - start) * 1e6)
-    return sorted(samples)[len(samples) // 2]
 
 
 def output_observations(outs: list[torch.Tensor], inputs: list) -> dict:

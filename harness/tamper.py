@@ -21,10 +21,11 @@ CUDA_NAMES = ("Event", "synchronize", "current_stream", "default_stream", "Strea
               "Event.wait", "Stream.synchronize", "Stream.wait_event", "Stream.record_event")
 # The judge's own modules: every global they hold (functions, imported modules and names).
 # harness.cuda_launcher is the host side of CUDA C++ candidates: its launch check and the method the
-# LaunchMonitor counts through.
+# LaunchMonitor counts through. harness.kb_protocol is the KernelBench child's seeding, inputs and
+# timing (a module not imported, as in the kernel worker, is skipped).
 JUDGE_MODULES = ("harness.timing", "harness.compare", "harness.candidate", "harness.launches",
                  "harness.integrity", "harness.registry", "harness.cases", "harness.tamper",
-                 "harness.cuda_launcher", "statistics", "json")
+                 "harness.cuda_launcher", "harness.kb_protocol", "statistics", "json")
 
 
 CODE_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type)

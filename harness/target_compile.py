@@ -7,6 +7,9 @@ CUDA C++ kernel file. Either way every kernel is compiled ahead of time for the 
 thread, spill traffic, shared memory per block. A kernel that does not compile for the target fails
 with the compiler's own message; one that needs more shared memory than the target allows per block
 fails with the limit named, since it would fail to launch there.
+
+Triton's launch-time specialization, and the switch from the interpreter to the compiler, are in
+harness/triton_specialization.py.
 """
 from __future__ import annotations
 
@@ -23,9 +26,10 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness import cuda_build
+from harness.triton_specialization import compiled_mode, is_autotuned, specialize
 
 # Opt-in maximum shared memory per thread block, in bytes, by compute capability: the row "Maximum
 # amount of shared memory per thread block" of the CUDA C++ Programming Guide's table "Technical
@@ -213,11 +217,11 @@ def compile_triton(records: list, arch: str = "sm_90") -> TargetCompile:
     target = GPUTarget("cuda", cc, 32)
     backend = make_backend(target)
     compiled: dict[tuple, tuple[Any, KernelResources | str]] = {}  # specialization -> (fn, result)
-    with _compiled_mode(records), warnings.catch_warnings():
+    with compiled_mode(records), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Triton's deprecation notices are not the candidate's
         for record in records:
             try:
-                src, options = _specialize(record, backend)
+                src, options = specialize(record, backend)
             except Exception as e:  # an argument Triton cannot type, or Triton internals moved
                 return TargetCompile(False, f"cannot specialize the launch of {record.name} for "
                                             f"sm_{cc}: {type(e).__name__}: {e}")
@@ -244,7 +248,7 @@ def _prune_autotune_configs(results: list[tuple[Any, KernelResources | str]], cc
     for fn in dict.fromkeys(fn for fn, _ in results):
         mine = [r for f, r in results if f is fn]
         usable = [r for r in mine if isinstance(r, KernelResources) and _launch_problem(r, cc) is None]
-        if usable and _is_autotuned(fn):
+        if usable and is_autotuned(fn):
             kernels += usable
             pruned += [r if isinstance(r, str) else _launch_problem(r, cc) for r in mine if r not in usable]
         else:
@@ -252,126 +256,10 @@ def _prune_autotune_configs(results: list[tuple[Any, KernelResources | str]], cc
     return kernels, pruned
 
 
-def _is_autotuned(raw) -> bool:
-    found = raw.__globals__.get(raw.__name__)
-    while found is not None and getattr(found, "fn", None) is not None and not hasattr(found, "configs"):
-        found = found.fn  # heuristics over autotune
-    return hasattr(found, "configs")
-
-
 def _config_label(record, options) -> str:
     parts = [f"{k}={record.args[k]!r}" for k in record.constexprs if k in record.args]
     parts += [f"num_warps={options.num_warps}", f"num_stages={options.num_stages}"]
     return ", ".join(parts)
-
-
-def _jit_function(raw):
-    """The JITFunction of a kernel's raw function: the module's own (its do_not_specialize and other
-    options kept) when the name still refers to it, else a fresh one."""
-    from triton.runtime.jit import JITFunction
-    found = raw.__globals__.get(raw.__name__)
-    while found is not None and not isinstance(found, JITFunction) and hasattr(found, "fn"):
-        found = found.fn  # autotuner / heuristics wrappers
-    return found if isinstance(found, JITFunction) and found.fn is raw else JITFunction(raw)
-
-
-def _specialize(record, backend):
-    """Triton's own launch-time specialization, run for the target backend: the same signature,
-    constexprs (ints equal to 1, None arguments) and divisibility-by-16 attributes a GPU launch of
-    these arguments would compile."""
-    from triton.compiler import ASTSource
-    from triton.runtime.jit import create_function_from_signature
-    jf = _jit_function(record.fn)
-    kwargs = {**record.args, **record.options}
-    binder = create_function_from_signature(jf.signature, jf.params, backend)
-    bound, specialization, options = binder(**kwargs)
-    options, signature, constexprs, attrs = jf._pack_args(backend, kwargs, bound, specialization, options)
-    return ASTSource(jf, signature, constexprs, attrs), options
-
-
-@contextmanager
-def _compiled_mode(records):
-    """Under TRITON_INTERPRET=1 every @triton.jit function, Triton's standard library included, is an
-    InterpretedFunction, which code generation cannot call; and a device-function call during an
-    interpreted run leaves triton.language.core's builtins patched to the interpreter's semantics.
-    For the duration of the compile, every InterpretedFunction the kernels can see (their globals and
-    closures, triton.* modules) becomes a JITFunction of the same Python function, leaked patches are
-    put back, and the interpret knob is off. Everything is restored on exit."""
-    import triton
-    if not triton.knobs.runtime.interpret:
-        yield
-        return
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-    swapped: dict[int, Any] = {}
-    undo: list[Callable[[], None]] = []
-
-    def put(namespace: dict, key: str, value) -> None:
-        original, namespace[key] = namespace[key], value
-        undo.append(lambda: namespace.__setitem__(key, original))
-
-    def convert(itf):
-        if id(itf) not in swapped:
-            swapped[id(itf)] = JITFunction(itf.fn, **itf.kwargs)
-            scan_function(itf.fn)
-        return swapped[id(itf)]
-
-    def scan(namespace: dict) -> None:
-        for key, value in list(namespace.items()):
-            if isinstance(value, InterpretedFunction):
-                put(namespace, key, convert(value))
-
-    def scan_function(fn) -> None:
-        scan(fn.__globals__)
-        for cell in getattr(fn, "__closure__", None) or ():
-            if isinstance(cell.cell_contents, InterpretedFunction):
-                original, cell.cell_contents = cell.cell_contents, convert(cell.cell_contents)
-                undo.append(lambda cell=cell, original=original: setattr(cell, "cell_contents", original))
-
-    for name, mod in list(sys.modules.items()):
-        if (name == "triton" or name.startswith("triton.")) and mod is not None:
-            scan(vars(mod))
-    for record in records:
-        scan_function(record.fn)
-    for namespace, key, original in _leaked_interpreter_patches():
-        put(namespace, key, original)
-    try:
-        with triton.knobs.runtime.scope():
-            triton.knobs.runtime.interpret = False  # constexpr functions return constexprs again
-            yield
-    finally:
-        for restore in reversed(undo):
-            restore()
-
-
-# What triton.runtime.interpreter._patch_lang_core sets on a language module besides builtins.
-_INTERPRETER_MODULE_PATCHES = ("range", "static_range", "static_assert", "static_print", "multiple_of",
-                               "max_contiguous", "max_constancy", "reduce", "associative_scan")
-
-
-def _leaked_interpreter_patches():
-    """(namespace, name, original) for each attribute of triton.language / triton.language.core that
-    still holds the interpreter's replacement. A patched builtin keeps its original as the lambda's
-    keyword default `member`; the other patched names are recovered from the sibling module."""
-    import triton.language as tl
-    from triton.language import core
-
-    def interpreter_made(value) -> bool:
-        inner = getattr(value, "func", value)  # functools.partial
-        return inner is print or getattr(inner, "__module__", None) == "triton.runtime.interpreter"
-
-    found = []
-    for mod, sibling in ((core, tl), (tl, core)):
-        namespace = vars(mod)
-        for key, value in list(namespace.items()):
-            if not callable(value) or not interpreter_made(value) or hasattr(value, "fn"):
-                continue
-            member = (getattr(value, "__kwdefaults__", None) or {}).get("member")
-            if member is not None and core.is_builtin(member):
-                found.append((namespace, key, member))
-            elif key in _INTERPRETER_MODULE_PATCHES and not interpreter_made(getattr(sibling, key, print)):
-                found.append((namespace, key, getattr(sibling, key)))
-    return found
 
 
 @contextmanager

@@ -166,3 +166,14 @@ def test_cli_json_is_one_object_and_exit_status_follows_the_verdict(tmp_path):
     missing.write_text("import torch\n")
     usage = subprocess.run(argv + ["--solution", str(missing)], capture_output=True, text=True)
     assert usage.returncode == 2 and usage.stdout == "" and "defines no ModelNew" in usage.stderr
+
+
+def test_replacing_the_kernelbench_protocol_is_seen_by_the_identity_guard(monkeypatch):
+    # the child's seeding, inputs and timing live in harness.kb_protocol: a solution that swaps
+    # one of them (a friendlier time_model, a refill that does nothing) must be named
+    from harness import kb_protocol
+    from harness.tamper import IdentityGuard
+    guard = IdentityGuard(("__main__",))
+    monkeypatch.setattr(kb_protocol, "time_model", lambda *a, **k: {})
+    monkeypatch.setattr(kb_protocol.Refill, "__call__", lambda self, i: None)
+    assert {"harness.kb_protocol.time_model", "harness.kb_protocol.Refill.__call__"} <= set(guard.replaced())

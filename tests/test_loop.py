@@ -10,7 +10,7 @@ from loop_kernels import CHEAT, FAST, SOFTMAX_MODEL, WRONG, reply_with
 from rich.console import Console
 
 from autokernel import leaderboard as board
-from autokernel import loop
+from autokernel import loop, run_search
 from autokernel import run as runs
 from autokernel.display import LogDisplay, summary_table
 from autokernel.errors import UsageError
@@ -54,8 +54,8 @@ def test_what_is_left_to_win_and_what_the_next_target_offers():
 def test_time_share_follows_the_model_share():
     state = RunState(run_id="r", agent="tune", budget_s=1000.0, elapsed_s=100.0,
                      targets=[target(share=0.6, seconds=0.0), target(share=0.3), target(share=0.1, status="done")])
-    assert loop.time_cap_s(state, 0) == pytest.approx(900 * 0.6 / 0.9)
-    assert loop.time_cap_s(state, 1) == pytest.approx(900.0)
+    assert run_search.time_cap_s(state, 0) == pytest.approx(900 * 0.6 / 0.9)
+    assert run_search.time_cap_s(state, 1) == pytest.approx(900.0)
 
 
 @pytest.mark.parametrize("text, seconds", [("8h", 28800), ("90m", 5400), ("1h30m", 5400), ("45s", 45),
@@ -132,8 +132,8 @@ def test_llm_agent_end_to_end(tmp_path, fake_openai, monkeypatch):
     clock, lines = FakeClock(), []
     client = LLMClient(MODEL, base_url=fake_openai.base_url, sleep=clock.sleep, clock=clock, log=lines.append)
     log = io.StringIO()
-    state = loop.execute(run, state, config, client=client,
-                         display=LogDisplay(state, Console(file=log, width=200)))
+    state = run_search.execute(run, state, config, client=client,
+                               display=LogDisplay(state, Console(file=log, width=200)))
 
     frame = board.read(run.leaderboard_path)
     assert list(frame["experiment"]) == [0, 1, 2, 3, 4]
@@ -201,8 +201,8 @@ def new_run(tmp_path, targets, budget_s=3600.0, max_experiments=None, plateau=3)
 
 
 def search(run, state, settings, cost_us):
-    loop.search_all(run, state, settings, loop.proposer_factory("tune", seed=0),
-                    starter_source=loop.starter_sources(run), judge=config_judge(cost_us))
+    run_search.search_all(run, state, settings, run_search.proposer_factory("tune", seed=0),
+                          starter_source=run_search.starter_sources(run), judge=config_judge(cost_us))
 
 
 def softmax_target(**kw):

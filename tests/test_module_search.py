@@ -44,7 +44,7 @@ def start_run(tmp_path, agent, **options):
 
 
 def test_gelu_module_target_searched_judged_and_served(tmp_path, fake_openai, monkeypatch):  # noqa: F811
-    from autokernel import loop
+    from autokernel import run_search
     from autokernel.verify import verify
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     fake_openai.script(reply(kernel_reply(TORCH_TANH_GELU, "tanh GELU in PyTorch ops.")),
@@ -57,7 +57,7 @@ def test_gelu_module_target_searched_judged_and_served(tmp_path, fake_openai, mo
     (target,) = state.targets
     assert target.name == GELU and (run.path / "problems" / f"{target.slug}.py").is_file()
 
-    state = loop.execute(run, state, config)
+    state = run_search.execute(run, state, config)
     first, second = target.history
     assert (first["verdict"], first["failed_stage"]) == ("FAIL", "integrity")
     assert "no custom Triton or CUDA kernel was launched" in first["message"]
@@ -87,10 +87,10 @@ def test_gelu_module_target_searched_judged_and_served(tmp_path, fake_openai, mo
 
 
 def test_the_tuner_skips_module_targets_and_says_so(tmp_path):
-    from autokernel import loop
+    from autokernel import run_search
     from autokernel.module_search import TUNER_SKIP
     run, state, config = start_run(tmp_path, "tune")
-    state = loop.execute(run, state, config)
+    state = run_search.execute(run, state, config)
     (target,) = state.targets
     assert target.status == "done" and target.stop_reason == TUNER_SKIP and not target.history
 

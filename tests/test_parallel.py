@@ -13,7 +13,7 @@ import pytest
 from fake_openai import fake_openai  # noqa: F401  (fixture)
 
 from autokernel import leaderboard as board
-from autokernel import loop
+from autokernel import loop, run_search
 from autokernel import run as runs
 from autokernel.errors import UsageError, UserError
 from autokernel.kernel_source import read_literals
@@ -81,8 +81,8 @@ def search(run, state, judge, workers, max_experiments=8):
     settings = loop.SearchSettings(max_experiments=max_experiments, plateau=99)
     slots = LocalSlots(judge, local_slots("cpu", workers))
     try:
-        loop.search_all(run, state, settings, loop.proposer_factory("tune", seed=0),
-                        starter_source=loop.starter_sources(run), judge=judge, slots=slots)
+        run_search.search_all(run, state, settings, run_search.proposer_factory("tune", seed=0),
+                              starter_source=run_search.starter_sources(run), judge=judge, slots=slots)
     finally:
         slots.close()
 
@@ -277,9 +277,9 @@ def test_the_same_search_on_a_local_ray_cluster(tmp_path, local_ray):
     def no_local_judge(*args, **kwargs):
         raise AssertionError("a candidate was judged outside the Ray cluster")
     try:
-        loop.search_all(run, state, loop.SearchSettings(max_experiments=2, plateau=99),
-                        loop.proposer_factory("tune", seed=0), starter_source=loop.starter_sources(run),
-                        judge=no_local_judge, slots=slots)
+        run_search.search_all(run, state, loop.SearchSettings(max_experiments=2, plateau=99),
+                              run_search.proposer_factory("tune", seed=0),
+                              starter_source=run_search.starter_sources(run), judge=no_local_judge, slots=slots)
     finally:
         slots.close()
     frame = board.read(run.leaderboard_path)
@@ -333,8 +333,8 @@ def test_llm_requests_in_flight_at_once(tmp_path, fake_openai, monkeypatch):
     settings = loop.SearchSettings(max_experiments=4, plateau=99, concurrency=2)
     slots = LocalSlots(judge, local_slots("cpu", 1))
     try:
-        loop.search_all(run, state, settings, loop.proposer_factory("llm", 0, Gated()),
-                        starter_source=loop.starter_sources(run), judge=judge, slots=slots)
+        run_search.search_all(run, state, settings, run_search.proposer_factory("llm", 0, Gated()),
+                              starter_source=run_search.starter_sources(run), judge=judge, slots=slots)
     finally:
         slots.close()
     frame = board.read(run.leaderboard_path)

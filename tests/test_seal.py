@@ -18,7 +18,7 @@ from loop_kernels import CHEAT, FAST, SOFTMAX_MODEL, reply_with
 
 from autokernel import export as exporter
 from autokernel import leaderboard as board
-from autokernel import loop
+from autokernel import loop, run_search
 from autokernel import run as runs
 from autokernel import seal
 from autokernel import verify as verifier
@@ -246,8 +246,8 @@ def search(tmp_path, judge, max_experiments=1):
                          dtype="float32", share=1.0)
     state = RunState(run_id="run", agent="tune", budget_s=3600.0, targets=[target])
     settings = loop.SearchSettings(max_experiments=max_experiments, plateau=99)
-    loop.search_all(run, state, settings, loop.proposer_factory("tune", seed=0),
-                    starter_source=loop.starter_sources(run), judge=judge)
+    run_search.search_all(run, state, settings, run_search.proposer_factory("tune", seed=0),
+                          starter_source=run_search.starter_sources(run), judge=judge)
     return run, target
 
 
@@ -367,7 +367,7 @@ def test_the_probe_as_an_llm_candidate_fails_and_leaves_the_records_sealed(tmp_p
     options = runs.OptimizeOptions(llm=MODEL, base_url=fake_openai.base_url, max_experiments=1, top=1,
                                    timeout_s=300)
     run, state, config = runs.start(spec_from_options(model, device="cpu"), options, runs_dir)
-    loop.execute(run, state, config, client=LLMClient(MODEL, base_url=fake_openai.base_url))
+    run_search.execute(run, state, config, client=LLMClient(MODEL, base_url=fake_openai.base_url))
     assert_probe_failed(run, SLUG, candidate)
 
 

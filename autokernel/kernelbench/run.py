@@ -24,7 +24,8 @@ from autokernel.kernelbench.adapters import match_problem, wrap_starter
 from autokernel.kernelbench.evaluate import EvalOptions, RefCache, evaluate, resolve
 from autokernel.kernelbench.problems import Problem, check_solution_file, find_problems
 from autokernel.kernelbench.score import SUMMARY_FILE, SUMMARY_KIND
-from autokernel.loop import SearchSettings, TargetDone, TargetSearch, replay_into_tuner
+from autokernel.loop import SearchSettings, TargetDone, TargetSearch
+from autokernel.run_search import replay_into_tuner
 from autokernel.run import (DEFAULT_LLM, RunDir, RunState, TargetState, check_for_resume, new_run_id,
                             open_for_resume, repair_leaderboard, write_json_atomic)
 
