@@ -115,7 +115,7 @@ class TargetSearch:
     def search(self) -> None:
         """Run until this target stops; TargetDone/Plateau end the target, other StopSearch the run."""
         t = self.target
-        t.status = "searching"
+        t.status, t.stop_reason = "searching", ""
         if t.next_experiment == 0:
             self.experiment(self._starter_candidate())
             if t.best_median_us is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autokernel.errors import UserError
-from autokernel.kernelbench.evaluate import EvalOptions, RefCache, evaluate, resolve
+from autokernel.kernelbench.evaluate import EvalOptions, RefCache, resolve
 from autokernel.loop import TargetDone, TargetSearch
 from autokernel.proposer import SearchContext
 from autokernel.run import RunDir, TargetState, target_slug
@@ -98,7 +98,7 @@ class ModuleSearch(TargetSearch):
         t = self.target
         if self.proposer.name != "llm":
             raise TargetDone(TUNER_SKIP)
-        t.status = "searching"
+        t.status, t.stop_reason = "searching", ""
         while True:
             self.check_stops()
             self.experiment(None)

@@ -59,10 +59,18 @@ def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_prop
             search.search()
         except (Plateau, TargetDone) as stop:
             target.status, target.stop_reason = "done", str(stop)
+        except (BudgetExhausted, Interrupted, KeyboardInterrupt) as stop:
+            target.stop_reason = stopped_mid_search(stop)  # still "searching": a resume continues it
+            raise
         finally:
             run.save_state(state)
         if display is not None:
             display.end_target(target)
+
+
+def stopped_mid_search(stop: BaseException) -> str:
+    """What a target the run stopped in the middle of says in the summary, instead of "searching"."""
+    return f"stopped mid-search: {str(stop) or 'stopped by Ctrl-C'}; --resume continues it"
 
 
 def _search_class(target: TargetState) -> type:

@@ -238,6 +238,11 @@ def test_budget_exhausted_ends_the_run_leaving_the_target_resumable(tmp_path):
         search(run, state, settings, lambda c: 50.0)
     t = state.targets[0]
     assert t.status == "searching" and t.next_experiment == 1  # the baseline ran, nothing more
+    # the summary says why it stopped and how to go on, not that it is still searching
+    assert t.stop_reason.startswith("stopped mid-search: the time budget") and "--resume" in t.stop_reason
+    state.budget_s, settings.max_experiments = 3600.0, 1
+    search(run, state, settings, lambda c: 50.0)  # resumed: its own reason replaces the stop's
+    assert t.status == "done" and "stopped mid-search" not in t.stop_reason
 
 
 def test_moves_on_when_the_next_target_offers_more(tmp_path):

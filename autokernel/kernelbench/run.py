@@ -25,7 +25,7 @@ from autokernel.kernelbench.evaluate import EvalOptions, RefCache, evaluate, res
 from autokernel.kernelbench.problems import Problem, check_solution_file, find_problems
 from autokernel.kernelbench.score import SUMMARY_FILE, SUMMARY_KIND
 from autokernel.loop import SearchSettings, TargetDone, TargetSearch
-from autokernel.run_search import replay_into_tuner
+from autokernel.run_search import replay_into_tuner, stopped_mid_search
 from autokernel.run import (DEFAULT_LLM, RunDir, RunState, TargetState, check_for_resume, new_run_id,
                             open_for_resume, repair_leaderboard, write_json_atomic)
 
@@ -124,7 +124,7 @@ class ProblemSearch(TargetSearch):
 
     def search(self) -> None:
         t = self.target
-        t.status = "searching"
+        t.status, t.stop_reason = "searching", ""
         if t.next_experiment == 0 and self.starter_source:
             self.experiment(self._starter_candidate())
             if t.best_median_us is None and self.proposer.name == "tune":
@@ -241,6 +241,9 @@ def _search_problem(run, state, config, target, problem, options, opts, settings
         target.status, target.stop_reason = "done", str(stop)
     except UserError as e:  # the problem itself does not run: no solution can be judged
         target.status, target.stop_reason = "done", e.message
+    except (BudgetExhausted, Interrupted, KeyboardInterrupt) as stop:
+        target.stop_reason = stopped_mid_search(stop)  # still "searching": a resume continues it
+        raise
     finally:
         run.save_state(state)
     log(f"{target.name}: {target.stop_reason}")
