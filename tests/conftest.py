@@ -1,6 +1,8 @@
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -30,6 +32,37 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@dataclass
+class Judged:
+    verdicts: dict[str, dict]  # by variant name, or good/<file stem>
+    forked: int  # workers the session's zygotes forked
+    fallbacks: int  # judgements that could not fork and spawned instead
+
+
+@pytest.fixture(scope="session")
+def judged(tmp_path_factory) -> Judged:
+    """Every kernel of tests/judge_kernels.py and tests/kernels/good, judged once per session the
+    way `autokernel optimize` judges: in a judge session, by workers forked from pre-imported
+    zygotes, two at a time (the machine has two cores). tests/test_judge.py checks each verdict;
+    tests/test_forkserver.py judges some again by spawned workers and compares."""
+    import judge_kernels
+    from harness.judge import judge
+    from harness.judge_session import judge_session
+    folder = tmp_path_factory.mktemp("variants")
+    paths = judge_kernels.write_variants(folder)
+    paths.update({f"good/{p.stem}": p for p in judge_kernels.GOOD.glob("*.py")})
+    order = list(paths.items())
+    os.environ["AK_TEST_FAKE_API_KEY"] = "sk-must-not-leak"
+    os.environ["HF_TOKEN"] = "hf-must-not-leak"
+    try:
+        with judge_session(fork=True) as session, ThreadPoolExecutor(2) as pool:
+            verdicts = dict(zip([name for name, _ in order], pool.map(
+                lambda item: judge(item[1], device="cpu", timeout_s=10 if item[0] == "hang" else 180), order)))
+            return Judged(verdicts, session.pool.forked, session.pool.fallbacks)
+    finally:
+        del os.environ["AK_TEST_FAKE_API_KEY"], os.environ["HF_TOKEN"]
 
 
 @pytest.fixture(autouse=True)
