@@ -9,7 +9,8 @@ import torch
 
 # Measured peaks are cached per machine: a probe the developer's machine took while busy would
 # otherwise change every plan these tests make. One fresh cache per test session, shared by the
-# subprocesses the tests start (they inherit the environment).
+# subprocesses the tests start and by pytest-xdist's workers (all inherit the environment of the
+# process that made it; a worker finds the variable set and makes none of its own).
 _OWN_CACHE = None if "AUTOKERNEL_CACHE_DIR" in os.environ else tempfile.mkdtemp(prefix="ak-test-cache-")
 if _OWN_CACHE:
     os.environ["AUTOKERNEL_CACHE_DIR"] = _OWN_CACHE
@@ -23,6 +24,28 @@ if not torch.cuda.is_available():
     # Without a GPU the interpreter is the only Triton there is, and the mode is fixed by whoever
     # imports triton first (torch itself does, lazily): choose it before any test can.
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# Files whose tests share a session fixture, by the file that makes it: under pytest-xdist they run
+# on one worker, so the fixture is made once.
+SHARED_FIXTURE_FILES = {"test_forkserver.py": "test_judge.py"}  # judged
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (pyproject's addopts: each file's tests on one worker, so a module fixture,
+    a batch of verdicts, is made once), with the files of SHARED_FIXTURE_FILES as one unit."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            folder, slash, name = path.rpartition("/")
+            return folder + slash + SHARED_FIXTURE_FILES.get(name, name)
+
+    return SharedFixtureScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
