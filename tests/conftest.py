@@ -65,18 +65,21 @@ class Judged:
 
 
 @pytest.fixture(scope="session")
-def judged(tmp_path_factory) -> Judged:
+def judged(request, tmp_path_factory) -> Judged:
     """Every kernel of tests/judge_kernels.py and tests/kernels/good, judged once per session the
     way `autokernel optimize` judges: in a judge session, by workers forked from pre-imported
     zygotes, two at a time (the machine has two cores). tests/test_judge.py checks each verdict;
-    tests/test_forkserver.py judges some again by spawned workers and compares."""
+    tests/test_forkserver.py judges some again by spawned workers and compares.
+
+    Under --reverse (CI's second pass) the batch is judged in the opposite order too, so each
+    verdict follows other judgements than it did the first time."""
     import judge_kernels
     from harness.judge import judge
     from harness.judge_session import judge_session
     folder = tmp_path_factory.mktemp("variants")
     paths = judge_kernels.write_variants(folder)
     paths.update({f"good/{p.stem}": p for p in judge_kernels.GOOD.glob("*.py")})
-    order = list(paths.items())
+    order = list(paths.items())[::-1 if request.config.getoption("reverse", False) else 1]
     os.environ["AK_TEST_FAKE_API_KEY"] = "sk-must-not-leak"
     os.environ["HF_TOKEN"] = "hf-must-not-leak"
     try:
