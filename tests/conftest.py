@@ -1,13 +1,16 @@
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import pytest
 import torch
 
 # Measured peaks are cached per machine: a probe the developer's machine took while busy would
 # otherwise change every plan these tests make. One fresh cache per test session, shared by the
-# subprocesses the tests start (they inherit the environment).
+# subprocesses the tests start and by pytest-xdist's workers (all inherit the environment of the
+# process that made it; a worker finds the variable set and makes none of its own).
 _OWN_CACHE = None if "AUTOKERNEL_CACHE_DIR" in os.environ else tempfile.mkdtemp(prefix="ak-test-cache-")
 if _OWN_CACHE:
     os.environ["AUTOKERNEL_CACHE_DIR"] = _OWN_CACHE
@@ -23,6 +26,28 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+# Files whose tests share a session fixture, by the file that makes it: under pytest-xdist they run
+# on one worker, so the fixture is made once.
+SHARED_FIXTURE_FILES = {"test_forkserver.py": "test_judge.py"}  # judged
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (pyproject's addopts: each file's tests on one worker, so a module fixture,
+    a batch of verdicts, is made once), with the files of SHARED_FIXTURE_FILES as one unit."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            folder, slash, name = path.rpartition("/")
+            return folder + slash + SHARED_FIXTURE_FILES.get(name, name)
+
+    return SharedFixtureScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
@@ -30,6 +55,40 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@dataclass
+class Judged:
+    verdicts: dict[str, dict]  # by variant name, or good/<file stem>
+    forked: int  # workers the session's zygotes forked
+    fallbacks: int  # judgements that could not fork and spawned instead
+
+
+@pytest.fixture(scope="session")
+def judged(request, tmp_path_factory) -> Judged:
+    """Every kernel of tests/judge_kernels.py and tests/kernels/good, judged once per session the
+    way `autokernel optimize` judges: in a judge session, by workers forked from pre-imported
+    zygotes, two at a time (the machine has two cores). tests/test_judge.py checks each verdict;
+    tests/test_forkserver.py judges some again by spawned workers and compares.
+
+    Under --reverse (CI's second pass) the batch is judged in the opposite order too, so each
+    verdict follows other judgements than it did the first time."""
+    import judge_kernels
+    from harness.judge import judge
+    from harness.judge_session import judge_session
+    folder = tmp_path_factory.mktemp("variants")
+    paths = judge_kernels.write_variants(folder)
+    paths.update({f"good/{p.stem}": p for p in judge_kernels.GOOD.glob("*.py")})
+    order = list(paths.items())[::-1 if request.config.getoption("reverse", False) else 1]
+    os.environ["AK_TEST_FAKE_API_KEY"] = "sk-must-not-leak"
+    os.environ["HF_TOKEN"] = "hf-must-not-leak"
+    try:
+        with judge_session(fork=True) as session, ThreadPoolExecutor(2) as pool:
+            verdicts = dict(zip([name for name, _ in order], pool.map(
+                lambda item: judge(item[1], device="cpu", timeout_s=10 if item[0] == "hang" else 180), order)))
+            return Judged(verdicts, session.pool.forked, session.pool.fallbacks)
+    finally:
+        del os.environ["AK_TEST_FAKE_API_KEY"], os.environ["HF_TOKEN"]
 
 
 @pytest.fixture(autouse=True)

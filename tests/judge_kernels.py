@@ -8,6 +8,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+GOOD = Path(__file__).parent / "kernels" / "good"  # correct kernels written unlike the starters
+
 TEMPLATE = '''
 import torch
 import triton
@@ -115,7 +117,9 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
         "key = (tuple(x2.shape), x.dtype)",
         "y = _buffers.setdefault(key, torch.empty_like(x2))", LAUNCH, "return y.view(shape)")), "FAIL", "integrity"),
     # --- the process itself
-    "hang": (source(wrapper="    while True:\n        pass"), "TIMEOUT", "compile"),
+    # blocks forever without taking a core from the tests beside it: the deadline is wall time
+    # (the KernelBench hang, tests/kernelbench/solutions/19_ReLU_hang.py, spins)
+    "hang": (source(wrapper="    torch.futures.Future().wait()"), "TIMEOUT", "compile"),
     # a wild pointer: the interpreter reads far outside the tensor, as a GPU kernel would fault
     "segfault": (source(body="    x = tl.load(x_ptr + (1 << 44) + cols)\n" + BODY), "CRASH", "compile"),
     "exits_early": (source(wrapper="    raise SystemExit(0)"), "CRASH", "compile"),

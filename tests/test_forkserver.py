@@ -17,6 +17,7 @@ import judge_kernels
 from harness import forkserver
 from harness.judge import judge
 from harness.judge_session import judge_session
+from processes import children, still_alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks: Linux only")
 NAMES = ["correct", "wrong_math", "segfault", "hang", "exits_early", "numpy_no_launch", "noisy_but_correct"]
@@ -39,11 +40,14 @@ def _judge_all(paths: dict[str, Path]) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def both(tmp_path_factory):
+def both(tmp_path_factory, judged):
+    """Forked: the session's verdicts (tests/conftest.py judges every variant in a judge session),
+    and this file's own kernel; spawned: the same files judged with no session."""
     paths = _kernels(tmp_path_factory.mktemp("forked"))
     with judge_session(fork=True) as session:
-        forked = _judge_all(paths)
-        counts = (session.pool.forked, session.pool.fallbacks)
+        forked = _judge_all({"sandbox_write": paths["sandbox_write"]})
+        counts = (judged.forked + session.pool.forked, judged.fallbacks + session.pool.fallbacks)
+    forked.update({name: judged.verdicts[name] for name in NAMES})
     spawned = _judge_all(paths)
     return forked, spawned, counts
 
@@ -73,21 +77,11 @@ def test_the_sandbox_still_refuses_writes_in_a_forked_child(both):
     assert "refused by the judge's OS sandbox" in detail
 
 
-def test_every_worker_came_from_the_zygote(both):
+def test_every_worker_came_from_the_zygote(both, judged):
     forked_count, fallbacks = both[2]
-    assert fallbacks == 0 and forked_count == len(NAMES)  # numpy_no_launch never reached a worker
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
-            found.append(int(stat.parent.name))
-    return found
+    # every file of the session's batch but the static check's refusals, and sandbox_write
+    reached_a_worker = [v for v in judged.verdicts.values() if v.get("judge_seconds", {}).get("worker")]
+    assert fallbacks == 0 and forked_count == len(reached_a_worker) + 1
 
 
 def test_zygote_is_single_threaded_never_touches_cuda_and_a_timeout_leaves_no_child(tmp_path):
@@ -102,7 +96,7 @@ def test_zygote_is_single_threaded_never_touches_cuda_and_a_timeout_leaves_no_ch
         result = zygote.run([str(paths["hang"]), str(out), "--device", "cpu", "--no-sandbox"], 8.0,
                             {**child_env("cpu"), "TMPDIR": str(tmp_path)}, cwd)
         assert result.timed_out and result.returncode == -signal.SIGKILL
-        assert _children(zygote.proc.pid) == []
+        assert children(zygote.proc.pid) == []
         assert zygote.alive()
         # a child that exits at once: its two replies may come in one read, and neither is lost
         quick = zygote.run(["--no-such-option"], 120.0, {**child_env("cpu"), "TMPDIR": str(tmp_path)}, cwd)
@@ -142,7 +136,7 @@ def test_forked_worker_dies_with_a_killed_judge(tmp_path):
         deadline = time.time() + 120
         while time.time() < deadline and not workers:
             time.sleep(0.5)
-            workers = [c for z in _children(parent.pid) for c in _children(z)]
+            workers = [c for z in children(parent.pid) for c in children(z)]
         assert workers, "no forked worker started"
         for pid in workers:  # listed as a worker, by the file it judges, as a spawned one is
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -150,18 +144,7 @@ def test_forked_worker_dies_with_a_killed_judge(tmp_path):
     finally:
         parent.kill()
         parent.wait()
-    deadline = time.time() + 15
-    while time.time() < deadline and any(_alive(p) for p in workers):
-        time.sleep(0.2)
-    assert not any(_alive(p) for p in workers)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
+    assert not still_alive(workers, timeout_s=15)
 
 
 @pytest.mark.gpu

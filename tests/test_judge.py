@@ -3,42 +3,26 @@ correct kernels written differently from the starters are accepted. All on the C
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 import judge_kernels
 from harness.cases import STAGES
-from harness.judge import judge
-
-GOOD = Path(__file__).parent / "kernels" / "good"
+from judge_kernels import GOOD
+from processes import judge_workers, still_alive
 VERDICT_KEYS = {"kernel_file", "kernel_type", "backend", "verdict", "failed_stage", "stages", "timing",
                 "roofline", "resources", "device", "versions"}
 TIMING_KEYS = {"median_us", "iqr_us", "reps", "baseline_median_us", "speedup_vs_eager", "method",
                "representative_of_gpu"}
 
 
-@pytest.fixture(scope="module")
-def verdicts(tmp_path_factory):
-    """Judge every variant once, two at a time (the machine has two cores)."""
-    folder = tmp_path_factory.mktemp("variants")
-    paths = judge_kernels.write_variants(folder)
-    paths.update({f"good/{p.stem}": p for p in GOOD.glob("*.py")})
-    os.environ["AK_TEST_FAKE_API_KEY"] = "sk-must-not-leak"
-    os.environ["HF_TOKEN"] = "hf-must-not-leak"
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            results = dict(zip(paths, pool.map(
-                lambda item: judge(item[1], device="cpu", timeout_s=10 if item[0] == "hang" else 180),
-                paths.items())))
-    finally:
-        del os.environ["AK_TEST_FAKE_API_KEY"], os.environ["HF_TOKEN"]
-    return results
+@pytest.fixture
+def verdicts(judged):
+    """Every variant and good kernel, judged once per session (tests/conftest.py)."""
+    return judged.verdicts
 
 
 def _detail(verdict: dict) -> str:
@@ -127,26 +111,14 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
     # (a compiler it started, a process reached some other way) still dies with it at the deadline
     from harness.isolation import run_isolated
     pid_file = tmp_path / "grandchild.pid"
-    script = ("import subprocess, pathlib\n"
+    script = ("import subprocess, pathlib, time\n"
               "p = subprocess.Popen(['sleep', '600'])\n"
               f"pathlib.Path({str(pid_file)!r}).write_text(str(p.pid))\n"
-              "while True:\n    pass\n")
+              "time.sleep(600)\n")
     child = run_isolated([sys.executable, "-c", script], timeout_s=20)  # room to start on a busy machine
     assert child.timed_out
     pid = int(pid_file.read_text())
-    deadline = time.time() + 10  # SIGKILL is delivered at once, but the process may take a moment to go
-    while time.time() < deadline and _alive(pid):
-        time.sleep(0.1)
-    assert not _alive(pid), "the child's own child outlived the timeout"
-
-
-def _alive(pid: int) -> bool:
-    """Running, as opposed to gone or a zombie waiting for a reaper."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
+    assert not still_alive([pid], timeout_s=10), "the child's own child outlived the timeout"
 
 
 def test_worker_dies_with_a_killed_judge(tmp_path):
@@ -160,36 +132,12 @@ def test_worker_dies_with_a_killed_judge(tmp_path):
         workers: list[int] = []
         while time.time() < deadline and not workers:
             time.sleep(0.5)
-            workers = _workers_for(kernel, parent.pid)
+            workers = list(judge_workers(f"/{kernel.name}", parent=parent.pid))
         assert workers, "the worker never started"
     finally:
         parent.kill()
         parent.wait()
-    deadline = time.time() + 10
-    while time.time() < deadline and any(_alive(pid) for pid in workers):
-        time.sleep(0.2)
-    assert not any(_alive(pid) for pid in workers)
-
-
-def _parent_of(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _workers_for(kernel: Path, parent_pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            cmd = stat.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        # the worker imports a copy of the file, under its own scratch folder, by the same name
-        if b"harness.worker" in cmd and any(arg.endswith(b"/" + kernel.name.encode()) for arg in cmd) \
-                and _parent_of(int(stat.parent.name)) == parent_pid:
-            found.append(int(stat.parent.name))
-    return found
+    assert not still_alive(workers, timeout_s=10)
 
 
 def test_the_parent_rechecks_outputs_instead_of_trusting_the_worker(tmp_path):

@@ -1,82 +1,14 @@
 """`autokernel optimize` as a user runs it, in real subprocesses: the offline tuner end to end on a
 one-op model, Ctrl-C (SIGINT) stopping cleanly, kill -9, and --resume continuing the same run."""
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 from loop_kernels import SOFTMAX_MODEL
+from processes import WAIT_S, end_orphans, judge_workers, judging, start, wait_for
 
 from autokernel import leaderboard as board
 from autokernel.kernel_source import read_literals
-
-ROOT = Path(__file__).resolve().parent.parent
-WAIT_S = 300
-
-
-def start(args, runs_dir):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.Popen([sys.executable, "-m", "autokernel", "optimize", *args, "--runs-dir", str(runs_dir),
-                             "--plain"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
-def only_run(runs_dir):
-    folders = [p for p in runs_dir.iterdir() if p.is_dir()] if runs_dir.exists() else []
-    return folders[0] if len(folders) == 1 else None
-
-
-def wait_for(proc, runs_dir, ready, what):
-    """Wait until `ready(run_folder)` holds; the run's folder."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        run = only_run(runs_dir)
-        if run is not None and ready(run):
-            return run
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"optimize exited {proc.returncode} before {what}:\n{out}\n{err}")
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"no {what} within {WAIT_S} s")
-
-
-def judging(number):
-    """Ready when the judge's worker is running on experiment `number`."""
-    def ready(run):
-        return any(f"exp_{number:04d}.py" in cmd for cmd in judge_commands(run))
-    return ready
-
-
-def judge_workers(run_dir):
-    """{pid: command line} of processes working on this run's candidates (the judge's workers)."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
-            except OSError:
-                continue
-            if str(run_dir) in cmdline and "harness.worker" in cmdline:
-                found[int(entry.name)] = cmdline
-    return found
-
-
-def judge_commands(run_dir):
-    return list(judge_workers(run_dir).values())
-
-
-def end_orphans(run_dir):
-    """kill -9 leaves the judge's worker (its own session) running: end it by pid."""
-    for pid in judge_workers(run_dir):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 @pytest.mark.slow

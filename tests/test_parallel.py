@@ -217,7 +217,7 @@ def test_two_workers_survive_a_killed_judge_and_a_kill_9(tmp_path):
     import signal
 
     from loop_kernels import SOFTMAX_MODEL
-    from test_optimize import WAIT_S, end_orphans, judge_workers, judging, start, wait_for
+    from processes import WAIT_S, end_orphans, judge_workers, judging, start, wait_for
     model = tmp_path / "softmax_model.py"
     model.write_text(SOFTMAX_MODEL)
     runs_dir = tmp_path / "runs"

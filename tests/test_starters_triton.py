@@ -22,6 +22,7 @@ import pytest
 from autokernel.kernel_source import apply_config
 from harness import registry
 from harness.judge import judge
+from harness.judge_session import judge_session
 from starter_configs import TRITON as SECOND_CONFIGS
 from starter_kernels import KERNEL_TYPES, starter_path
 
@@ -83,7 +84,9 @@ def _check_second_configs(tmp: Path) -> dict:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("starters")
-    with ThreadPoolExecutor(PARALLEL_JOBS) as pool:  # each job is its own process: threads suffice
+    # each job is its own process: threads suffice; the starters are judged as `autokernel
+    # optimize` judges a baseline, by workers forked from a pre-imported one
+    with judge_session(fork=True), ThreadPoolExecutor(PARALLEL_JOBS) as pool:
         second = pool.submit(_check_second_configs, tmp)
         verdicts = {t: pool.submit(judge, starter_path(t), device="cpu") for t in KERNEL_TYPES}
         return {"verdicts": {t: f.result() for t, f in verdicts.items()}, "second": second.result()}
