@@ -305,7 +305,11 @@ def export(
     from autokernel import export as exporter
     from autokernel.verify import run_folder
     exporter.check_format(format)
-    manifest = exporter.export(run_folder(run, runs_dir), out, format)
+    if format == "hf-kernels":
+        from autokernel.hf_kernels import export_repository
+        manifest = export_repository(run_folder(run, runs_dir), out)
+    else:
+        manifest = exporter.export(run_folder(run, runs_dir), out)
     if not manifest["verified"]:
         err.print(f"note: this run has no verify.json, so no kernel was checked inside the model; "
                   f"run `autokernel verify {run}` first", highlight=False)

@@ -11,7 +11,7 @@
       tests/test_kernels.py  pytest: selftest() (each kernel against PyTorch at its target shape)
 
 `--format hf-kernels` writes the same package as a Hugging Face kernel repository instead
-(autokernel/hf_kernels.py). Left out, with the reason in the manifest: kernels verify.json names
+(autokernel/hf_kernels.py, which builds on this module). Left out, with the reason in the manifest: kernels verify.json names
 guilty, and any kernel file that imports autokernel, harness or starter_kernels beyond the CUDA
 launcher the package carries.
 """
@@ -65,14 +65,9 @@ class Exported:
         return any(k["backend"] == "cuda" for k in self.manifest["kernels"])
 
 
-def export(run_path: str | Path, out_dir: str | Path, format: str = "package") -> dict:
-    """Write the winners in `format` under out_dir; the manifest written, plus "package": the
-    package's folder (and "repository" for hf-kernels)."""
-    check_format(format)
+def export(run_path: str | Path, out_dir: str | Path) -> dict:
+    """Write DIR/autokernel_kernels; the manifest written, plus "package": its folder."""
     exported = collect(run_path)
-    if format == "hf-kernels":
-        from autokernel.hf_kernels import write_repository
-        return write_repository(exported, Path(out_dir))
     package = Path(out_dir) / PACKAGE
     prepare(package, package / "manifest.json")
     write_package(exported, package)
@@ -82,6 +77,7 @@ def export(run_path: str | Path, out_dir: str | Path, format: str = "package") -
 
 
 def check_format(format: str) -> None:
+    """--format: this module's package, or autokernel.hf_kernels' repository."""
     if format not in FORMATS:
         raise UsageError(f"unknown --format {format!r}", f"use one of: {', '.join(FORMATS)}")
 

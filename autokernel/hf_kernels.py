@@ -25,7 +25,7 @@ import re
 import shutil
 from pathlib import Path
 
-from autokernel.export import Exported, prepare, write_package
+from autokernel.export import Exported, collect, prepare, write_package
 from autokernel.kernel_layers import LAYERS
 
 VARIANTS = {"torch-cuda": "cuda", "torch-cpu": "cpu"}  # build variant -> metadata backend
@@ -35,6 +35,11 @@ LICENSE = "MIT"  # autokernel's, which its starters and the kernels searched fro
 def repo_name(run_id: str) -> str:
     """A kernel name kernels accepts (^[a-z][-a-z0-9]*[a-z0-9]$): autokernel-<run id>."""
     return "autokernel-" + (re.sub(r"[^a-z0-9]+", "-", run_id.lower()).strip("-") or "run")
+
+
+def export_repository(run_path: str | Path, out_dir: str | Path) -> dict:
+    """Write the run's winners as DIR/autokernel-<run id>/ (records checked first, as export does)."""
+    return write_repository(collect(run_path), Path(out_dir))
 
 
 def write_repository(exported: Exported, out_dir: Path) -> dict:
