@@ -11,9 +11,9 @@
       tests/test_kernels.py  pytest: selftest() (each kernel against PyTorch at its target shape)
 
 `--format hf-kernels` writes the same package as a Hugging Face kernel repository instead
-(autokernel/hf_kernels.py, which builds on this module). Left out, with the reason in the manifest: kernels verify.json names
-guilty, and any kernel file that imports autokernel, harness or starter_kernels beyond the CUDA
-launcher the package carries.
+(autokernel/hf_kernels.py, which builds on this module). Left out, with the reason in the
+manifest: kernels verify.json names guilty, and any kernel file that imports autokernel, harness
+or starter_kernels beyond the CUDA launcher the package carries.
 """
 from __future__ import annotations
 

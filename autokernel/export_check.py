@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("package_parent", help="the folder that holds autokernel_kernels/")
     p.add_argument("--child", action="store_true", help="internal: the confined side")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--package", default=PACKAGE, help="the package's name (an hf-kernels variant's is the repository's)")
+    p.add_argument("--package", default=PACKAGE, help="the package's name (in an hf-kernels variant: the repository's)")
     p.add_argument("--sandbox-write", action="append", default=[])
     p.add_argument("--no-sandbox", action="store_true")
     ns = p.parse_args(argv)

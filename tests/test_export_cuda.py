@@ -20,7 +20,8 @@ from starter_kernels import starter_path
 ROOT = Path(__file__).resolve().parent.parent
 LLAMA = ROOT / "examples" / "llama_tiny.py"
 LLAMA_ARGS = [64, 32, 1, 2, 64]
-NORMS = [{"name": n, "class": "RMSNorm"} for n in ("layers.0.input_layernorm", "layers.0.post_attention_layernorm", "norm")]
+NORMS = [{"name": n, "class": "RMSNorm"}
+         for n in ("layers.0.input_layernorm", "layers.0.post_attention_layernorm", "norm")]
 RMSNORM, ROTARY = "rmsnorm[8x32:float32]", "rotary_embedding[1x2x8x16:float32]"
 # Run by a fresh interpreter as if autokernel were not installed: autokernel and starter_kernels
 # cannot be imported, and `harness` only from the folders on sys.path (the package's vendor/ once it
@@ -65,8 +66,8 @@ with torch.inference_mode(), warnings.catch_warnings(record=True) as caught:
         out = model(tokens)
 result.update(max_abs_err=(out - expected).abs().max().item(), warnings=[str(w.message) for w in caught],
               unavailable=ak.UNAVAILABLE, tally=router.tally.to_json()["per_kernel"],
-              harness=sorted({str(Path(m.__file__).relative_to(Path(ak.__file__).parent)) for name, m in sys.modules.items()
-                              if name.split(".")[0] == "harness"}))
+              harness=sorted({str(Path(m.__file__).relative_to(Path(ak.__file__).parent))
+                              for name, m in sys.modules.items() if name.split(".")[0] == "harness"}))
 print(json.dumps(result))
 '''
 

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HF_LLAMA = ROOT / "tests" / "data" / "hf_llama.py"
 LAYERS = [f"llama.model.layers.{i}" for i in (0, 1)]
 NORMS = [{"name": f"{layer}.{n}", "class": "LlamaRMSNorm"} for layer in LAYERS
-         for n in ("input_layernorm", "post_attention_layernorm")] + [{"name": "llama.model.norm", "class": "LlamaRMSNorm"}]
+         for n in ("input_layernorm", "post_attention_layernorm")]
+NORMS.append({"name": "llama.model.norm", "class": "LlamaRMSNorm"})
 ATTENTION = [{"name": f"{layer}.self_attn", "class": "LlamaAttention"} for layer in LAYERS]
 # the HF LLaMA's targets at its profiled input (1 x 16 tokens), as `autokernel profile` names them
 TARGETS = [
@@ -136,7 +137,8 @@ def test_the_repository_has_the_layout_kernels_loads(repository):
         assert str(metadata.backend.backend_type) == backend and metadata.python_depends == []
         package = repo / "build" / variant / metadata.name.python_name
         assert (package / "layers.py").read_text() == (ROOT / "autokernel" / "kernel_layers.py").read_text()
-        assert (package / "routing" / "router.py").read_text() == (ROOT / "autokernel" / "routing" / "router.py").read_text()
+        router = package / "routing" / "router.py"
+        assert router.read_text() == (ROOT / "autokernel" / "routing" / "router.py").read_text()
     assert "kernelize(model, mode=Mode.INFERENCE" in (repo / "README.md").read_text()
 
 

@@ -173,8 +173,8 @@ def test_two_workers_judge_two_solutions_at_once_with_one_writer(tmp_path, monke
     assert [h["verdict"] for h in softmax.history] == ["PASS"] * 3
     rows = [r.split("\t") for r in (run.path / "leaderboard.tsv").read_text().splitlines()[1:]]
     assert [r[0] for r in rows] == ["0", "1", "2"]
-    configs = [(run.path / "kernels" / "23_Softmax" / f"exp_000{n}.py").read_text().split("\nCONFIG = ")[1].split("\n")[0]
-               for n in (1, 2)]
+    sources = [(run.path / "kernels" / "23_Softmax" / f"exp_000{n}.py").read_text() for n in (1, 2)]
+    configs = [source.split("\nCONFIG = ")[1].split("\n")[0] for source in sources]
     assert configs[0] != configs[1]  # the tuner never proposes a configuration already in flight
     summary = json.loads((run.path / "kernelbench.json").read_text())
     assert summary["problems"][0]["experiments"] == 3 and summary["problems"][0]["correct"] is True
