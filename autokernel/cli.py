@@ -297,21 +297,39 @@ def export(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
     selftest: bool = typer.Option(False, "--selftest", help="Then run the package's selftest, sandboxed: each "
                                                             "kernel against PyTorch at its target shape."),
+    format: str = typer.Option("package", "--format", help="package (DIR/autokernel_kernels/), or hf-kernels: a "
+                                                           "Hugging Face kernel repository (DIR/autokernel-<run id>/) "
+                                                           "whose layers kernels.kernelize binds."),
 ) -> None:
     """Write a self-contained package (torch + triton only) with the run's verified winners and patch(model)."""
     from autokernel import export as exporter
     from autokernel.verify import run_folder
-    manifest = exporter.export(run_folder(run, runs_dir), out)
+    exporter.check_format(format)
+    if format == "hf-kernels":
+        from autokernel.hf_kernels import export_repository
+        manifest = export_repository(run_folder(run, runs_dir), out)
+    else:
+        manifest = exporter.export(run_folder(run, runs_dir), out)
     if not manifest["verified"]:
         err.print(f"note: this run has no verify.json, so no kernel was checked inside the model; "
                   f"run `autokernel verify {run}` first", highlight=False)
     for left in manifest["left_out"]:
         err.print(f"left out {left['target']}: {left['reason']}", highlight=False)
-    err.print(f"wrote {manifest['package']} with {len(manifest['kernels'])} kernel(s); "
-              f"use: with autokernel_kernels.patch(model): model(x)", highlight=False)
+    cuda = [k["target"] for k in manifest["kernels"] if k.get("backend") == "cuda"]
+    if cuda:
+        err.print(f"CUDA C++ kernel(s) {', '.join(cuda)}: they need a CUDA GPU, nvcc and nm where the package runs "
+                  "(the launch library is built there); elsewhere their calls run in PyTorch", highlight=False)
+    if format == "hf-kernels":
+        err.print(f"wrote the kernel repository {manifest['repository']} with {len(manifest['kernels'])} kernel(s); "
+                  f"layers {', '.join(x['layer'] for x in manifest['layers']) or 'none'} (its README.md shows "
+                  "kernels.kernelize), the rest through its patch(model)", highlight=False)
+    else:
+        err.print(f"wrote {manifest['package']} with {len(manifest['kernels'])} kernel(s); "
+                  f"use: with autokernel_kernels.patch(model): model(x)", highlight=False)
     if selftest:
         from autokernel.export_check import selftest_confined
-        result = selftest_confined(out)
+        package = Path(manifest["package"])
+        result = selftest_confined(package.parent, package=package.name)
         err.print(f"selftest (sandbox: {result['sandbox'].get('kind')}): "
                   + (", ".join(f"{t} error {e:.2g}" for t, e in result["errors"].items()) if result["ok"]
                      else result["failure"]), highlight=False)

@@ -5,11 +5,12 @@ with no secrets in its environment, under Landlock (writes only to its own scrat
 compiler caches, no network), in its own process group with a time limit, on the exported copy of
 the package. The child prints one JSON line; only this process writes anything the user keeps.
 
-    python -m autokernel.export_check PACKAGE_PARENT --child [--sandbox-write DIR ...] [--device D]
+    python -m autokernel.export_check PACKAGE_PARENT --child [--package NAME] [--sandbox-write DIR ...] [--device D]
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -18,12 +19,14 @@ from pathlib import Path
 
 from autokernel.errors import UserError
 
+PACKAGE = "autokernel_kernels"  # export.PACKAGE; not imported: the child stays light
 DEFAULT_TIMEOUT_S = 900.0  # every kernel at its target shape, in the Triton interpreter on a CPU
 
 
 def selftest_confined(package_parent: str | Path, device: str | None = None, sandbox: bool = True,
-                      timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
-    """Run the package's selftest in a confined child: {"ok", "errors" or "failure", "sandbox"}."""
+                      timeout_s: float = DEFAULT_TIMEOUT_S, package: str = PACKAGE) -> dict:
+    """Run the selftest of the package `package` (in package_parent) in a confined child:
+    {"ok", "errors" or "failure", "sandbox"}."""
     import torch
 
     from harness.isolation import run_isolated
@@ -33,7 +36,7 @@ def selftest_confined(package_parent: str | Path, device: str | None = None, san
         scratch_tmp = Path(tmp, "tmp")
         scratch_tmp.mkdir()
         argv = [sys.executable, "-m", "autokernel.export_check", str(Path(package_parent).resolve()), "--child",
-                "--device", device]
+                "--device", device, "--package", package]
         argv += sandbox_argv(Path(tmp)) if sandbox else ["--no-sandbox"]
         child = run_isolated(argv, timeout_s, env={**child_env(device), "TMPDIR": str(scratch_tmp)}, cwd=tmp)
     lines = child.stdout.strip().splitlines()
@@ -53,8 +56,7 @@ def _child(ns: argparse.Namespace) -> int:
     sys.path.insert(0, ns.package_parent)
     result: dict = {"sandbox": state}
     try:
-        import autokernel_kernels
-        result["errors"] = autokernel_kernels.selftest(ns.device)
+        result["errors"] = importlib.import_module(ns.package).selftest(ns.device)
         result["ok"] = True
     except Exception as e:  # a kernel that differs from PyTorch, or one the sandbox stopped
         result.update(ok=False, failure=f"{type(e).__name__}: {e}")
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("package_parent", help="the folder that holds autokernel_kernels/")
     p.add_argument("--child", action="store_true", help="internal: the confined side")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--package", default=PACKAGE, help="the package's name (in an hf-kernels variant: the repository's)")
     p.add_argument("--sandbox-write", action="append", default=[])
     p.add_argument("--no-sandbox", action="store_true")
     ns = p.parse_args(argv)

@@ -10,8 +10,9 @@ autokernel itself it has no manifest and so no kernels). Needs torch and triton 
         out = model(x)                   # calls that match a kernel's target run the kernel
         compiled = torch.compile(model)  # after one eager forward: the kernels stay, as custom ops
     router.tally.to_json()               # per kernel: calls served, fallbacks and why
-    autokernel_kernels.KERNELS           # target, kernel type, dims, dtype, source file of each
+    autokernel_kernels.KERNELS           # target, kernel type, backend, dims, dtype, source file of each
     autokernel_kernels.selftest()        # each kernel against PyTorch at its target shape
+    autokernel_kernels.UNAVAILABLE       # target -> why this machine cannot run it (after loading)
 
 `patch` replaces only what the kernels serve (the recorded modules' forwards, the functions they
 call, the torch functions of a kernel's type while a recorded module runs), each behind a cheap
@@ -19,11 +20,27 @@ check that falls back to the original; on exit everything is put back. Without a
 TRITON_INTERPRET=1 before importing it (the kernels then run in the Triton interpreter: correct,
 and slow). The routing package is the one `autokernel verify` used, copied file for file, so the
 calls served here are the calls that were verified.
+
+A CUDA C++ kernel (backend "cuda") also needs, where it runs, a CUDA GPU, nvcc (the CUDA toolkit)
+and nm: its launch library is built with nvcc when the kernels are loaded (a few seconds, cached
+in ~/.cache/autokernel, or $AUTOKERNEL_CACHE_DIR) by vendor/harness/, the judge's own launcher.
+Where one of them is missing the kernel is left out with a warning that names what is missing,
+UNAVAILABLE says why, and the calls it would serve run in PyTorch. `build_cuda(arch)` builds the
+libraries ahead of time, without a GPU.
+
+In a Hugging Face kernel repository (`export --format hf-kernels`) the package also has `layers`
+(layers.py), which `kernels.kernelize` binds onto a transformers model's kernel-aware layers;
+PATCH_ONLY names the kernels no layer carries: `patch(model, targets=PATCH_ONLY)` serves those.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import json
+import shutil
+import sys
+import warnings
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
@@ -32,15 +49,28 @@ import torch
 from . import routing
 
 MANIFEST = "manifest.json"
+HERE = Path(__file__).resolve().parent
 
 
 def _manifest() -> dict:
-    path = Path(__file__).with_name(MANIFEST)
+    path = HERE / MANIFEST
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"kernels": [], "left_out": []}
 
 
-KERNELS: list[dict] = _manifest()["kernels"]
+_MANIFEST = _manifest()
+KERNELS: list[dict] = _MANIFEST["kernels"]
+# the kernels no layer of a Hugging Face kernel repository carries (in a plain package: all of them)
+PATCH_ONLY: list[str] = _MANIFEST.get("patch_only", [k["target"] for k in KERNELS])
+UNAVAILABLE: dict[str, str] = {}  # target -> why this machine cannot run it, filled as kernels load
 _loaded: dict[str, "routing.Winner"] = {}  # target -> winner, imported on first use
+
+
+def __getattr__(name: str):
+    if name == "layers":  # a Hugging Face kernel repository's forward-only layers (`kernels` reads them)
+        if not (HERE / "layers.py").is_file():
+            raise AttributeError(f"{__name__} has no layers: export with --format hf-kernels")
+        return importlib.import_module(f"{__name__}.layers")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def winners(targets: Optional[Iterable[str]] = None) -> list:
@@ -50,21 +80,82 @@ def winners(targets: Optional[Iterable[str]] = None) -> list:
     if unknown:
         raise KeyError(f"no kernel for {', '.join(sorted(unknown))}: known targets are "
                        f"{', '.join(k['target'] for k in KERNELS) or 'none'}")
-    here = Path(__file__).resolve().parent
     found = []
     for k in KERNELS:
-        if wanted is not None and k["target"] not in wanted:
+        if (wanted is not None and k["target"] not in wanted) or k["target"] in UNAVAILABLE:
             continue
         if k["target"] not in _loaded:
             # a module target's winner is a ModelNew, bound in place of its module instances' forward
             entry = "ModelNew" if k["kernel_type"] == "module" else "kernel_fn"
-            module = routing.load_kernel(here / k["source"], f"{__name__}.kernels.{Path(k['source']).stem}", entry)
+            module = _load_cuda(k) if k.get("backend") == "cuda" else _load(k, entry)
+            if module is None:
+                continue
             _loaded[k["target"]] = routing.Winner(
                 target=k["target"], kernel_type=k["kernel_type"], dims=k["dims"], dtype=k["dtype"],
                 kernel_fn=getattr(module, entry), kwargs=k.get("kwargs", {}), route=k.get("route", "op"),
                 modules=k.get("modules", []))
         found.append(_loaded[k["target"]])
     return found
+
+
+def _load(k: dict, entry: str = "kernel_fn"):
+    return routing.load_kernel(HERE / k["source"], f"{__name__}.kernels.{Path(k['source']).stem}", entry)
+
+
+def _load_cuda(k: dict):
+    """A CUDA C++ kernel's module with its launch library built and loaded, or None (UNAVAILABLE
+    and a warning say why) where this machine cannot run it."""
+    missing = ""
+    try:
+        missing = "; ".join(why for why, gone in (
+            ("no CUDA GPU is visible", not torch.cuda.is_available()),
+            ("nvcc (the CUDA toolkit) is not on PATH, in $CUDA_HOME or /usr/local/cuda", not _nvcc()),
+            ("nm (binutils), which reads the launch functions' parameter types, is not on PATH",
+             shutil.which("nm") is None)) if gone)
+        if missing:
+            raise RuntimeError(missing)
+        module = _load(k)
+        from harness.cuda_launcher import load_launcher
+        load_launcher(module.CUDA_KERNELS, getattr(module, "CONFIG", None))  # nvcc builds it here, once
+        return module
+    except Exception as e:  # the model still runs: the calls it would serve stay in PyTorch
+        UNAVAILABLE[k["target"]] = missing or f"{type(e).__name__}: {e}"
+        warnings.warn(f"{__name__}: {k['target']} is a CUDA C++ kernel and cannot run here: "
+                      f"{UNAVAILABLE[k['target']]}. It needs a CUDA GPU, nvcc and nm where it runs; until "
+                      "then the calls it would serve run in PyTorch.", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def _nvcc() -> Optional[str]:
+    _vendor()
+    from harness.cuda_build import nvcc_path
+    return nvcc_path()
+
+
+def _vendor() -> None:
+    """CUDA C++ kernels import harness.cuda_launcher: autokernel's own where it is installed, else
+    the copy in vendor/ (appended to sys.path, so it never shadows an installed one)."""
+    try:
+        installed = importlib.util.find_spec("harness.cuda_launcher") is not None
+    except ImportError:
+        installed = False
+    vendor = str(HERE / "vendor")
+    if not installed and vendor not in sys.path:
+        sys.path.append(vendor)
+
+
+def build_cuda(arch: Optional[str] = None) -> dict[str, Path]:
+    """Build every CUDA C++ kernel's launch library for `arch` (default: this GPU's, else sm_90)
+    with nvcc, without running anything: needs nvcc, no GPU. Returns target -> library file."""
+    _vendor()
+    from harness.cuda_launcher import build_library, default_arch
+    built = {}
+    for k in KERNELS:
+        if k.get("backend") == "cuda":
+            module = sys.modules.get(f"{__name__}.kernels.{Path(k['source']).stem}") or _load(k)
+            built[k["target"]] = build_library(module.CUDA_KERNELS, getattr(module, "CONFIG", None),
+                                               arch or default_arch())
+    return built
 
 
 @contextlib.contextmanager

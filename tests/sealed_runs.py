@@ -19,3 +19,24 @@ def record_baseline(run: RunDir, target: TargetState, source: str, median_us: fl
     Leaderboard(run.leaderboard_path).append(row)
     target.history.append({"number": 0, "decision": "BASELINE", "verdict": "PASS", "row": row})
     target.best_experiment, target.next_experiment = 0, 1
+
+
+def write_run(root, spec, targets, name: str = "run", dtype: str = "float32") -> RunDir:
+    """A finished run of the model `spec` (a ModelSpec) whose winners are given as sources:
+    targets are (target, kernel type, dims, kwargs, route, modules, source), in plan order."""
+    from autokernel.run import RunState
+    run = RunDir(root / name)
+    run.create()
+    state = RunState(run_id=run.run_id, agent="tune", status="done")
+    entries = []
+    for rank, (target, kernel_type, dims, kwargs, route, modules, source) in enumerate(targets, 1):
+        t = TargetState(name=target, kernel_type=kernel_type, dims=dims, dtype=dtype, rank=rank, share=0.1,
+                        kwargs=kwargs, status="done", best_experiment=0, best_median_us=100.0,
+                        baseline_median_us=100.0, eager_median_us=50.0)
+        state.targets.append(t)
+        record_baseline(run, t, source)
+        entries.append({"rank": rank, "kernel_type": kernel_type, "target": target, "route": route, "modules": modules})
+    run.write_json(run.config_path, {"run_id": run.run_id, "model": spec.to_json(), "device": {"type": "cpu"}})
+    run.write_json(run.plan_path, {"device": "cpu", "entries": entries})
+    run.save_state(state)
+    return run

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,35 @@ def test_llm_agent_writes_modelnew_from_the_problem(tmp_path, fake_openai, monke
     row = summary["problems"][0]
     assert row["correct"] is True and row["speedup_vs_eager"] > 0 and row["solution"] == "best/19_ReLU.py"
     assert (run.path / "best" / "19_ReLU.py").read_text() == solution
+
+
+def test_two_workers_judge_two_solutions_at_once_with_one_writer(tmp_path, monkeypatch):
+    # Both slots must be inside the judge at the same time: each of the first two slot calls waits
+    # at a barrier for the other (one slot at a time would break it), so the test does not depend on
+    # how long a judgement takes.
+    meeting, slot_calls = threading.Barrier(2, timeout=300), []
+    real = kb_run.evaluate
+
+    def evaluate(*args, **kwargs):
+        if threading.current_thread().name.startswith("judge-slot"):
+            slot_calls.append(threading.current_thread().name)
+            if len(slot_calls) <= 2:
+                meeting.wait()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(kb_run, "evaluate", evaluate)
+    kb = _kb_dir(tmp_path, "23_Softmax.py")
+    options = kb_run.KBRunOptions(agent="tune", max_experiments=2, workers=2, **FAST)
+    run, state, config = kb_run.start(kb, 1, None, options, tmp_path / "runs")
+    assert config["options"]["workers"] == 2
+    state = kb_run.execute(run, state, config)
+    softmax = state.targets[0]
+    assert not meeting.broken and len(slot_calls) == 2 and len(set(slot_calls)) == 2
+    assert [h["number"] for h in softmax.history] == [0, 1, 2] and softmax.pending == []
+    assert [h["verdict"] for h in softmax.history] == ["PASS"] * 3
+    rows = [r.split("\t") for r in (run.path / "leaderboard.tsv").read_text().splitlines()[1:]]
+    assert [r[0] for r in rows] == ["0", "1", "2"]
+    sources = [(run.path / "kernels" / "23_Softmax" / f"exp_000{n}.py").read_text() for n in (1, 2)]
+    configs = [source.split("\nCONFIG = ")[1].split("\n")[0] for source in sources]
+    assert configs[0] != configs[1]  # the tuner never proposes a configuration already in flight
+    summary = json.loads((run.path / "kernelbench.json").read_text())
+    assert summary["problems"][0]["experiments"] == 3 and summary["problems"][0]["correct"] is True

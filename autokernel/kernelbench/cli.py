@@ -78,6 +78,7 @@ def kernelbench_run(
     timeout: float = typer.Option(300.0, "--timeout", help="Wall-clock limit in seconds for each judge child process."),
     reps: Optional[int] = typer.Option(None, "--reps", help="Timed reps (default: 100 on a GPU, 10 on the CPU)."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Solutions judged at once: one per GPU (the first N), or N CPU slots on the CPU."),
 ) -> None:
     """Search ModelNew solutions for a level's problems; write kernelbench.json for `score`."""
     from autokernel.errors import UsageError
@@ -88,7 +89,8 @@ def kernelbench_run(
     budget_s = parse_duration_s(budget_per_problem)
     if resume is not None:
         run, state, config = kb_run.resume(runs_dir, resume, {"budget_per_problem_s": budget_s,
-                                                              "max_experiments": max_experiments},
+                                                              "max_experiments": max_experiments,
+                                                              "workers": workers},
                                            log=lambda m: err.print(m, highlight=False))
     elif kb_dir is None or level is None:
         raise UsageError("give --kb-dir and --level (or --resume RUN_ID)",
@@ -97,7 +99,7 @@ def kernelbench_run(
         options = kb_run.KBRunOptions(agent=agent, budget_per_problem_s=budget_s, max_experiments=max_experiments,
                                       llm=llm or kb_run.DEFAULT_LLM, base_url=base_url, api_key_env=api_key_env,
                                       device=device, precision=precision, timeout_s=timeout, reps=reps,
-                                      compile_baseline=not no_compile)
+                                      compile_baseline=not no_compile, workers=workers or 1)
         run, state, config = kb_run.start(kb_dir, level, problems, options, runs_dir)
     err.print(f"run {run.run_id} in {run.path} ({state.agent} agent)", highlight=False)
     state = kb_run.execute(run, state, config, log=lambda m: err.print(m, highlight=False))

@@ -17,6 +17,7 @@ import hashlib
 import json
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ class EvalOptions:
     compile_baseline: bool = True
     compile_timeout_s: float | None = None  # None: max(timeout_s, 300)
     sandbox: bool = True  # False only on explicit request: the solution then runs with the user's rights
+    visible_devices: str | None = None  # the CUDA index a judge slot pins the children to (None: all)
 
     @property
     def n_reps(self) -> int:
@@ -99,7 +101,7 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
         argv = [sys.executable, "-m", "harness.kb_worker", mode, "--problem", str(problem.resolve()),
                 "--out", str(out), "--device", opts.device, "--precision", opts.precision,
                 "--trials", str(opts.trials), "--reps", str(opts.n_reps), "--warmup", str(opts.warmup)]
-        env = child_env(opts.device)
+        env = child_env(opts.device, opts.visible_devices)
         if solution is not None:
             copy = Path(tmp, "src", solution.path.name)
             copy.parent.mkdir()
@@ -138,14 +140,20 @@ class Reference:
 @dataclass
 class RefCache:
     """Model's results per (problem source, options), computed once and kept in this process's
-    memory (never on disk, where a solution could rewrite them)."""
+    memory (never on disk, where a solution could rewrite them). Judge slots (--workers) share one:
+    its lock makes the first of them compute a problem's reference and the others wait for it."""
     entries: dict[str, Reference] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def _key(self, problem: Path, opts: EvalOptions) -> str:
         digest = hashlib.sha256(problem.read_bytes()).hexdigest()
         return f"{digest}:{opts.device}:{opts.precision}:{opts.trials}:{opts.n_reps}:{opts.warmup}"
 
     def reference(self, problem: Path, opts: EvalOptions) -> Reference:
+        with self.lock:
+            return self._reference(problem, opts)
+
+    def _reference(self, problem: Path, opts: EvalOptions) -> Reference:
         key = self._key(problem, opts)
         if key not in self.entries:
             run = run_child("reference", problem, opts)
@@ -157,7 +165,11 @@ class RefCache:
         return self.entries[key]
 
     def compiled(self, problem: Path, opts: EvalOptions) -> dict:
-        ref = self.reference(problem, opts)
+        with self.lock:
+            return self._compiled(problem, opts)
+
+    def _compiled(self, problem: Path, opts: EvalOptions) -> dict:
+        ref = self._reference(problem, opts)
         if ref.compiled is None:
             limit = opts.compile_timeout_s or max(opts.timeout_s, 300.0)
             run = run_child("compile", problem, opts, timeout_s=limit)

@@ -14,7 +14,7 @@ After every experiment kernelbench.json is rewritten with each problem's best: w
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -28,6 +28,7 @@ from autokernel.loop import SearchSettings, TargetDone, TargetSearch
 from autokernel.run_search import replay_into_tuner, stopped_mid_search
 from autokernel.run import (DEFAULT_LLM, RunDir, RunState, TargetState, check_for_resume, new_run_id,
                             open_for_resume, repair_leaderboard, write_json_atomic)
+from autokernel.slots import local_slots, make_slots
 
 RUN_KIND = "kernelbench"
 
@@ -48,6 +49,7 @@ class KBRunOptions:
     reps: int | None = None
     warmup: int = 3
     compile_baseline: bool = True
+    workers: int = 1  # judge slots (autokernel.slots): one per GPU, or CPU slots on the CPU
 
     def eval_options(self) -> EvalOptions:
         return EvalOptions(device=self.device, precision=self.precision, reps=self.reps, warmup=self.warmup,
@@ -76,6 +78,7 @@ def start(kb_dir: str | Path, level: int, ids: str | None, options: KBRunOptions
     if agent == "llm":
         llm_client(options).check()
     device = resolve(options.eval_options()).device
+    local_slots(device, options.workers)  # a bad --workers fails before the run is made
     run = RunDir(Path(runs_dir) / new_run_id(Path(runs_dir)))
     run.create()
     targets = []
@@ -129,24 +132,33 @@ class ProblemSearch(TargetSearch):
             self.experiment(self._starter_candidate())
             if t.best_median_us is None and self.proposer.name == "tune":
                 raise TargetDone(f"the wrapped starter did not pass: {t.history[-1].get('message', '')}")
+        if self.concurrent:  # --workers: several solutions judged at once, one writer (autokernel.parallel)
+            from autokernel.parallel import ConcurrentSearch
+            ConcurrentSearch(self).run()  # ends by raising a stop
+        t.pending = []
         while True:
             self.check_stops()
             self.experiment(None)
 
-    def experiment(self, candidate):
+    def _record(self, *args: Any, **kwargs: Any):
+        # every recorded experiment, one at a time or from the concurrent search, rewrites kernelbench.json
         try:
-            return super().experiment(candidate)
+            return super()._record(*args, **kwargs)
         finally:
             self._after_each()
 
 
-def judge_file(kernel_file: Path, *, problem: Path, opts: EvalOptions, cache: RefCache, **_: Any) -> dict:
-    """The loop's judge: a candidate without ModelNew is its failure, not the run's."""
+def judge_file(kernel_file: Path, *, problem: Path, opts: EvalOptions, cache: RefCache,
+               visible_devices: str | None = None, **_: Any) -> dict:
+    """The loop's judge: a candidate without ModelNew is its failure, not the run's. A judge slot
+    on one GPU of several passes `visible_devices`: the solution's children run on that GPU."""
     try:
         check_solution_file(kernel_file)
     except UsageError as e:
         return {"verdict": "FAIL", "failed_stage": "load", "correct": False, "usage_error": e.message,
                 "stages": [{"name": "load", "status": "fail", "detail": e.message}], "timing": None}
+    if visible_devices is not None:
+        opts = replace(opts, visible_devices=str(visible_devices))
     return evaluate(problem, kernel_file, opts, cache)
 
 
@@ -229,12 +241,13 @@ def _search_problem(run, state, config, target, problem, options, opts, settings
     log(f"{target.name}: searching ({state.agent}, {target.kernel_type})")
     proposer = make_proposer(state.agent, target, starter, problem, options, client, opts.tolerance)
 
-    def judge(kernel_file: Path, **kwargs: Any) -> dict:
-        return judge_file(kernel_file, problem=problem.path, opts=opts, cache=cache)
+    def judge(kernel_file: Path, visible_devices: str | None = None, **kwargs: Any) -> dict:
+        return judge_file(kernel_file, problem=problem.path, opts=opts, cache=cache, visible_devices=visible_devices)
 
+    slots = make_slots(judge, opts.device, workers=options.workers)
     search = ProblemSearch(run, state, target, proposer, settings, starter_source=starter, judge=judge,
                            display=Progress(log), time_cap_s=options.budget_per_problem_s,
-                           after_each=lambda: write_summary(run, state, config))
+                           after_each=lambda: write_summary(run, state, config), slots=slots)
     try:
         search.search()
     except (Plateau, TargetDone) as stop:
@@ -245,6 +258,7 @@ def _search_problem(run, state, config, target, problem, options, opts, settings
         target.stop_reason = stopped_mid_search(stop)  # still "searching": a resume continues it
         raise
     finally:
+        slots.close()
         run.save_state(state)
     log(f"{target.name}: {target.stop_reason}")
 

@@ -1,0 +1,105 @@
+"""Forward-only layers for the Hugging Face `kernels` library: this package's kernels behind the
+kernel-aware layers of a transformers model.
+
+Written by `autokernel export --format hf-kernels` as the package's `layers.py` (inside autokernel
+itself only LAYERS is read, by the exporter). `kernels.kernelize` replaces the `forward` of each module whose class
+is registered under a layer name mapped to one of these classes:
+
+    RMSNorm     "RMSNorm"         transformers' RMSNorm modules (LlamaRMSNorm, MistralRMSNorm...)
+    SwiGLUMLP   "SwiGLUMLP"       a SwiGLU MLP of three bias-free nn.Linear (LlamaMLP), registered by hand
+    RotaryPosEmb "rotary_pos_emb" transformers' apply_rotary_pos_emb, where it is kernel-aware
+
+Each forward runs bound to the module it replaces. It decides whether to serve a call exactly as
+the package's `patch()` does, through the same router (routing/, as `autokernel verify` used it):
+the module is bound on its first call (the kernel type's reference must reproduce the module's own
+output), then every call that a winner serves runs the kernel, and every other call runs the
+module's own forward (its class's: transformers' own) and is counted with its reason. `tally()`
+says what was served and what fell back. The kernels have no backward: under autograd a call
+falls back, and kernelize in a training mode keeps the module's own forward (has_backward).
+"""
+from __future__ import annotations
+
+import warnings
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from . import routing
+from .routing.sites import FormSite
+
+# layer class -> (the kernel type it serves, the layer name it is mapped under)
+LAYERS = {"RMSNorm": ("rmsnorm", "RMSNorm"), "SwiGLUMLP": ("fused_mlp", "SwiGLUMLP"),
+          "RotaryPosEmb": ("rotary_embedding", "rotary_pos_emb")}
+_state: dict[str, Any] = {}  # "router": the layers' router, built on the first call of any layer
+_stand_ins: "weakref.WeakKeyDictionary[torch.nn.Module, Callable]" = weakref.WeakKeyDictionary()
+
+
+def router() -> "routing.Router":
+    """The router of the kernels these layers can serve (loaded on first use)."""
+    if "router" not in _state:
+        from . import KERNELS, winners  # the package's (autokernel itself reads only LAYERS here)
+        types = {kernel_type for kernel_type, _ in LAYERS.values()}
+        found = routing.Router(winners([k["target"] for k in KERNELS if k["kernel_type"] in types]))
+        for w in found.winners:
+            w.registered()  # each winner a custom op, for a model compiled after its first forward
+        _state["router"] = found
+    return _state["router"]
+
+
+def tally() -> dict:
+    """Per kernel: calls served, fallbacks and why; per op: the same (the router's tally)."""
+    return router().tally.to_json()
+
+
+def _serve(kernel_type: str, module: torch.nn.Module, *args: Any) -> Any:
+    stand_in = _stand_ins.get(module)
+    if stand_in is None:
+        stand_in = _stand_ins[module] = _stand_in(kernel_type, module)
+    return stand_in(*args)
+
+
+def _stand_in(kernel_type: str, module: torch.nn.Module) -> Callable:
+    """The module's stand-in: patch()'s own site for a hand-written form, with the module's own
+    forward (its class's; kernelize replaced only the instance's) as the original."""
+    r = router()
+    original = type(module).forward.__get__(module)
+    found = r.by_type.get(kernel_type)
+    if not found:
+        warnings.warn(f"{type(module).__name__} is mapped to this repository's {kernel_type} layer, but the "
+                      f"repository has no {kernel_type} kernel that runs here: its own forward runs",
+                      RuntimeWarning, stacklevel=4)
+        return original
+    site = FormSite(r, found[0], original, module, f"{type(module).__name__}.forward", uninstall=lambda: None)
+    r.tally.sites.append(site)
+    return site.stand_in()
+
+
+class RMSNorm(torch.nn.Module):
+    """x * rsqrt(mean(x^2) + eps) * weight over the last dim, by an rmsnorm kernel."""
+
+    can_torch_compile = False
+    has_backward = False
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return _serve("rmsnorm", self, hidden_states)
+
+
+class SwiGLUMLP(torch.nn.Module):
+    """down(silu(gate(x)) * up(x)) with three bias-free nn.Linear children, by a fused_mlp kernel."""
+
+    can_torch_compile = False
+    has_backward = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _serve("fused_mlp", self, x)
+
+
+class RotaryPosEmb(torch.nn.Module):
+    """transformers' apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim) by a rotary_embedding kernel."""
+
+    can_torch_compile = False
+    has_backward = False
+
+    def forward(self, q, k, cos, sin, unsqueeze_dim=1):
+        return _serve("rotary_embedding", self, q, k, cos, sin, unsqueeze_dim)
