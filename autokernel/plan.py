@@ -128,7 +128,7 @@ def make_plan(profile: Any, peaks: dict, model: dict | None = None) -> dict:
         "typed_coverage": getattr(profile, "typed_coverage", profile.coverage),
         "entries": [_ordered(r) for r in rows],
         "total_ceiling_e2e_speedup": amdahl_many((r["share"], r["ceiling_speedup"]) for r in counted),
-        "uncounted_share": sum(r["share"] for r in rows if r["kernel_type"] != "other") - sum(r["share"] for r in counted),
+        "uncounted_share": sum(r["share"] for r in rows if r["kernel_type"] != "other" and r["ceiling_speedup"] is None),
         "cpu_figures": on_cpu,
         "forward_ms": profile.forward_ms,
         "profiled_forward_ms": profile.profiled_forward_ms,

@@ -227,3 +227,28 @@ def test_a_plan_written_before_work_was_counted_still_reads(tmp_path):
     assert "| 8.12x | 1.171x |" in report and "n/a" not in report
     targets = pick_targets(old, 3)
     assert [t.ceiling_speedup for t in targets] == [e["ceiling_speedup"] for e in old["entries"][:3]]
+
+
+def test_module_targets_of_recorded_gpu_records_without_the_models_calls_claim_no_ceiling():
+    """The recorded CUDA profile attributed again without the model: its module targets' ops are
+    counted (an embedding computes nothing), but with no captured calls their bytes are unknown, so
+    they claim no ceiling, say why, and stay out of the total; the typed rows keep theirs."""
+    import json
+    from pathlib import Path
+
+    from autokernel.profiler import attribute
+    from autokernel.records import Records
+    data = Path(__file__).parent / "data"
+    groups = attribute(Records.load(data / "cuda_profile_llama_tiny_bf16.json"), {})
+    total = sum(g["time_ms"] for g in groups)
+    profile = Profile(device="cuda", device_name="NVIDIA H200", dtype="bfloat16", total_ms=total, forward_ms=total,
+                      profiled_forward_ms=total, iters=1, warmup=0, groups=groups)
+    result = plan.make_plan(profile, json.loads((data / "h200_peaks.json").read_text()))
+    modules = [e for e in result["entries"] if e["kernel_type"] == "module"]
+    typed = [e for e in result["entries"] if e["kernel_type"] not in ("module", "other")]
+    assert modules and all(e["ceiling_speedup"] is None and "not captured" in e["ceiling_note"] for e in modules)
+    assert next(e for e in modules if "aten::embedding" in e["ops"])["flops"] == 0
+    assert typed and all(e["ceiling_speedup"] >= 1.0 and e["work"] == "counted" for e in typed)
+    assert result["uncounted_share"] == pytest.approx(sum(e["share"] for e in modules))
+    assert result["total_ceiling_e2e_speedup"] == pytest.approx(
+        plan.amdahl_many((e["share"], e["ceiling_speedup"]) for e in typed))
