@@ -47,8 +47,10 @@ NO_WORK = {"resolve_neg", "lift_fresh_copy", "result_type", "detach_", "_local_s
 DATA_DEPENDENT = {"nonzero", "nonzero_numpy", "argwhere", "masked_select", "_unique", "_unique2", "unique_dim",
                   "unique_consecutive", "unique_dim_consecutive"}
 # Names of product-like ops this module has no formula for (_weight_int4pack_mm, cdist, lstm, fft):
-# when nothing recorded runs inside one, its FLOPs cannot be counted.
-PRODUCT_LIKE = re.compile(r"mm|conv|attention|matmul|gemm|einsum|linear|tensordot|linalg|fft|cdist|lstm|gru|rnn|dot|mv$")
+# when nothing recorded runs inside one, its FLOPs cannot be counted. Not cummax, upsample_bilinear2d,
+# _convert_indices or linalg_vector_norm: scans, interpolation, conversions and norms are elementwise.
+PRODUCT_LIKE = re.compile(r"mm(_|$)|^_?conv(\dd|_transpose|_tbc)|convolution|attention|matmul|gemm|einsum|"
+                          r"^_?linear|^bilinear|dot|^linalg_(?!.*norm)|fft|cdist|lstm|gru|rnn|mv$")
 OWN_KERNELS = "kernels launched by {} outside any op"  # a module range's own time on a GPU
 TENSOR_DTYPES_NOT = {"", "Scalar", "ScalarList", "TensorList", "GenericList"}
 
@@ -100,7 +102,7 @@ def _count(node: Node, work: Work, kernels_only: bool) -> None:
         work.operands.extend(_tensor_shapes(node))
         return
     namespace, _, kind = node.name.rpartition("::")
-    if namespace not in ("aten", "prim", ""):  # another library's op (mylib::fused_moe)
+    if namespace not in ("aten", "prim", "prims", ""):  # another library's op (mylib::fused_moe)
         if not _does_work(node.children):  # it computed outside every recorded op: unknown work
             work.uncounted[node.name] += node.total_us
             return
@@ -201,7 +203,7 @@ def formula(node: Node) -> Optional[tuple[float, str, int]]:
     """(FLOPs, the op and its dims other than M, M) of a product-like op from its recorded shapes;
     None when it is not one or its shapes do not say."""
     fn = FORMULAS.get(node.kind)
-    if fn is None or node.name.rpartition("::")[0] not in ("aten", ""):
+    if fn is None or node.name.rpartition("::")[0] != "aten":
         return None
     s = [x if isinstance(x, list) else [] for x in node.shapes]
     try:

@@ -5,7 +5,9 @@ and dtype) against the ridge point of the device's measured peaks says whether i
 compute-bound; its roofline time is max(bytes / peak bandwidth, flops / peak compute); its ceiling
 speedup is how far eager already is from that roofline (measured / roofline, at least 1); Amdahl's
 law turns a share p made s times faster into 1 / ((1 - p) + p / s) end to end. Groups are ranked by
-that projected gain.
+that projected gain. A module target's FLOPs and bytes are counted op by op by the profiler; where
+that count is a floor (work no formula covers), the row claims no ceiling (None, with the reason in
+`ceiling_note`), is ranked by its share alone, and the total ceiling leaves it out.
 
 On a CPU every figure is a CPU figure (timings and peaks of this CPU) and is labelled so.
 """

@@ -125,3 +125,18 @@ def test_a_module_is_charged_the_weights_its_products_read_not_the_table_an_embe
     assert module_targets.weight_bytes([[8, 16], [8, 16]], [stacked]) == whole // 2  # two experts' slices
     assert module_targets.weight_bytes([[8, 16]] * 9, [stacked]) == whole  # never more than once whole
     assert module_targets.weight_bytes([[3, 16], [16]], [table, norm]) == 16 * 4  # embedding rows: not here
+
+
+PRODUCTS_WITHOUT_FORMULA = ["_weight_int4pack_mm", "_scaled_grouped_mm", "cudnn_convolution", "_efficient_attention_forward",
+                            "bilinear", "linalg_solve", "fft_rfft", "cdist", "lstm", "_cudnn_rnn", "tensordot", "hspmm"]
+ELEMENTWISE_LOOKALIKES = ["cummax", "cummin", "upsample_bilinear2d", "upsample_linear1d", "linalg_vector_norm",
+                          "_convert_indices_from_coo_to_csr", "gelu"]
+
+
+@pytest.mark.parametrize("kind", PRODUCTS_WITHOUT_FORMULA + ELEMENTWISE_LOOKALIKES)
+def test_only_products_without_a_formula_are_left_uncounted(kind):
+    work = op_work.count([Node(f"aten::{kind}", 7.0, shapes=[[8, 16], [8, 16]], dtypes=["float", "float"])])
+    if kind in PRODUCTS_WITHOUT_FORMULA:
+        assert dict(work.uncounted) == {f"aten::{kind}": 7.0} and work.flops == 0
+    else:
+        assert not work.uncounted and work.flops == 8 * 16
