@@ -31,7 +31,10 @@ def module_state(entry: dict, name: str) -> TargetState:
     m = entry["module"]
     kwargs = {"qualname": m["qualname"], "class": m["class"], "label": m["label"],
               "modules": [x["name"] for x in entry.get("modules", [])], "bound": entry.get("bound"),
-              "calls": entry.get("calls"), "problem": f"{PROBLEMS}/{target_slug(name)}.py"}
+              "calls": entry.get("calls"), "problem": f"{PROBLEMS}/{target_slug(name)}.py",
+              # how the plan counted its work, and where its products' rows are chosen by the data
+              "work": entry.get("work_note"), "data_dependent": entry.get("data_dependent"),
+              "matmuls": entry.get("matmuls")}
     return TargetState(name=name, kernel_type=KERNEL_TYPE, dims={}, dtype=entry["dtype"], rank=entry.get("rank", 0),
                        share=entry.get("share", 0.0), ceiling_speedup=entry.get("ceiling_speedup"), kwargs=kwargs)
 
@@ -148,4 +151,17 @@ def _problem_brief(problem: Path, target: TargetState, module_source: str) -> st
             f"# forward(*inputs) is called with: {shapes}\n"
             f"# ModelNew.__init__ takes no arguments; keep the module's parameter and buffer names so "
             f"the judge copies its weights: {json.dumps(facts['names'])}\n"
-            f"# The module's class, as the model's code defines it:\n{module_source.rstrip()}\n")
+            + (f"# Its work, as the plan counted it, {kw['work']}\n" if kw.get("work") else "")
+            + _grouped_hint(kw)
+            + f"# The module's class, as the model's code defines it:\n{module_source.rstrip()}\n")
+
+
+def _grouped_hint(kw: dict) -> str:
+    """Where the module's products run on rows the data chose (an expert loop), the form to write."""
+    if not kw.get("data_dependent") or not kw.get("matmuls"):
+        return ""
+    shapes = "; ".join(f"{m['op']}: M = {m['M']}" for m in kw["matmuls"])
+    return (f"# After {kw['data_dependent']} its products run on rows the data chose, a different M per group and "
+            f"per call (in the profile: {shapes}). Write one grouped GEMM over all groups (the rows sorted by "
+            f"group, every group's weights in one launch), not one launch per group; each seed of the judge "
+            f"draws another routing.\n")

@@ -11,6 +11,11 @@ shape, its dtype). The search treats it as a KernelBench problem made from that 
 What a module is called with is captured once, outside the profiler (the capture's own ops would
 otherwise be timed): each argument as a tensor spec (shape, dtype, and the range or the mean and
 spread its values were drawn from) or a constant.
+
+A target's work per call is what its ops do (autokernel.op_work: products by formula, elementwise
+ops by elements) and the bytes it must move: its inputs and outputs, and the weights its computing
+ops read (held_weights, weight_bytes). Work that cannot be counted makes the count a floor, and the
+plan then claims no ceiling for the target (work_note says why).
 """
 from __future__ import annotations
 
@@ -136,20 +141,53 @@ def call_bytes(call: Optional[dict]) -> int:
     return total
 
 
-def op_flops(nodes: list) -> int:
-    """FLOPs of the unmapped ops a module ran, one per element of each op's first input (they are
-    elementwise or reductions: a floor, not a count of every multiply-add)."""
-    flops = 0
+def held_weights(qualname: str, nodes: list, modules: dict) -> list[torch.Tensor]:
+    """The parameters and buffers a module target's work may read: the module's own, and all those of
+    the modules whose calls were charged to it (an expert loop's)."""
+    held: dict[int, torch.Tensor] = {}
+    own = modules.get(qualname)
+    if own is not None:
+        held.update((id(t), t) for t in list(own.parameters(recurse=False)) + list(own.buffers(recurse=False)))
     for n in nodes:
-        if n.shapes and isinstance(n.shapes[0], list) and n.shapes[0]:
-            flops += math.prod(n.shapes[0])
-    return flops
+        inner = modules.get(n.module[0]) if n.module else None
+        if inner is not None:
+            held.update((id(t), t) for t in list(inner.parameters()) + list(inner.buffers()))
+    return list(held.values())
 
 
-def op_bytes(nodes: list, dtype: str) -> int:
-    """Bytes the unmapped ops read and write, each op's first input in and out once: a module's
-    traffic when what it was called with was not captured."""
-    return 2 * op_flops(nodes) * _itemsize(dtype)
+def weight_bytes(operands: list[list[int]], weights: list[torch.Tensor]) -> int:
+    """Bytes of `weights` that computing ops read, matched by shape: a weight read whole (its shape,
+    or a transpose of it) counts once; one read a slice at a time along its first dim (an expert's
+    matrix from a stacked tensor) counts per slice read, at most once whole. What an embedding or an
+    index reads (a few rows of a table) is not here: those ops' operands are not matched."""
+    total = 0
+    for w in weights:
+        shape, whole = list(w.shape), w.numel() * w.element_size()
+        if not shape:
+            continue
+        if any(sorted(o) == sorted(shape) for o in operands):
+            total += whole
+            continue
+        part = shape[1:]
+        slices = sum(1 for o in operands if part and sorted(o) == sorted(part))
+        total += min(whole, slices * (whole // shape[0]))
+    return total
+
+
+def work_note(work: Any, per_call: int, io_bytes: Optional[int], weights: float, share_uncounted: float) -> str:
+    """How one call of a module target was counted (`work` holds `per_call` calls), or why it could
+    not be: the plan row shows it."""
+    if io_bytes is None:
+        return ("its inputs and outputs were not captured (records attributed without the model's calls), so "
+                "its bytes could not be counted")
+    if work.uncounted:
+        names = ", ".join(sorted(work.uncounted, key=lambda k: -work.uncounted[k])[:3])
+        return (f"the work of {names} ({share_uncounted:.0%} of this target's time) could not be counted: no FLOP "
+                f"formula and nothing recorded inside it; the {work.flops / per_call / 1e6:.4g} MFLOP counted per call are a floor")
+    products = f"{work.matmul_flops / per_call / 1e6:.4g} MFLOP in products ({', '.join(sorted(work.matmuls))})" \
+        if work.matmuls else "no products"
+    return (f"per call: {products}, {(work.flops - work.matmul_flops) / per_call / 1e6:.4g} MFLOP elementwise (one per "
+            f"element); {io_bytes / 1e6:.4g} MB of inputs and outputs, {weights / 1e6:.4g} MB of weights read")
 
 
 def _itemsize(dtype: str) -> int:

@@ -5,7 +5,9 @@ and dtype) against the ridge point of the device's measured peaks says whether i
 compute-bound; its roofline time is max(bytes / peak bandwidth, flops / peak compute); its ceiling
 speedup is how far eager already is from that roofline (measured / roofline, at least 1); Amdahl's
 law turns a share p made s times faster into 1 / ((1 - p) + p / s) end to end. Groups are ranked by
-that projected gain.
+that projected gain. A module target's FLOPs and bytes are counted op by op by the profiler; where
+that count is a floor (work no formula covers), the row claims no ceiling (None, with the reason in
+`ceiling_note`), is ranked by its share alone, and the total ceiling leaves it out.
 
 On a CPU every figure is a CPU figure (timings and peaks of this CPU) and is labelled so.
 """
@@ -58,24 +60,30 @@ def peak_tflops(peaks: dict, dtype: str) -> tuple[float, str]:
 
 
 def entry(group: Any, peaks: dict) -> dict:
-    """One ranked row of the plan: the group's profile plus its roofline figures."""
+    """One ranked row of the plan: the group's profile plus its roofline figures. A module target
+    whose work could not be counted gets no ceiling and no projection (None), and says why."""
     row = {**group, "bound": None, "ceiling_speedup": 1.0, "projected_e2e_speedup": 1.0}
     if group["kernel_type"] == "other" or not group["calls"]:
         return row
     if group["kernel_type"] == "module":
-        # a module's figures come from its recorded inputs, output and unmapped ops
+        # counted op by op from the recorded shapes (autokernel.op_work), bytes from the module's calls
         flops, nbytes = float(group.get("flops") or 0), float(group.get("bytes") or 0)
-        if nbytes <= 0:
-            return row
+        if group.get("work") == "floor" or nbytes <= 0:
+            note = group.get("work_note") if group.get("work") == "floor" else "no bytes were recorded for it"
+            return {**row, "work": "floor", "ceiling_speedup": None, "projected_e2e_speedup": None,
+                    "ceiling_note": f"no ceiling: {note}"}
     else:
         kt = registry.get(group["kernel_type"])
         element_size = registry.dtype_of(group["dtype"]).itemsize if group["dtype"] in registry.DTYPES else 4
         flops, nbytes = kt.flops(group["dims"]), kt.bytes(group["dims"], element_size)
+        if group.get("causal"):
+            flops /= 2  # a causal mask leaves half the scores: the judge's roofline counts it so too
     tflops, tflops_dtype = peak_tflops(peaks, group["dtype"])
     roof = roofline_s(flops, nbytes, tflops, peaks["copy_gbps"])
     per_call_s = group["time_ms"] / 1e3 / group["calls"]
     s = ceiling(per_call_s, roof)
     row.update({
+        "work": "counted",
         "bound": bound(flops / nbytes, ridge(tflops, peaks["copy_gbps"])),
         "ceiling_speedup": s,
         "projected_e2e_speedup": amdahl(group["share"], s),
@@ -96,12 +104,22 @@ def achieved_tflops(profile: Any) -> dict[str, float]:
     return best
 
 
+def rank_gain(row: dict) -> float:
+    """What a row is ranked by: its projected end-to-end gain; for a target whose work could not be
+    counted, its share alone, as the most that share could be worth (Amdahl with an infinite speedup)."""
+    if row["projected_e2e_speedup"] is not None:
+        return row["projected_e2e_speedup"]
+    return 1.0 / (1.0 - row["share"]) if row["share"] < 1.0 else float("inf")
+
+
 def make_plan(profile: Any, peaks: dict, model: dict | None = None) -> dict:
-    """The profile JSON of DESIGN.md: groups ranked by projected end-to-end gain."""
+    """The profile JSON of DESIGN.md: groups ranked by projected end-to-end gain. The total ceiling
+    counts only targets with a counted ceiling; `uncounted_share` is the share it leaves out."""
     rows = sorted((entry(g, peaks) for g in profile.groups),
-                  key=lambda r: (r["kernel_type"] == "other", -r["projected_e2e_speedup"], -r["time_ms"]))
+                  key=lambda r: (r["kernel_type"] == "other", -rank_gain(r), -r["time_ms"]))
     for rank, row in enumerate(rows, 1):
         row["rank"] = rank
+    counted = [r for r in rows if r["kernel_type"] != "other" and r["ceiling_speedup"] is not None]
     on_cpu = not profile.device.startswith("cuda")
     plan = {
         "device": "cpu" if on_cpu else profile.device,
@@ -111,8 +129,8 @@ def make_plan(profile: Any, peaks: dict, model: dict | None = None) -> dict:
         "coverage": profile.coverage,
         "typed_coverage": getattr(profile, "typed_coverage", profile.coverage),
         "entries": [_ordered(r) for r in rows],
-        "total_ceiling_e2e_speedup": amdahl_many(
-            (r["share"], r["ceiling_speedup"]) for r in rows if r["kernel_type"] != "other"),
+        "total_ceiling_e2e_speedup": amdahl_many((r["share"], r["ceiling_speedup"]) for r in counted),
+        "uncounted_share": sum(r["share"] for r in rows if r["kernel_type"] != "other" and r["ceiling_speedup"] is None),
         "cpu_figures": on_cpu,
         "forward_ms": profile.forward_ms,
         "profiled_forward_ms": profile.profiled_forward_ms,
@@ -152,7 +170,7 @@ def _faster_than_peaks(rows: list[dict], peaks: dict) -> list[str]:
 
 
 FIRST_KEYS = ("rank", "kernel_type", "op", "shapes", "dtype", "calls", "time_ms", "share", "bound",
-              "ceiling_speedup", "projected_e2e_speedup", "target", "dims")
+              "ceiling_speedup", "projected_e2e_speedup", "ceiling_note", "target", "dims", "work")
 
 
 def _ordered(row: dict) -> dict:
@@ -175,8 +193,7 @@ def table(plan: dict, max_rows: int = 20) -> Any:
         other = row["kernel_type"] == "other"
         # targets look like markup ("softmax[64x1024:fp32]"): escape them
         t.add_row(str(row["rank"]), escape(_what(row)), escape(_where(row)), f"{row['calls']:g}", f"{row['time_ms']:.3f}",
-                  f"{row['share']:.1%}", row["bound"] or "", "" if other else f"{row['ceiling_speedup']:.1f}x",
-                  "" if other else f"{row['projected_e2e_speedup']:.3f}x")
+                  f"{row['share']:.1%}", row["bound"] or "", *ceiling_cells(row, "{:.1f}x", "{:.3f}x"))
         for part in row.get("parts", []):
             if part["kernel_type"] != "other":
                 t.add_row("", escape(f" └ {_short(part['target'])}"), "", f"{part['calls']:g}", f"{part['time_ms']:.3f}",
@@ -185,12 +202,35 @@ def table(plan: dict, max_rows: int = 20) -> Any:
     t.caption = (f"{plan['coverage']:.1%} of the time in targets ({typed:.1%} in the nine kernel types, "
                  f"{plan['coverage'] - typed:.1%} in module targets, searched by the LLM agent). ceiling: the group's speedup at "
                  f"the roofline; e2e: the model's, by Amdahl. All mapped groups at their ceilings: "
-                 f"{plan['total_ceiling_e2e_speedup']:.2f}x end to end."
+                 f"{plan['total_ceiling_e2e_speedup']:.2f}x end to end{uncounted_clause(plan)}."
+                 + "".join(f"\n{n}" for n in ceiling_notes(plan["entries"][:max_rows]))
                  + (f"\n{plan['note']}." if plan.get("note") else "")
                  + (f"\n{plan['peaks_raised']}." if plan.get("peaks_raised") else "")
                  + "".join(f"\nwarning: {w}" for w in plan.get("warnings", [])))
     t.caption_justify = "left"
     return t
+
+
+def ceiling_cells(row: dict, ceiling_fmt: str, e2e_fmt: str) -> tuple[str, str]:
+    """The ceiling and e2e cells of a row: blank for `other`, n/a where the work was not counted."""
+    if row["kernel_type"] == "other":
+        return "", ""
+    if row.get("ceiling_speedup") is None:
+        return "n/a", "n/a"
+    return ceiling_fmt.format(row["ceiling_speedup"]), e2e_fmt.format(row["projected_e2e_speedup"])
+
+
+def uncounted_clause(plan: dict) -> str:
+    share = plan.get("uncounted_share") or 0.0
+    return f" (leaving out the {share:.1%} of the time whose work could not be counted: n/a)" if share > 0 else ""
+
+
+def ceiling_notes(rows: list[dict], limit: int = 3) -> list[str]:
+    """Why the first rows without a ceiling have none (their ceiling_note)."""
+    missing = [r for r in rows if r["kernel_type"] != "other" and r.get("ceiling_speedup") is None]
+    notes = [f"n/a: {_short(r['target'])}: {r.get('ceiling_note') or 'its work could not be counted'}"
+             for r in missing[:limit]]
+    return notes + ([f"n/a: {len(missing) - limit} more, see the JSON's ceiling_note"] if len(missing) > limit else [])
 
 
 def _short(target: str) -> str:

@@ -13,7 +13,11 @@ and on a GPU the time of the device kernels it launched, joined to it by correla
    views and casts) is routed "module", so `verify` can swap that module; otherwise "pattern".
 2. Every other op is rolled up to the highest op that maps to a kernel type through the
    registry's `aten_ops` (aten::linear with its t/addmm -> matmul), routed "op".
-3. What maps to no type is `other`, with its ops, so the shares add up to 1.
+3. What maps to no type is `other`, with its ops, so the shares add up to 1; inside a module it is a
+   module target (autokernel.module_targets), charged the work its ops do (autokernel.op_work).
+   Everything a module runs after an op whose output shape the data decides (an expert loop over
+   the tokens torch.where routed to each expert) is that module's own work: its shapes are one
+   batch's routing, not a target another batch would repeat.
 
 Each group's time is its fastest over the profiled iterations: on a busy machine another process
 only ever adds time (a stalled thread pool), and taking each group's best keeps those stalls out of
@@ -35,7 +39,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.autograd.profiler import record_function
 
-from autokernel import module_targets
+from autokernel import module_targets, op_work
 from autokernel.errors import UserError
 from autokernel.forms import GLUE, Call, Node, find_forms, map_op, node_dtype
 from autokernel.records import Records, from_kineto, op_trees
@@ -55,8 +59,9 @@ class Profile:
     iters: int
     warmup: int
     groups: list[dict]  # kernel_type, op, shapes, dtype, dims, target, route, calls, time_ms, share,
-    # modules, ops; causal (attention), parts (recognised forms), other_ops (other), module, flops and
-    # bytes (module targets)
+    # modules, ops; causal (attention), parts (recognised forms), other_ops (other); module, flops, bytes,
+    # work ("counted" or "floor"), work_note, and where they ran products or data-dependent shapes,
+    # matmuls and data_dependent (module targets)
     module_inputs: dict = field(default_factory=dict)  # qualified name -> what its first call took
 
     forward_samples_ms: list[float] = field(default_factory=list)  # raw, unrounded
@@ -180,7 +185,7 @@ def attribute(records: Records, modules: dict[str, torch.nn.Module], module_inpu
     `module_inputs` (module_targets.capture_inputs) names and sizes the module targets."""
     tallies = []
     for tree in op_trees(records, ROOT, _module_of):
-        tallies.append(_Tally(modules, module_inputs, dtype))
+        tallies.append(_Tally(modules, module_inputs, dtype, kernels_only=records.device != "cpu"))
         tallies[-1].scope(tree)
     return _summarise(tallies)
 
@@ -201,25 +206,28 @@ def _model_dtype(model: torch.nn.Module) -> str:
 class _Tally:
     """Recognised calls and unmapped time of one iteration."""
 
-    def __init__(self, modules: dict, inputs: Optional[dict] = None, dtype: str = "float32"):
+    def __init__(self, modules: dict, inputs: Optional[dict] = None, dtype: str = "float32",
+                 kernels_only: bool = False):
         self.modules = modules
         self.inputs = inputs or {}  # qualified name -> module_targets.capture_inputs's record
         self.dtype = dtype  # the model's: a module target's dtype when its inputs were not captured
+        self.kernels_only = kernels_only  # own times are device kernel times (a GPU profile)
         self.calls: list[tuple[Call, tuple[str, str]]] = []
         self.other: dict[str, list[float]] = defaultdict(list)  # top-level op -> us of each call
         # unmapped time inside a module (not the whole model): one entry per module call
-        self.unmapped: list[tuple[tuple[str, str], list[Node], float]] = []  # (where, ops, us)
+        self.unmapped: list[_Unmapped] = []
 
     def scope(self, scope: Node, patterns: bool = True) -> None:
         where = scope.module or ("", "")
-        found = find_forms(scope.children, self.modules.get(where[0])) if patterns else []
+        in_module = bool(where[0]) and patterns
+        head, tail, cause = op_work.data_dependent_tail(scope.children) if in_module else (scope.children, [], None)
+        found = find_forms(head, self.modules.get(where[0])) if patterns else []
         claimed = {id(n) for c in found for n in c.nodes}
-        loose = [n for n in scope.children if id(n) not in claimed]
-        if scope.module and len(found) == 1 and all(n.kind in GLUE for n in loose):
+        loose = [n for n in head if id(n) not in claimed]
+        if scope.module and len(found) == 1 and not tail and all(n.kind in GLUE for n in loose):
             found[0].nodes, found[0].route, loose = list(scope.children), "module", []
         self.calls += [(c, where) for c in found]
-        in_module = bool(where[0]) and patterns
-        unmapped: list[Node] = []
+        unmapped: list[Node] = list(tail)
         if scope.self_us and not in_module:
             self.other[f"({where[1] or 'model'}.forward)"].append(scope.self_us)
         for n in loose:
@@ -233,7 +241,20 @@ class _Tally:
                 # the highest op decides: the sum inside an aten::mean is the mean's, not a reduce
                 self.other[n.name].append(n.total_us)
         if in_module and (unmapped or scope.self_us):
-            self.unmapped.append((where, unmapped, scope.self_us + sum(n.total_us for n in unmapped)))
+            self.unmapped.append(_Unmapped(where, unmapped, scope.self_us + sum(n.total_us for n in unmapped),
+                                           scope.self_us, cause))
+
+
+@dataclass
+class _Unmapped:
+    """One module call's own work: the ops no kernel type took, and all it ran after an op whose
+    output shape the data decides (`cause`)."""
+
+    where: tuple[str, str]  # (qualified name, class)
+    nodes: list[Node]
+    us: float
+    own_us: float  # the module range's own time: on a GPU, kernels it launched outside any op
+    cause: Optional[str] = None
 
 
 def _summarise(tallies: list[_Tally]) -> list[dict]:
@@ -251,17 +272,16 @@ def _summarise(tallies: list[_Tally]) -> list[dict]:
                 g["parts"].extend(call.nodes)
         for label, times in tally.other.items():
             samples[("other", label)][i].extend(times)
-        for (qual, cls), nodes, us in tally.unmapped:
-            key = _module_key(qual, tally, nodes)
-            samples[key][i].append(us)
-            g = info.setdefault(key, {"qual": qual, "class": cls, "modules": {}, "ops": set(), "flops": 0,
-                                      "op_bytes": 0, "calls_seen": 0})
-            g["modules"].setdefault(qual, cls)
-            g["ops"] |= set().union(set(), *(nd.op_names() for nd in nodes))
+        for u in tally.unmapped:
+            key = _module_key(u.where[0], tally, u.nodes)
+            samples[key][i].append(u.us)
+            g = info.setdefault(key, {"qual": u.where[0], "class": u.where[1], "modules": {}, "ops": set(),
+                                      "work": op_work.Work(), "weight_bytes": 0, "us": 0.0, "calls_seen": 0,
+                                      "data_dependent": None})
+            g["modules"].setdefault(*u.where)
+            g["ops"] |= set().union(set(), *(nd.op_names() for nd in u.nodes))
             if i == 0:
-                g["flops"] += module_targets.op_flops(nodes)
-                g["op_bytes"] += module_targets.op_bytes(nodes, key[3])
-                g["calls_seen"] += 1
+                _charge(g, u, tally)
     best = {k: _best_us(v) / 1e3 for k, v in samples.items()}
     total_ms = sum(best.values()) or 1.0
     calls = {k: sum(len(s) for s in v) / n for k, v in samples.items()}
@@ -291,19 +311,42 @@ def _module_key(qual: str, tally: _Tally, nodes: list[Node]) -> tuple:
     return (module_targets.KERNEL_TYPE, lbl, module_targets.signature(call), dtype)
 
 
+def _charge(g: dict, u: _Unmapped, tally: _Tally) -> None:
+    """Add one module call's work (of the first profiled forward) to its target's tally."""
+    work = op_work.count(u.nodes, tally.kernels_only)
+    if u.own_us > 0:  # only on a GPU: kernels launched in the module's forward by no op (Triton)
+        work.uncounted[op_work.OWN_KERNELS.format(u.where[1])] += u.own_us
+    g["work"].add(work)
+    held = module_targets.held_weights(u.where[0], u.nodes, tally.modules)
+    g["weight_bytes"] += module_targets.weight_bytes(work.operands, held)
+    g["us"] += u.us
+    g["calls_seen"] += 1
+    g["data_dependent"] = g["data_dependent"] or u.cause
+
+
 def _module_group(key: tuple, g: dict, time_ms: float, calls: float, total_ms: float, tally: _Tally) -> dict:
-    """A module target: the unmapped time of one module class at one input signature."""
+    """A module target: the unmapped time of one module class at one input signature, and its work
+    per call: FLOPs counted op by op; bytes its inputs, its outputs and the weights it reads."""
     _, lbl, _, dtype = key
     call = tally.inputs.get(g["qual"])
     per_call = max(g["calls_seen"], 1)
-    return {"kernel_type": module_targets.KERNEL_TYPE, "op": f"{g['class']}.forward",
-            "shapes": [v["tensor"]["shape"] for v in (call or {}).get("args", []) if "tensor" in v],
-            "dtype": dtype, "dims": {}, "target": module_targets.target_name(lbl, call, dtype), "route": "module",
-            "calls": _count(calls), "time_ms": time_ms, "share": time_ms / total_ms,
-            "modules": [{"name": q, "class": c} for q, c in g["modules"].items()], "ops": sorted(g["ops"]),
-            "module": {"qualname": g["qual"], "class": g["class"], "label": lbl,
-                       "inputs": call}, "flops": g["flops"] / per_call,
-            "bytes": module_targets.call_bytes(call) or g["op_bytes"] / per_call}
+    work: op_work.Work = g["work"]
+    io = module_targets.call_bytes(call) if call is not None else None
+    group = {"kernel_type": module_targets.KERNEL_TYPE, "op": f"{g['class']}.forward",
+             "shapes": [v["tensor"]["shape"] for v in (call or {}).get("args", []) if "tensor" in v],
+             "dtype": dtype, "dims": {}, "target": module_targets.target_name(lbl, call, dtype), "route": "module",
+             "calls": _count(calls), "time_ms": time_ms, "share": time_ms / total_ms,
+             "modules": [{"name": q, "class": c} for q, c in g["modules"].items()], "ops": sorted(g["ops"]),
+             "module": {"qualname": g["qual"], "class": g["class"], "label": lbl, "inputs": call},
+             "flops": work.flops / per_call, "bytes": (io + g["weight_bytes"] / per_call) if io is not None else 0,
+             "work": "floor" if work.uncounted or io is None else "counted",
+             "work_note": module_targets.work_note(work, per_call, io, g["weight_bytes"] / per_call,
+                                                   sum(work.uncounted.values()) / (g["us"] or 1.0))}
+    if work.matmuls:  # each product's M over the calls: a shape distribution where the data chose M
+        group["matmuls"] = [{"op": k, "M": ms} for k, ms in sorted(work.matmuls.items())]
+    if g["data_dependent"]:
+        group["data_dependent"] = g["data_dependent"]
+    return group
 
 
 def _best_us(per_iter: list[list[float]]) -> float:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autokernel import leaderboard as board
+from autokernel.plan import ceiling_cells, ceiling_notes
 from autokernel.run import RunDir
 
 REPORT = "report.md"
@@ -175,14 +176,15 @@ def _plan(plan: dict) -> list[str]:
         where = ", ".join(sorted({m["class"] for m in e.get("modules", [])}))
         rows.append([str(e["rank"]), _cell("other: " + ", ".join(e.get("ops", [])[:3]) if other else e.get("target")),
                      _cell(where), _cell(e["calls"], "{:g}"), _cell(e["time_ms"], "{:.3f}"), _cell(e["share"], "{:.1%}"),
-                     _cell(e.get("bound")), "" if other else _cell(e.get("ceiling_speedup"), "{:.2f}x"),
-                     "" if other else _cell(e.get("projected_e2e_speedup"), "{:.3f}x")])
+                     _cell(e.get("bound")), *ceiling_cells(e, "{:.2f}x", "{:.3f}x")])
     if not rows:
         return ["No plan.json in this run."]
     head = [f"{plan.get('device_name', '?')}: {plan.get('total_ms', 0.0):.3f} ms per forward, "
             f"{plan.get('coverage', 0.0):.1%} of it in targets ({plan.get('typed_coverage', plan.get('coverage', 0.0)):.1%} "
             "in the nine kernel types, the rest in module targets).", ""]
-    return head + _table(["#", "target", "where", "calls", "ms", "share", "bound", "ceiling", "e2e at ceiling"], rows)
+    notes = [_cell(n) for n in ceiling_notes(plan.get("entries", []), limit=10)]
+    return head + _table(["#", "target", "where", "calls", "ms", "share", "bound", "ceiling", "e2e at ceiling"], rows) \
+        + ([""] + [f"- {n}" for n in notes] if notes else [])
 
 
 def _targets(state: dict, frame: Any) -> list[str]:

@@ -165,3 +165,25 @@ def test_a_module_winner_gets_the_instance_weights_in_the_model_dtype():
             served = model(x)
     assert served.dtype == torch.bfloat16 and torch.equal(served, eager)
     assert router.tally.to_json()["per_kernel"][winner.target]["calls_served"] == 1
+
+
+def test_the_prompt_offers_an_expert_loop_as_one_grouped_gemm(tmp_path):
+    """A module target whose products ran on rows the data chose: the brief says how its work was
+    counted and asks for one grouped GEMM over all experts, with the M each weight shape ran at."""
+    from autokernel.module_search import _problem_brief, module_state
+    entry = {"kernel_type": "module", "target": "module[Moe.experts:128x256:float32]", "dtype": "float32",
+             "share": 0.7, "calls": 2, "modules": [{"name": "layers.0.mlp.experts", "class": "Experts"}],
+             "module": {"qualname": "layers.0.mlp.experts", "class": "Experts", "label": "Moe.experts"},
+             "work_note": "per call: 201.3 MFLOP in products (aten::linear[K=256,N=1024], aten::linear[K=512,N=256])",
+             "data_dependent": "aten::nonzero",
+             "matmuls": [{"op": "aten::linear[K=256,N=1024]", "M": [97, 56, 44, 59]},
+                         {"op": "aten::linear[K=512,N=256]", "M": [97, 56, 44, 59]}]}
+    target = module_state(entry, entry["target"])
+    problem = tmp_path / "experts.py"
+    problem.with_suffix(".json").write_text(json.dumps({"call": {"args": [], "kwargs": {}}, "names": ["w"]}))
+    brief = _problem_brief(problem, target, "class Experts(nn.Module): ...")
+    assert "201.3 MFLOP in products" in brief and "one grouped GEMM over all groups" in brief
+    assert "aten::linear[K=256,N=1024]: M = [97, 56, 44, 59]" in brief and "after aten::nonzero" in brief.lower()
+    # a module without a data-dependent loop is not told to group anything
+    plain = module_state({**entry, "data_dependent": None}, entry["target"])
+    assert "grouped GEMM" not in _problem_brief(problem, plain, "class Experts(nn.Module): ...")

@@ -123,3 +123,147 @@ def test_module_targets_are_picked_in_plan_order_and_the_tuner_does_not_spend_pl
     assert [t.kernel_type for t in pick_targets(plan_, 3, only=["softmax"])] == ["softmax"]
     (picked,) = pick_targets(plan_, 3, only=["module[MLP"])
     assert picked.kwargs["modules"] == ["mlp.act"] and picked.kwargs["problem"].startswith("problems/")
+
+
+# ---------------------------------------------------------------- what a module target is charged
+# The transformers Mixtral of tests/data: each of 128 tokens goes to 2 of 4 experts, each expert a
+# gate/up projection (256 -> 2 x 512) and a down projection (512 -> 256): 2 FLOPs per multiply-add.
+TOKENS, TOP_K, HIDDEN, INTERMEDIATE, EXPERTS = 128, 2, 256, 512, 4
+EXPERT_FLOPS = 2 * TOKENS * TOP_K * 3 * HIDDEN * INTERMEDIATE  # 201,326,592 per call
+EXPERT_WEIGHT_BYTES = EXPERTS * 3 * HIDDEN * INTERMEDIATE * 4
+
+
+@pytest.fixture(scope="module")
+def mixtral():
+    """The Mixtral profiled once with transformers' default experts (torch._grouped_mm over the
+    tokens sorted by expert) and once with its eager loop (F.linear per expert hit, on the tokens
+    torch.where routed to it): one row count per loop iteration, each M chosen by the data."""
+    pytest.importorskip("transformers")
+    loaded = load_model(spec_from_options(DATA / "hf_mixtral.py", device="cpu"))
+    grouped = profiler.profile_model(loaded, iters=1, warmup=1)
+    loaded.model.mixtral.config._experts_implementation = "eager"
+    looped = profiler.profile_model(loaded, iters=1, warmup=1)
+    return {"grouped": grouped, "looped": looped}
+
+
+@pytest.fixture(scope="module")
+def bert():
+    pytest.importorskip("transformers")
+    return run_profile(DATA / "hf_bert.py", iters=1)
+
+
+def experts_row(result):
+    return next(e for e in result["entries"] if e["target"].startswith("module[MixtralSparseMoeBlock.experts:"))
+
+
+def assert_follows_from_its_work(row):
+    """The ceiling and the projection are what the row's own counted work gives at PEAKS."""
+    roof_s = max(row["bytes"] / (PEAKS["copy_gbps"] * 1e9), row["flops"] / (PEAKS["matmul_tflops"]["float32"] * 1e12))
+    per_call_s = row["time_ms"] / 1e3 / row["calls"]
+    assert row["work"] == "counted" and row["roofline_us"] == pytest.approx(roof_s * 1e6)
+    assert row["ceiling_speedup"] == pytest.approx(max(1.0, per_call_s / roof_s))
+    assert row["projected_e2e_speedup"] == pytest.approx(plan.amdahl(row["share"], row["ceiling_speedup"]))
+
+
+def assert_ranked_by_honest_gains(result):
+    """Rows rank by the projection their counted work gives (recomputed here), rows without a
+    ceiling by their share alone; the total ceiling counts the counted rows only."""
+    rows = [e for e in result["entries"] if e["kernel_type"] != "other"]
+    gains = [plan.amdahl(r["share"], r["ceiling_speedup"]) if r["ceiling_speedup"] is not None else 1 / (1 - r["share"])
+             for r in rows]
+    assert gains == sorted(gains, reverse=True)
+    counted = [(r["share"], r["ceiling_speedup"]) for r in rows if r["ceiling_speedup"] is not None]
+    assert result["total_ceiling_e2e_speedup"] == pytest.approx(plan.amdahl_many(counted))
+
+
+@pytest.mark.parametrize("experts", ["grouped", "looped"])
+def test_mixtral_experts_are_charged_the_products_they_run(mixtral, experts):
+    result = plan.make_plan(mixtral[experts], PEAKS)
+    row = experts_row(result)
+    # the analytic count: every routed token through both projections, and a little elementwise work
+    assert EXPERT_FLOPS <= row["flops"] <= 1.01 * EXPERT_FLOPS
+    # its bytes: the hidden states in and out, the routing (int64 indices, fp32 weights), every expert's weights
+    assert row["bytes"] == 2 * TOKENS * HIDDEN * 4 + TOKENS * TOP_K * (8 + 4) + EXPERT_WEIGHT_BYTES
+    # so its roofline is at least the time those FLOPs take at the compute peak, not a floor's
+    assert row["roofline_us"] >= EXPERT_FLOPS / (PEAKS["matmul_tflops"]["float32"] * 1e12) * 1e6
+    assert_follows_from_its_work(row)
+    assert_ranked_by_honest_gains(result)
+    assert result["uncounted_share"] == 0.0
+
+
+def test_mixtral_expert_loop_stays_one_target_with_the_data_chosen_shapes_it_ran(mixtral):
+    prof = mixtral["looped"]
+    row = next(g for g in prof.groups if g["target"].startswith("module[MixtralSparseMoeBlock.experts:"))
+    assert row["data_dependent"] in ("aten::nonzero", "aten::nonzero_numpy")
+    # per layer the experts' M add up to the routed rows; each weight shape is one distribution
+    assert {m["op"] for m in row["matmuls"]} == {f"aten::linear[K={HIDDEN},N={2 * INTERMEDIATE}]",
+                                                 f"aten::linear[K={INTERMEDIATE},N={HIDDEN}]"}
+    assert all(sum(m["M"]) == 2 * TOKENS * TOP_K for m in row["matmuls"])  # 2 layers
+    # no typed target or module target is named after one batch's routing
+    inside = [g for g in prof.groups if g is not row and any("experts" in m["name"] for m in g["modules"])]
+    assert inside == []
+    assert prof.coverage == pytest.approx(1.0)
+
+
+def test_bert_module_targets_are_charged_their_elements_and_io_not_a_floor(bert):
+    result = plan.make_plan(bert, PEAKS)
+    rows = {e["module"]["label"]: e for e in result["entries"] if e["kernel_type"] == "module"}
+    gelu = rows["BertIntermediate.intermediate_act_fn"]
+    assert gelu["flops"] == 128 * 1024 and gelu["bytes"] == 2 * 128 * 1024 * 4
+    # an embedding moves rows: no FLOPs, and only the rows it reads (its output), not the table
+    words = rows["BertEmbeddings.word_embeddings"]
+    assert words["flops"] == 0 and words["bytes"] == 128 * 8 + 128 * 256 * 4
+    for row in rows.values():
+        assert_follows_from_its_work(row)
+    assert_ranked_by_honest_gains(result)
+    assert bert.coverage >= 0.95
+
+
+FLOOR_MODEL = '''
+import numpy as np
+import torch, torch.nn as nn
+
+@torch.library.custom_op("ak_floor_test::numpy_tanh", mutates_args=())
+def numpy_tanh(x: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(np.tanh(x.numpy()))
+
+@numpy_tanh.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+class Act(nn.Module):
+    def forward(self, x):
+        return numpy_tanh(x) * 2  # work in numpy, where no op records it
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj, self.act = nn.Linear(64, 64), Act()
+    def forward(self, x):
+        return self.act(self.proj(x))
+
+def get_inputs():
+    return [torch.randn(32, 64)]
+'''
+
+
+def test_a_target_whose_work_could_not_be_counted_has_no_ceiling_and_says_why(tmp_path):
+    from rich.console import Console
+
+    from autokernel.report import _plan
+    path = tmp_path / "floor.py"
+    path.write_text(FLOOR_MODEL)
+    result = plan.make_plan(run_profile(path, iters=1), PEAKS)
+    act = next(e for e in result["entries"] if e["kernel_type"] == "module")
+    assert act["work"] == "floor" and act["ceiling_speedup"] is None and act["projected_e2e_speedup"] is None
+    assert act["bound"] is None and "ak_floor_test::numpy_tanh" in act["ceiling_note"] and "floor" in act["ceiling_note"]
+    assert act["flops"] == 32 * 64  # the multiply it was seen to do: a floor
+    # ranked by its share alone; left out of the total ceiling, which says so
+    assert_ranked_by_honest_gains(result)
+    assert result["uncounted_share"] == pytest.approx(act["share"])
+    console = Console(width=200, record=True)
+    console.print(plan.table(result))
+    shown = console.export_text()
+    assert "n/a" in shown and "could not be counted" in shown and "ak_floor_test::numpy_tanh" in shown
+    report = "\n".join(_plan(result))
+    assert "| n/a | n/a |" in report and "ak_floor_test::numpy_tanh" in report

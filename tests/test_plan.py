@@ -165,3 +165,90 @@ def test_a_matmul_above_the_compute_roof_names_the_roof_and_its_rate_is_what_rai
     raised = plan.make_plan(profile, {**PEAKS, "matmul_tflops": {"float32": 2.0}, "raised": {"float32": {}}})
     assert "warnings" not in raised and "float32" in raised["peaks_raised"]
     assert plan.achieved_tflops(_profile([_group("other", {}, 1.0, 1.0)])) == {}
+
+
+def _module_group(time_ms, share, work="counted", flops=1e6, nbytes=1e6):
+    return {"kernel_type": "module", "op": "M.forward", "shapes": [[4, 8]], "dtype": "float32", "dims": {},
+            "target": f"module[M.{work}:4x8:float32]", "route": "module", "calls": 1, "time_ms": time_ms,
+            "share": share, "modules": [], "ops": ["mylib::op"], "flops": flops, "bytes": nbytes, "work": work,
+            "work_note": "the work of mylib::op (90% of this target's time) could not be counted"}
+
+
+def test_a_target_whose_work_is_a_floor_gets_no_ceiling_and_ranks_by_its_share_alone():
+    # softmax: ceiling 4 (see test_plan_figures_by_hand), share 0.5 -> 1 / (0.5 + 0.125) = 1.6 end to end
+    # a floor of 30%: at best 1 / 0.7 = 1.43 end to end, ranked after it; one of 5%: 1.05, after a
+    # counted module of 15% with 1 MB at 100 GB/s = 10 us against 30 us measured: ceiling 3, 1.11
+    sm_ms = 4 * 0.08388608
+    total = 2 * sm_ms
+    groups = [_group("softmax", {"M": 1024, "N": 1024}, sm_ms, 0.5),
+              _module_group(0.3 * total, 0.3, "floor"), _module_group(0.05 * total, 0.05, "floor"),
+              {**_module_group(0.15 * total, 0.15), "time_ms": 0.03, "target": "module[M.counted:4x8:float32]"}]
+    result = plan.make_plan(_profile(groups), PEAKS)
+    order = [(r["target"], r["ceiling_speedup"]) for r in result["entries"]]
+    assert [t for t, _ in order] == ["softmax[x]", "module[M.floor:4x8:float32]", "module[M.counted:4x8:float32]",
+                                     "module[M.floor:4x8:float32]"]
+    floor = result["entries"][1]
+    assert floor["ceiling_speedup"] is None and floor["projected_e2e_speedup"] is None and floor["bound"] is None
+    assert floor["work"] == "floor" and floor["ceiling_note"].startswith("no ceiling: the work of mylib::op")
+    assert result["entries"][2]["ceiling_speedup"] == pytest.approx(3.0) and result["entries"][2]["work"] == "counted"
+    # the total ceiling counts the counted targets only, and says how much it leaves out
+    assert result["total_ceiling_e2e_speedup"] == pytest.approx(1 / (1 - 0.5 * 0.75 - 0.15 * (1 - 1 / 3)))
+    assert result["uncounted_share"] == pytest.approx(0.35)
+
+
+def test_a_module_with_no_bytes_recorded_claims_no_ceiling():
+    (row,) = plan.make_plan(_profile([_module_group(1.0, 1.0, nbytes=0)]), PEAKS)["entries"]
+    assert row["ceiling_speedup"] is None and row["ceiling_note"] == "no ceiling: no bytes were recorded for it"
+
+
+def test_causal_attention_is_charged_the_half_of_the_scores_it_computes():
+    dims = {"B": 1, "H": 4, "S": 1024, "D": 64}
+    full = plan.entry(_group("flash_attention", dims, 1.0, 0.5), PEAKS)
+    causal = plan.entry({**_group("flash_attention", dims, 1.0, 0.5), "causal": True}, PEAKS)
+    assert full["flops"] == 4 * 4 * 1024 * 1024 * 64 == 2 * causal["flops"]
+
+
+def test_a_plan_written_before_work_was_counted_still_reads(tmp_path):
+    """plan.json of a recorded H200 run: every row with a number for a ceiling and no `work` or
+    `uncounted_share`; the table, the report and the run's targets read it as they did."""
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from autokernel.report import _plan
+    from autokernel.run import pick_targets
+    old = json.loads((Path(__file__).parent / "data" / "h200_plan_llama_tiny_bf16.json").read_text())
+    console = Console(width=200, record=True)
+    console.print(plan.table(old))
+    shown = console.export_text()
+    assert "8.1x" in shown and "n/a" not in shown and "1.41x end to end." in shown
+    report = "\n".join(_plan(old))
+    assert "| 8.12x | 1.171x |" in report and "n/a" not in report
+    targets = pick_targets(old, 3)
+    assert [t.ceiling_speedup for t in targets] == [e["ceiling_speedup"] for e in old["entries"][:3]]
+
+
+def test_module_targets_of_recorded_gpu_records_without_the_models_calls_claim_no_ceiling():
+    """The recorded CUDA profile attributed again without the model: its module targets' ops are
+    counted (an embedding computes nothing), but with no captured calls their bytes are unknown, so
+    they claim no ceiling, say why, and stay out of the total; the typed rows keep theirs."""
+    import json
+    from pathlib import Path
+
+    from autokernel.profiler import attribute
+    from autokernel.records import Records
+    data = Path(__file__).parent / "data"
+    groups = attribute(Records.load(data / "cuda_profile_llama_tiny_bf16.json"), {})
+    total = sum(g["time_ms"] for g in groups)
+    profile = Profile(device="cuda", device_name="NVIDIA H200", dtype="bfloat16", total_ms=total, forward_ms=total,
+                      profiled_forward_ms=total, iters=1, warmup=0, groups=groups)
+    result = plan.make_plan(profile, json.loads((data / "h200_peaks.json").read_text()))
+    modules = [e for e in result["entries"] if e["kernel_type"] == "module"]
+    typed = [e for e in result["entries"] if e["kernel_type"] not in ("module", "other")]
+    assert modules and all(e["ceiling_speedup"] is None and "not captured" in e["ceiling_note"] for e in modules)
+    assert next(e for e in modules if "aten::embedding" in e["ops"])["flops"] == 0
+    assert typed and all(e["ceiling_speedup"] >= 1.0 and e["work"] == "counted" for e in typed)
+    assert result["uncounted_share"] == pytest.approx(sum(e["share"] for e in modules))
+    assert result["total_ceiling_e2e_speedup"] == pytest.approx(
+        plan.amdahl_many((e["share"], e["ceiling_speedup"]) for e in typed))
