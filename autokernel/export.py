@@ -4,7 +4,7 @@
       __init__.py          autokernel/kernel_package.py, verbatim: patch(model), KERNELS, selftest()
       routing/             autokernel/routing/, verbatim: the binding `verify` used, so they cannot drift
       kernels/<target>.py  each winner's file, as judged
-      manifest.json        target, kernel type, dims, dtype, source file, route, modules, figures
+      manifest.json        target, kernel type, dims, dtype, source file, route, modules, serving range, figures
       tests/test_kernels.py  pytest: selftest() (each kernel against PyTorch at its target shape)
 
 Left out, with the reason in the manifest: kernels verify.json names guilty, CUDA C++ kernels (they
@@ -23,7 +23,7 @@ from pathlib import Path
 from autokernel.errors import UserError
 from autokernel.run import RunDir
 from autokernel.verify import FILENAME as VERIFY_FILE
-from autokernel.verify import WinnerFile, winner_files
+from autokernel.winners import WinnerFile, winner_files
 
 PACKAGE = "autokernel_kernels"
 OWN_PACKAGES = ("autokernel", "harness", "starter_kernels")
@@ -127,6 +127,7 @@ def leave_out_reason(f: WinnerFile, verified: dict) -> str:
 def _entry(f: WinnerFile, module: str, verified: dict) -> dict:
     checked = verified.get("per_kernel", {}).get(f.target, {})
     return {"target": f.target, "kernel_type": f.kernel_type, "dims": f.dims, "dtype": f.dtype, "kwargs": f.kwargs,
-            "source": f"kernels/{module}.py", "route": f.route, "modules": f.modules, "experiment": f.experiment,
+            "source": f"kernels/{module}.py", "route": f.route, "modules": f.modules, "serving": f.serving,
+            "experiment": f.experiment,
             "speedup_vs_eager": f.speedup_vs_eager, "calls_served_in_verify": checked.get("calls_served"),
             "verified": bool(checked) and not checked.get("guilty", False)}

@@ -26,15 +26,17 @@ kernel file is imported); every time is then a CPU-interpreter figure and labell
 from __future__ import annotations
 
 import os
-import re
 import sys
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from autokernel.errors import UserError
-from autokernel.run import RunDir, target_slug, write_json_atomic
+from autokernel.run import RunDir, write_json_atomic
+from autokernel.winners import STAND_IN, WinnerFile, load_winners, not_runnable, stand_in, winner_files
+
+__all__ = ["FILENAME", "STAND_IN", "WinnerFile", "load_winners", "not_runnable", "run_folder", "stand_in", "verify",
+           "winner_files"]
 
 FILENAME = "verify.json"
 SEEDS = (0, 1, 2)
@@ -52,121 +54,6 @@ def run_folder(run: str | Path, runs_dir: str | Path) -> Path:
     known = sorted(p.parent.name for p in Path(runs_dir).glob("*/state.json"))[-5:]
     raise UserError(f"no run {run!r} under {runs_dir}",
                     f"pass a run folder or one of: {', '.join(known) or 'none (run autokernel optimize first)'}")
-
-
-@dataclass
-class WinnerFile:
-    """A target's best kernel on disk, with what routing and the projection need to know of it."""
-
-    target: str
-    kernel_type: str
-    dims: dict
-    dtype: str
-    path: Path
-    kwargs: dict = field(default_factory=dict)
-    route: str = "op"
-    modules: list = field(default_factory=list)
-    share: float = 0.0
-    speedup_vs_eager: Optional[float] = None
-    experiment: Optional[int] = None
-
-    @property
-    def module_name(self) -> str:
-        return "autokernel_winner_" + target_slug(self.target).replace("-", "_").replace(".", "_").replace("=", "_")
-
-
-def winner_files(run: RunDir) -> list[WinnerFile]:
-    """Every target with a best kernel, in plan order, joined with its plan entry (route, modules)."""
-    state, plan = run.load_state(), _read_plan(run)
-    by_rank = {e.get("rank"): e for e in plan.get("entries", [])}
-    by_name = {e.get("target"): e for e in plan.get("entries", [])}
-    found = []
-    for t in state.targets:
-        path = run.best_file(t)
-        if t.best_experiment is None or not path.is_file():
-            continue
-        entry = by_rank.get(t.rank) or by_name.get(t.name.split("#")[0].replace(",causal]", "]"), {})
-        found.append(WinnerFile(target=t.name, kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype,
-                                path=path, kwargs=_serving_kwargs(run, t), route=entry.get("route") or "op",
-                                modules=list(entry.get("modules", [])), share=t.share,
-                                speedup_vs_eager=t.speedup_vs_eager, experiment=t.best_experiment))
-    return found
-
-
-def _serving_kwargs(run: RunDir, target: Any) -> dict:
-    """The target's options; a module target's also carry the call its problem was made from."""
-    kwargs = dict(target.kwargs)
-    if target.kernel_type == "module" and kwargs.get("problem"):
-        import json
-        facts = (run.path / kwargs["problem"]).with_suffix(".json")
-        kwargs["call"] = json.loads(facts.read_text(encoding="utf-8"))["call"] if facts.is_file() else None
-    return kwargs
-
-
-def _read_plan(run: RunDir) -> dict:
-    import json
-    try:
-        return json.loads(run.plan_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-STAND_IN = "fp16 stood in for bf16: the Triton interpreter cannot run bf16 dot products"
-
-
-def not_runnable(f: WinnerFile, device: str) -> str:
-    """Why this machine cannot run a winner at all ('' when it can)."""
-    if device.startswith("cuda"):
-        return ""
-    source = f.path.read_text(encoding="utf-8")
-    if re.search(r"""^BACKEND\s*=\s*["']cuda["']""", source, re.M):
-        return "not run: a CUDA C++ kernel needs a GPU"
-    if f.kernel_type == "module" and f.dtype == "bfloat16" and "tl.dot" in source:
-        return "not run: the Triton interpreter cannot run bf16 dot products"  # no stand-in for a whole module
-    return ""
-
-
-def stand_in(f: WinnerFile, device: str) -> str:
-    """Why a winner runs here in another dtype than its own ('' when it runs in its own), as the
-    judge ran it: bf16 dot products in the Triton interpreter run in fp16 (same exponent rules for
-    these magnitudes, more mantissa), the result rounded back to bf16."""
-    if device.startswith("cuda") or f.dtype != "bfloat16" or f.kernel_type == "module":
-        return ""
-    return STAND_IN if "tl.dot" in f.path.read_text(encoding="utf-8") else ""
-
-
-def fp16_for_bf16(kernel_fn: Callable) -> Callable:
-    """kernel_fn with its bf16 tensors given as fp16 and its fp16 output returned as bf16."""
-    import torch
-
-    def cast(value: Any, to: Any, what: Any) -> Any:
-        return value.to(to) if isinstance(value, torch.Tensor) and value.dtype == what else value
-
-    def standing_in(*args: Any, **kwargs: Any) -> Any:
-        out = kernel_fn(*[cast(a, torch.float16, torch.bfloat16) for a in args],
-                        **{k: cast(v, torch.float16, torch.bfloat16) for k, v in kwargs.items()})
-        return cast(out, torch.bfloat16, torch.float16)
-    return standing_in
-
-
-def load_winners(files: list[WinnerFile], stand_ins: Optional[dict[str, str]] = None) -> tuple[list, dict[str, str]]:
-    """The kernels imported in this process, and why any failed to import (it is then guilty).
-    A winner in `stand_ins` runs in the dtype that stood in for its own (see stand_in)."""
-    from autokernel import routing
-    winners, failed = [], {}
-    for f in files:
-        try:
-            module = routing.load_kernel(f.path, f.module_name, "ModelNew" if f.kernel_type == "module" else "kernel_fn")
-        except Exception as e:  # noqa: BLE001 (a judged file should import; report whatever it raised)
-            failed[f.target] = f"importing {f.path.name} raised {type(e).__name__}: {e}"
-            continue
-        if f.kernel_type == "module":  # a module winner is its ModelNew class, built per recorded instance
-            kernel_fn = module.ModelNew
-        else:
-            kernel_fn = fp16_for_bf16(module.kernel_fn) if (stand_ins or {}).get(f.target) else module.kernel_fn
-        winners.append(routing.Winner(target=f.target, kernel_type=f.kernel_type, dims=f.dims, dtype=f.dtype,
-                                      kernel_fn=kernel_fn, kwargs=f.kwargs, route=f.route, modules=f.modules))
-    return winners, failed
 
 
 # ---------------------------------------------------------------- comparing and timing
@@ -350,7 +237,8 @@ def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: d
         per_kernel[f.target] = {
             "kernel_type": f.kernel_type, "dims": f.dims, "dtype": f.dtype, "kwargs": f.kwargs, "route": f.route,
             "file": run.relative(f.path), "experiment": f.experiment, "share": f.share,
-            "kernel_speedup_vs_eager": f.speedup_vs_eager, **{k: v for k, v in counts.items() if k != "kernel_type"},
+            "kernel_speedup_vs_eager": f.speedup_vs_eager, "serving": f.serving,
+            **{k: v for k, v in counts.items() if k != "kernel_type"},
             "guilty": f.target in guilty, "guilty_reason": guilty.get(f.target)}
     projected = amdahl_many((f.share, f.speedup_vs_eager) for f in files if f.target in served and f.speedup_vs_eager)
     return {

@@ -40,7 +40,7 @@ def test_a_winner_that_serves_no_call_fails_verify_naming_it(tmp_path):
     assert kernel["calls_served"] == 0 and not kernel["guilty"]
     assert result["status"] == "failed" and result["ok"] is False and result["outputs_match"] is True
     assert result["failures"] == ["rmsnorm[16x32:float32]: served no call of the model "
-                                  "(no winner at rmsnorm[8x32:float32])"]
+                                  "(rows 8: not proven (judged at rows 16))"]
     cli = cli_verify(run)
     assert cli.exit_code == 1 and "rmsnorm[16x32:float32]: served no call" in str(cli.exception)
 

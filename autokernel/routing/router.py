@@ -25,6 +25,7 @@ import torch
 
 from .calls import DIMS, Request, label
 from .outputs import dtype_name
+from .serving import ServingRange, words
 from .sites import NOTHING
 
 
@@ -57,6 +58,11 @@ class Winner:
     route: str = "op"  # the profile's: "op", "module" (the whole module is the form), "pattern"
     modules: list = field(default_factory=list)  # [{"name": "layers.0.mlp", "class": "MLP"}, ...]
     op: Optional[Callable] = field(default=None, repr=False)  # kernel_fn as a torch custom op
+    serving: Optional[ServingRange] = None  # the calls it may serve; None: its target's shape alone
+
+    def __post_init__(self) -> None:
+        if self.serving is None:
+            self.serving = ServingRange.exact(self.kernel_type, self.dims, self.dtype, self.causal)
 
     @property
     def causal(self) -> bool:
@@ -107,6 +113,8 @@ def reason_text(reason: Any) -> str:
     if reason[0] == "no winner":
         _, kernel_type, dims, dtype, causal = reason
         return f"no winner at {label(kernel_type, dict(dims), dtype, causal)}"
+    if reason[0] != "unbound":  # outside a winner's serving range
+        return words(reason)
     _, name, kernel_type = reason  # "unbound"
     return f"{name} did not match the {kernel_type} reference with the arguments a kernel would get"
 
@@ -166,12 +174,21 @@ class Router:
         return self._seen.setdefault(kernel_type, [0])
 
     def decide(self, request: Request) -> tuple[Optional[Winner], Any]:
-        """The winner that matches the call, and why it may not serve it ('' when it may)."""
+        """The winner whose serving range holds the call, and why it may still not serve it ('' when
+        it may); else the first winner of the call's family (dtype, flags, fixed dims) and why the
+        call is outside its range (a tuple); else no winner."""
         dims, dtype = DIMS[request.kernel_type](*request.args), dtype_name(request.args[0])
+        outside: Optional[tuple] = None
         for w in self.by_type.get(request.kernel_type, ()):
-            if w.dims == dims and w.dtype == dtype and (request.causal is None or request.causal == w.causal):
+            if not w.serving.same_family(dims, dtype, request.causal):
+                continue
+            refusal = w.serving.refusal(dims, on_gpu=request.args[0].is_cuda)
+            if refusal is None:
                 why = request.blocker or _unsafe(request.args) or (request.late_check() if request.late_check else "")
                 return w, why
+            outside = outside or (w, refusal)
+        if outside is not None:
+            return outside
         return None, ("no winner", request.kernel_type, tuple(dims.items()), dtype, request.causal)
 
     def route(self, site: Any, requests: list[Request], assemble: Callable, counting: bool = True) -> tuple:
@@ -185,11 +202,13 @@ class Router:
                 reason = why
                 break
         if reason:
+            if not counting:  # while Dynamo traces: nothing counted, nothing remembered
+                return NOTHING, None
             falls = tuple((why or reason, w.target if w else None, op) for w, why in decisions)
-            if counting:
-                site.refuse(falls)
-            # only the first input's shapes and dtypes said no: every call like it is refused alike
-            pure = decisions[0][0] is None and all(w is None or not why for w, why in decisions)
+            site.refuse(falls)
+            # only the first input's shapes and dtypes said no (a reason kept as a tuple: no winner,
+            # or outside a winner's range): every call like it is refused alike
+            pure = isinstance(decisions[0][1], tuple) and all(not why or isinstance(why, tuple) for _, why in decisions)
             return NOTHING, falls if pure else None
         outs, compiled = [], not counting
         self.quiet += 1
