@@ -26,7 +26,7 @@ import torch
 from .calls import DIMS, Request, label
 from .outputs import dtype_name
 from .serving import ServingRange, words
-from .sites import NOTHING
+from .sites import NOTHING, compiling
 
 
 def load_kernel(path, module_name: str, entry: str = "kernel_fn") -> types.ModuleType:
@@ -153,6 +153,7 @@ class Router:
         self.tally = Tally(self.winners)
         self.quiet = 0  # > 0 while kernels, originals under a binding check or references run
         self._seen: dict[str, list[int]] = {}
+        self._matches: dict[tuple, tuple] = {}  # (type, dims, dtype, causal, on_gpu) -> (winner, refusal)
         self._undo: list[Callable[[], None]] = []
 
     @contextlib.contextmanager
@@ -177,19 +178,34 @@ class Router:
         """The winner whose serving range holds the call, and why it may still not serve it ('' when
         it may); else the first winner of the call's family (dtype, flags, fixed dims) and why the
         call is outside its range (a tuple); else no winner."""
-        dims, dtype = DIMS[request.kernel_type](*request.args), dtype_name(request.args[0])
-        outside: Optional[tuple] = None
-        for w in self.by_type.get(request.kernel_type, ()):
-            if not w.serving.same_family(dims, dtype, request.causal):
-                continue
-            refusal = w.serving.refusal(dims, on_gpu=request.args[0].is_cuda)
-            if refusal is None:
-                why = request.blocker or _unsafe(request.args) or (request.late_check() if request.late_check else "")
-                return w, why
-            outside = outside or (w, refusal)
-        if outside is not None:
-            return outside
-        return None, ("no winner", request.kernel_type, tuple(dims.items()), dtype, request.causal)
+        kernel_type, dims, dtype = request.kernel_type, DIMS[request.kernel_type](*request.args), \
+            dtype_name(request.args[0])
+        on_gpu = request.args[0].is_cuda
+        if compiling():  # symbolic sizes: decided in the trace, as guards on them
+            w, refusal = self._match(kernel_type, dims, dtype, request.causal, on_gpu)
+        else:  # a shape seen before is decided by a dict lookup (a served call pays this every time)
+            key = (kernel_type, tuple(dims.values()), dtype, request.causal, on_gpu)
+            found = self._matches.get(key)
+            if found is None:
+                found = self._matches[key] = self._match(kernel_type, dims, dtype, request.causal, on_gpu)
+            w, refusal = found
+        if w is None:
+            return None, ("no winner", kernel_type, tuple(dims.items()), dtype, request.causal)
+        if refusal is not None:
+            return w, refusal
+        return w, request.blocker or _unsafe(request.args) or (request.late_check() if request.late_check else "")
+
+    def _match(self, kernel_type: str, dims: dict, dtype: str, causal: Optional[bool], on_gpu: bool) -> tuple:
+        """(the winner whose range holds the call, None), else (the first winner of its family, why
+        not), else (None, None)."""
+        outside = (None, None)
+        for w in self.by_type.get(kernel_type, ()):
+            if w.serving.same_family(dims, dtype, causal):
+                refusal = w.serving.refusal(dims, on_gpu=on_gpu)
+                if refusal is None:
+                    return w, None
+                outside = outside if outside[0] is not None else (w, refusal)
+        return outside
 
     def route(self, site: Any, requests: list[Request], assemble: Callable, counting: bool = True) -> tuple:
         """(output or NOTHING, the fallbacks to count for every call like this one, or None when
