@@ -57,6 +57,8 @@ def _kernel_verdict(k: dict) -> str:
         return "[yellow]NOT RUN[/]"
     if k.get("dtype_matches_model") is False:
         return "[red]WRONG DTYPE[/]"
+    if k.get("not_served"):  # right, only not faster on this GPU: PyTorch kept its calls
+        return "[yellow]not faster here: not served[/]"
     if k["calls_served"] == 0:
         return "[red]SERVED NOTHING[/]"
     return "[yellow]ok (fp16 stand-in)[/]" if k.get("stand_in") else "[green]ok[/]"

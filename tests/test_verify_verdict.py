@@ -123,3 +123,19 @@ def test_optimize_exits_with_verify_failing_status(tmp_path):
     cli = CliRunner().invoke(app, ["optimize", "--resume", run.name, "--runs-dir", str(tmp_path / "runs"), "--plain"])
     assert cli.exit_code == 1, cli.output
     assert json.loads((run / "verify.json").read_text())["status"] == "failed"
+
+
+def test_a_winner_only_slower_on_this_gpu_is_not_a_failure_but_one_not_proven_is():
+    """On a GPU a winner slower than PyTorch wherever it was measured serves nothing, rightly:
+    verify says so and does not fail; a winner whose calls are outside what was proven still fails."""
+    def result(reasons):
+        kernel = {"kernel_type": "rmsnorm", "dtype": "float32", "guilty": False, "calls_served": 0,
+                  "fallbacks": sum(reasons.values()), "fallback_reasons": reasons}
+        return {"per_kernel": {"rmsnorm[128x384:float32]": kernel}, "per_op": {}, "outputs_match": True, "guilty": []}
+    slower = result({"rows 128: slower here": 9, "1 row: not measured": 9})
+    verdict = verifier._verdict(slower, "float32", {}, {}, "float64")
+    assert verdict["status"] == "ok" and verdict["failures"] == []
+    assert slower["per_kernel"]["rmsnorm[128x384:float32]"]["not_served"] == "no call served: rows 128: slower here"
+    unproven = result({"rows 300: not proven (judged at rows 1 to 256)": 9, "rows 128: slower here": 9})
+    verdict = verifier._verdict(unproven, "float32", {}, {}, "float64")
+    assert verdict["status"] == "failed" and "served no call of the model" in verdict["failures"][0]
