@@ -64,28 +64,31 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
 
 
 def serving_range(target: Any, verdict: dict) -> Optional[dict]:
-    """The winner's serving range (as JSON) from its best verdict; None for a module target."""
+    """The winner's serving range (as JSON) from its best verdict; None for a module target. Its
+    target's own timing counts as a measured shape too: on a GPU a winner slower than PyTorch there
+    does not serve there."""
     from autokernel.routing.serving import FREE_DIMS, ServingRange, Shape
     if target.kernel_type not in FREE_DIMS:
         return None
-    causal = target.kwargs.get("causal")
     timing = verdict.get("timing") or {}
-    around = verdict.get("timing_around") or {}
-    if not timing or not around.get("shapes"):
-        why = around.get("skipped") if around else None
-        note = f"the target's shape alone: the shapes around it were not timed ({why})" if why else OLD_RECORD
-        return ServingRange.exact(target.kernel_type, target.dims, target.dtype, causal, note).to_json()
     representative = bool(timing.get("representative_of_gpu"))
     shapes = [Shape(dict(target.dims), True, timing.get("median_us"), timing.get("baseline_median_us"),
                     _not_slower(timing, representative), "the target")]
-    for row in around["shapes"]:
+    around = verdict.get("timing_around") or {}
+    for row in around.get("shapes") or []:
         if row.get("ok") or row.get("failed"):  # neither: not checked, so it proves nothing either way
             shapes.append(Shape(dict(row["dims"]), bool(row.get("ok")), row.get("median_us"),
                                 row.get("baseline_median_us"), _not_slower(row, representative) if row.get("ok")
                                 else None, row.get("detail", "")))
     where = "on a GPU" if representative else "in the Triton interpreter (correctness only: its times say nothing)"
-    return ServingRange(target.kernel_type, target.dtype, dict(target.dims), causal, shapes, representative,
-                        f"judged at the target and {len(shapes) - 1} shape(s) around it {where}").to_json()
+    if len(shapes) > 1:
+        note = f"judged at the target and {len(shapes) - 1} shape(s) around it {where}"
+    elif around.get("skipped"):
+        note = f"the target's shape alone: the shapes around it were not timed ({around['skipped']})"
+    else:
+        note = OLD_RECORD
+    return ServingRange(target.kernel_type, target.dtype, dict(target.dims), target.kwargs.get("causal"), shapes,
+                        representative, note).to_json()
 
 
 def _not_slower(figures: dict, representative: bool) -> Optional[bool]:

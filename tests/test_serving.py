@@ -3,7 +3,7 @@ was measured not slower), why every other call falls back, how a run's records g
 torch.compile(dynamic=True) keeping the kernels across sequence lengths with one graph.
 
 The routing tests use kernels written in PyTorch (the router does not care what a kernel_fn runs);
-the GPU decisions use figures recorded on an H200 (shared/gpu-evidence), so they run on a CPU."""
+the GPU decisions use figures recorded on an H200 (tests/data/h200_leaderboard.tsv), so they run on a CPU."""
 import csv
 from pathlib import Path
 
@@ -16,7 +16,8 @@ from autokernel.winners import OLD_RECORD, serving_range
 from harness import around
 from tests.test_verify import TARGETS, llama, pytorch_kernel
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "shared" / "gpu-evidence" / "h200-2026-12-01" / "leaderboard.tsv"
+# the leaderboard an H200 run of the LLaMA example wrote (bf16, the tuner, 2026-12-01), as recorded
+EVIDENCE = Path(__file__).resolve().parent / "data" / "h200_leaderboard.tsv"
 
 
 def rows(points, dims=None, **figures):
@@ -84,10 +85,9 @@ def h200_rows():
         return {r["kernel_type"]: r for r in csv.DictReader(f, delimiter="\t")}
 
 
-@pytest.mark.skipif(not EVIDENCE.is_file(), reason="the recorded GPU data is not in this checkout")
 def test_recorded_h200_figures_serve_the_faster_kernel_and_keep_pytorch_where_the_kernel_is_slower():
-    """The H200 run's verdicts at their targets, read as a run from before serving ranges: rmsnorm
-    1.37x faster than PyTorch is served at its target; the fused MLP at 0.28x is not."""
+    """The H200 run's verdicts at their targets (no shapes around them were timed then): rmsnorm
+    1.37x faster than PyTorch is served at its target on a GPU; the fused MLP at 0.28x is not."""
     decided = {}
     for kernel_type, dims in (("rmsnorm", {"M": 2048, "N": 2048}), ("fused_mlp", {"M": 2048, "D": 2048, "F": 5632})):
         row = h200_rows()[kernel_type]
@@ -96,8 +96,7 @@ def test_recorded_h200_figures_serve_the_faster_kernel_and_keep_pytorch_where_th
         target = type("T", (), {"kernel_type": kernel_type, "dims": dims, "dtype": "bfloat16", "kwargs": {}})
         verdict = {"timing": timing, "timing_around": {"shapes": [], "skipped": None}}
         serving = ServingRange.from_json(serving_range(target, verdict))
-        serving.shapes[0].not_slower = timing["median_us"] <= timing["baseline_median_us"]  # the record's own
-        serving.representative = True
+        assert serving.representative
         decided[kernel_type] = why(serving, dims, on_gpu=True)
     assert decided == {"rmsnorm": None, "fused_mlp": "rows 2048: slower here"}
 
