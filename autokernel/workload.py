@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from autokernel.errors import UserError
+from harness.around import half_odd  # the judge's rule for the shapes around a target: the same lengths
 
 SOURCE_FILE = "the model file's get_workload()"
 SOURCE_DEFAULT = "the profiled inputs with the leading (batch, sequence) dims varied"
@@ -34,11 +35,6 @@ class InputSet:
     make: Callable[[int], list] = field(repr=False)  # seed -> the inputs, placed on the model's device
     seeds: tuple[int, ...]
     profiled: bool = False
-
-
-def half_odd(n: int) -> int:
-    """n halved plus an odd remainder, itself odd: 128 -> 67 (harness/around.py's rule)."""
-    return (n // 2 + 3) | 1
 
 
 def input_sets(loaded: Any, seeds: tuple[int, ...]) -> tuple[list[InputSet], str, dict[str, str]]:
