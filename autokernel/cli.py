@@ -254,7 +254,9 @@ app.add_typer(kb_app, name="kernelbench")
 def verify(
     run: str = typer.Argument(..., help="A run id under --runs-dir, or a run folder."),
     device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: the run's)."),
-    compile_baseline: bool = typer.Option(False, "--compile", help="Also time torch.compile of the unmodified model."),
+    compile_baseline: Optional[bool] = typer.Option(None, "--compile/--no-compile",
+                                                    help="Also time torch.compile of the model, unmodified and "
+                                                         "patched (default: on a GPU only)."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run the winners in this process, unconfined "
                                                                 "(only when you trust every winner)."),

@@ -7,8 +7,9 @@ autokernel itself it has no manifest and so no kernels). Needs torch and triton 
     import autokernel_kernels
 
     with torch.inference_mode(), autokernel_kernels.patch(model) as router:
-        out = model(x)                   # calls that match a kernel's target run the kernel
-        compiled = torch.compile(model)  # after one eager forward: the kernels stay, as custom ops
+        out = model(x)                   # calls inside a kernel's serving range run the kernel
+        compiled = torch.compile(model, dynamic=True)  # after one eager forward: the kernels stay,
+                                                       # as custom ops, across sequence lengths
     router.tally.to_json()               # per kernel: calls served, fallbacks and why
     autokernel_kernels.KERNELS           # target, kernel type, backend, dims, dtype, source file of each
     autokernel_kernels.selftest()        # each kernel against PyTorch at its target shape
@@ -16,7 +17,10 @@ autokernel itself it has no manifest and so no kernels). Needs torch and triton 
 
 `patch` replaces only what the kernels serve (the recorded modules' forwards, the functions they
 call, the torch functions of a kernel's type while a recorded module runs), each behind a cheap
-check that falls back to the original; on exit everything is put back. Without a GPU, set
+check that falls back to the original; on exit everything is put back. A kernel serves every call
+inside its serving range (manifest.json's "serving", decided by routing/serving.py): the rows,
+batch and sequence lengths the judge proved it at, and on a GPU only where it was measured not
+slower; any other call falls back and is counted with the reason. Without a GPU, set
 TRITON_INTERPRET=1 before importing it (the kernels then run in the Triton interpreter: correct,
 and slow). The routing package is the one `autokernel verify` used, copied file for file, so the
 calls served here are the calls that were verified.
@@ -90,10 +94,11 @@ def winners(targets: Optional[Iterable[str]] = None) -> list:
             module = _load_cuda(k) if k.get("backend") == "cuda" else _load(k, entry)
             if module is None:
                 continue
+            serving = k.get("serving")  # absent from a package exported before serving ranges: its target alone
             _loaded[k["target"]] = routing.Winner(
                 target=k["target"], kernel_type=k["kernel_type"], dims=k["dims"], dtype=k["dtype"],
                 kernel_fn=getattr(module, entry), kwargs=k.get("kwargs", {}), route=k.get("route", "op"),
-                modules=k.get("modules", []))
+                modules=k.get("modules", []), serving=routing.ServingRange.from_json(serving) if serving else None)
         found.append(_loaded[k["target"]])
     return found
 

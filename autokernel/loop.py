@@ -43,14 +43,18 @@ class SearchSettings:
     timeout_s: float | None = None
     arch: str = "sm_90"
     concurrency: int = 1  # proposals in flight at once (LLM requests); the tuner proposes instantly
+    # a candidate that may be kept is also checked and timed at the shapes around the target
+    # (harness/around.py), so that its record says which other shapes it may serve
+    time_around: bool = False
 
 
 def default_judge(kernel_file: Path, *, target, device: str, arch: str, timeout_s: float | None,
-                  visible_devices: str | None = None) -> dict:
+                  visible_devices: str | None = None, **around: Any) -> dict:
+    """The judge; `around` (time_around, around_below_us) asks for the shapes around the target."""
     from harness.judge import JudgeUsageError, judge
     try:
         return judge(kernel_file, target=target, device=device, arch=arch, timeout_s=timeout_s,
-                     visible_devices=visible_devices)
+                     visible_devices=visible_devices, **around)
     except JudgeUsageError as e:  # the run's own settings, not the candidate: nothing can be judged
         raise UserError(f"the judge cannot run: {e}", "check --device and --timeout, then --resume") from None
 
@@ -202,11 +206,12 @@ class TargetSearch:
         try:
             if getattr(self.slots, "remote", False):  # a Ray cluster judges even the baseline
                 from autokernel.slots import JudgeJob
-                job = JudgeJob(path, candidate.source, self.case(), self.settings.arch, self.settings.timeout_s)
+                job = JudgeJob(path, candidate.source, self.case(), self.settings.arch, self.settings.timeout_s,
+                               **self.around())
                 verdict = self.slots.submit(job).result()
             else:
                 verdict = self.judge(path, target=self.case(), device=self.settings.device,
-                                     arch=self.settings.arch, timeout_s=self.settings.timeout_s)
+                                     arch=self.settings.arch, timeout_s=self.settings.timeout_s, **self.around())
         finally:
             touched = self.guard.restore()
         return self.write_verdict(number, candidate, verdict, touched)
@@ -236,6 +241,13 @@ class TargetSearch:
             verdict = record = seal_verdict(verdict, source_sha256(candidate.source), touched)
         self.run.write_json(self.run.experiment_file(self.target, number, ".json"), record)
         return verdict
+
+    def around(self) -> dict:
+        """The judge's options for the shapes around the target: asked of every candidate, done by
+        the judge only for one faster at the target than the best so far (the one that may be kept)."""
+        if not self.settings.time_around or self.target.kernel_type == "module":
+            return {}
+        return {"time_around": True, "around_below_us": self.target.best_median_us}
 
     def case(self):
         from harness.registry import Case

@@ -170,7 +170,7 @@ class ConcurrentSearch:
             candidate = self.flights[number].candidate
             s._show("status", f"experiment {number}: judging {candidate.description[:60]}")
             job = JudgeJob(s.run.experiment_file(self.target, number), candidate.source, s.case(),
-                           s.settings.arch, s.settings.timeout_s)
+                           s.settings.arch, s.settings.timeout_s, **s.around())
             self.judging[self.slots.submit(job)] = number
 
     # ------------------------------------------------------------------ receiving

@@ -149,8 +149,10 @@ def _end_to_end(v: dict, run_id: str) -> list[str]:
     if not v:
         return [f"Not verified yet: run `autokernel verify {run_id}`."]
     match = "match" if v["outputs_match"] else "**differ**"
+    sets = (v.get("workload") or {}).get("sets") or []
+    over = f"{len(sets)} input sets" if sets else f"{len(v['seeds'])} seeded inputs"
     out = [f"With the winners plugged into the unmodified model, its outputs {match} the original's "
-           f"(largest error {v['max_rel_err']:.3g} of the output's rms over {len(v['seeds'])} seeded inputs).",
+           f"(largest error {v['max_rel_err']:.3g} of the output's rms over {over}).",
            "",
            f"- measured end-to-end speedup: **{_cell(v.get('e2e_speedup'), '{:.3g}x')}** "
            f"({_cell(v.get('eager_median_us'), '{:,.1f}')} us eager, {_cell(v.get('patched_median_us'), '{:,.1f}')} us patched)",
@@ -166,7 +168,19 @@ def _end_to_end(v: dict, run_id: str) -> list[str]:
         reasons = "; ".join(f"{r} ({n})" for r, n in (k.get("fallback_reasons") or {}).items())
         rows.append([_cell(target), k["route"], str(k["calls_served"]), str(k["fallbacks"]), _cell(reasons),
                      "guilty: " + _cell(k.get("guilty_reason")) if k.get("guilty") else "ok"])
-    return out + [""] + _table(["target", "route", "calls served", "fallbacks", "why they fell back", "verdict"], rows)
+    out += [""] + _table(["target", "route", "calls served", "fallbacks", "why they fell back", "verdict"], rows)
+    return out + _workload(v["workload"]) if v.get("workload") else out
+
+
+def _workload(w: dict) -> list[str]:
+    """verify's input sets: served, fallen back, accuracy and times per set."""
+    rows = [[_cell(s["name"]), str(s["calls_served"]), str(s["fallbacks"]),
+             _cell("; ".join(f"{r} ({n})" for r, n in (s.get("fallback_reasons") or {}).items())),
+             "match" if s["outputs_match"] else "**differ**", _cell(s.get("eager_median_us"), "{:,.1f}"),
+             _cell(s.get("patched_median_us"), "{:,.1f}"), _cell(s.get("e2e_speedup"), "{:.3g}x")] for s in w["sets"]]
+    return ["", f"Over the workload ({w['source']}): {w['summary']}.", ""] + _table(
+        ["input set", "calls served", "fallbacks", "why they fell back", "outputs", "eager us", "patched us",
+         "speedup"], rows)
 
 
 def _plan(plan: dict) -> list[str]:

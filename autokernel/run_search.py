@@ -125,7 +125,7 @@ def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
     options = options_of(config)
     settings = SearchSettings(max_experiments=options.max_experiments, plateau=options.plateau,
                               device=config["model"]["device"], timeout_s=options.timeout_s,
-                              concurrency=options.concurrency)
+                              concurrency=options.concurrency, time_around=True)
     if state.agent == "llm" and client is None:
         client = llm_client(options)
         client.check()

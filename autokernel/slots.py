@@ -38,6 +38,11 @@ class JudgeJob:
     case: Any  # harness.registry.Case
     arch: str
     timeout_s: float | None
+    time_around: bool = False  # also the shapes around the target (harness/around.py) ...
+    around_below_us: float | None = None  # ... when faster there than this
+
+    def around(self) -> dict:
+        return {"time_around": True, "around_below_us": self.around_below_us} if self.time_around else {}
 
 
 def parse_devices(text: str | None) -> list[str] | None:
@@ -105,7 +110,7 @@ class LocalSlots(ThreadSlots):
     def call(self, slot: Slot, job: JudgeJob) -> dict:
         extra = {} if slot.index is None else {"visible_devices": slot.index}
         return self.judge(job.path, target=job.case, device=slot.device, arch=job.arch,
-                          timeout_s=job.timeout_s, **extra)
+                          timeout_s=job.timeout_s, **extra, **job.around())
 
 
 # ====================================================================== Ray
@@ -121,14 +126,15 @@ class JudgeActor:
         self._session.enter_context(judge_session())
 
     def judge(self, source: str, name: str, case: dict, device: str, arch: str,
-              timeout_s: float | None) -> dict:
+              timeout_s: float | None, around: dict | None = None) -> dict:
         from harness.judge import JudgeUsageError, judge
         from harness.registry import Case
         with tempfile.TemporaryDirectory(prefix="ak-ray-") as tmp:
             path = Path(tmp, name)
             path.write_text(source, encoding="utf-8")
             try:
-                return judge(path, target=Case.from_json(case), device=device, arch=arch, timeout_s=timeout_s)
+                return judge(path, target=Case.from_json(case), device=device, arch=arch, timeout_s=timeout_s,
+                             **(around or {}))
             except JudgeUsageError as e:
                 return {"judge_usage_error": str(e)}
 
@@ -155,7 +161,7 @@ class RaySlots(ThreadSlots):
     def call(self, actor: Any, job: JudgeJob) -> dict:
         try:
             verdict = self.ray.get(actor.judge.remote(job.source, job.path.name, job.case.to_json(),
-                                                      self.device, job.arch, job.timeout_s))
+                                                      self.device, job.arch, job.timeout_s, job.around()))
         except self.ray.exceptions.RayError as e:
             return crash_verdict(f"the Ray worker judging it was lost: {type(e).__name__}: {str(e)[:300]}",
                                  self.device)

@@ -3,22 +3,29 @@
 The model file is loaded exactly as the run profiled it (the ModelSpec in config.json). Each
 winner (best/<target>.py) is bound into the model through autokernel.routing (its recorded
 modules' forwards and the torch functions of its type, each behind a guard: nothing intercepts
-every op). Over several fresh seeded inputs, the patched model and the model as it is are both
-compared with the model run in float64 (float32 where float64 cannot run), and the patched one is
-accepted when its error is no worse than eager's own, with the margins accuracy.py states (so a
-bf16 kernel that rounds once, where eager rounds twice, is not called guilty). When it is worse,
-each winner is tried alone to find the guilty one(s); they are named in verify.json, and `export`
-leaves them out. Both are timed; the measured end-to-end speedup is reported beside the Amdahl
-projection from the plan's shares and the winners' own speedups.
+every op), and serves the calls inside its serving range (autokernel/routing/serving.py).
+
+verify runs a workload, not one forward (autokernel/workload.py): the profiled inputs over several
+seeds, then the model file's get_workload() or the profiled inputs with their leading dims varied
+(half plus an odd remainder, double, one decode token). On every input set the patched model and
+the model as it is are both compared with the model run in float64 (float32 where float64 cannot
+run), and the patched one is accepted when its error is no worse than eager's own, with the margins
+accuracy.py states (so a bf16 kernel that rounds once, where eager rounds twice, is not called
+guilty). When it is worse, each winner is tried alone to find the guilty one(s); they are named in
+verify.json, and `export` leaves them out. Each set is timed unmodified and patched (and, by
+default on a GPU, torch.compile of both); verify.json reports per set the calls served and fallen
+back with their reasons, the accuracy and the times, and how much of the workload the winners
+served. The profiled set's speedup is reported beside the Amdahl projection.
 
 verify fails (status "failed", exit 1, each reason named) when the outputs are not accepted, when a
-winner serves no call of the model, or when a target's dtype is not the model's. A winner this
-machine cannot run (CUDA C++ without a GPU) is not run: verify.json names it and why under
-"not_run". A bf16 winner with dot products, which the Triton interpreter cannot run in bf16, runs
-with fp16 standing in, as the judge ran it (named under "stand_ins"), so it still serves the model
-and is still judged against the truth. Either makes the status "partial" (exit 0, `ok` false:
-nothing is claimed about the winner's own dtype path). "ok" means every winner ran in its own
-dtype, served calls of the model, and the outputs were accepted.
+winner serves no call of the model (unless every call fell back because, on a GPU, it was slower
+there), or when a target's dtype is not the model's. A winner this machine cannot run (CUDA C++
+without a GPU) is not run: verify.json names it and why under "not_run". A bf16 winner with dot
+products, which the Triton interpreter cannot run in bf16, runs with fp16 standing in, as the
+judge ran it (named under "stand_ins"), so it still serves the model and is still judged against
+the truth. Either makes the status "partial" (exit 0, `ok` false: nothing is claimed about the
+winner's own dtype path). "ok" means every winner ran in its own dtype, served calls of the model,
+and the outputs were accepted.
 
 On the CPU the kernels run in the Triton interpreter (TRITON_INTERPRET=1 is set here, before any
 kernel file is imported); every time is then a CPU-interpreter figure and labelled so.
@@ -26,21 +33,20 @@ kernel file is imported); every time is then a CPU-interpreter figure and labell
 from __future__ import annotations
 
 import os
-import re
 import sys
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from autokernel.errors import UserError
-from autokernel.run import RunDir, target_slug, write_json_atomic
+from autokernel.run import RunDir, write_json_atomic
+from autokernel.winners import STAND_IN, WinnerFile, load_winners, not_runnable, stand_in, winner_files
+
+__all__ = ["FILENAME", "STAND_IN", "WinnerFile", "load_winners", "not_runnable", "run_folder", "stand_in", "verify",
+           "winner_files"]
 
 FILENAME = "verify.json"
 SEEDS = (0, 1, 2)
-# The interpreter runs a Triton program per grid cell in numpy: a patched forward can take seconds.
-CPU_TIMING = {"budget_ms": 500.0, "warmup": 1, "min_reps": 3, "max_reps": 10}
-GPU_TIMING = {"budget_ms": 2000.0, "warmup": 3, "min_reps": 10, "max_reps": 200}
 Log = Callable[[str], None]
 
 
@@ -54,182 +60,12 @@ def run_folder(run: str | Path, runs_dir: str | Path) -> Path:
                     f"pass a run folder or one of: {', '.join(known) or 'none (run autokernel optimize first)'}")
 
 
-@dataclass
-class WinnerFile:
-    """A target's best kernel on disk, with what routing and the projection need to know of it."""
-
-    target: str
-    kernel_type: str
-    dims: dict
-    dtype: str
-    path: Path
-    kwargs: dict = field(default_factory=dict)
-    route: str = "op"
-    modules: list = field(default_factory=list)
-    share: float = 0.0
-    speedup_vs_eager: Optional[float] = None
-    experiment: Optional[int] = None
-
-    @property
-    def module_name(self) -> str:
-        return "autokernel_winner_" + target_slug(self.target).replace("-", "_").replace(".", "_").replace("=", "_")
-
-
-def winner_files(run: RunDir) -> list[WinnerFile]:
-    """Every target with a best kernel, in plan order, joined with its plan entry (route, modules)."""
-    state, plan = run.load_state(), _read_plan(run)
-    by_rank = {e.get("rank"): e for e in plan.get("entries", [])}
-    by_name = {e.get("target"): e for e in plan.get("entries", [])}
-    found = []
-    for t in state.targets:
-        path = run.best_file(t)
-        if t.best_experiment is None or not path.is_file():
-            continue
-        entry = by_rank.get(t.rank) or by_name.get(t.name.split("#")[0].replace(",causal]", "]"), {})
-        found.append(WinnerFile(target=t.name, kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype,
-                                path=path, kwargs=_serving_kwargs(run, t), route=entry.get("route") or "op",
-                                modules=list(entry.get("modules", [])), share=t.share,
-                                speedup_vs_eager=t.speedup_vs_eager, experiment=t.best_experiment))
-    return found
-
-
-def _serving_kwargs(run: RunDir, target: Any) -> dict:
-    """The target's options; a module target's also carry the call its problem was made from."""
-    kwargs = dict(target.kwargs)
-    if target.kernel_type == "module" and kwargs.get("problem"):
-        import json
-        facts = (run.path / kwargs["problem"]).with_suffix(".json")
-        kwargs["call"] = json.loads(facts.read_text(encoding="utf-8"))["call"] if facts.is_file() else None
-    return kwargs
-
-
-def _read_plan(run: RunDir) -> dict:
-    import json
-    try:
-        return json.loads(run.plan_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-STAND_IN = "fp16 stood in for bf16: the Triton interpreter cannot run bf16 dot products"
-
-
-def not_runnable(f: WinnerFile, device: str) -> str:
-    """Why this machine cannot run a winner at all ('' when it can)."""
-    if device.startswith("cuda"):
-        return ""
-    source = f.path.read_text(encoding="utf-8")
-    if re.search(r"""^BACKEND\s*=\s*["']cuda["']""", source, re.M):
-        return "not run: a CUDA C++ kernel needs a GPU"
-    if f.kernel_type == "module" and f.dtype == "bfloat16" and "tl.dot" in source:
-        return "not run: the Triton interpreter cannot run bf16 dot products"  # no stand-in for a whole module
-    return ""
-
-
-def stand_in(f: WinnerFile, device: str) -> str:
-    """Why a winner runs here in another dtype than its own ('' when it runs in its own), as the
-    judge ran it: bf16 dot products in the Triton interpreter run in fp16 (same exponent rules for
-    these magnitudes, more mantissa), the result rounded back to bf16."""
-    if device.startswith("cuda") or f.dtype != "bfloat16" or f.kernel_type == "module":
-        return ""
-    return STAND_IN if "tl.dot" in f.path.read_text(encoding="utf-8") else ""
-
-
-def fp16_for_bf16(kernel_fn: Callable) -> Callable:
-    """kernel_fn with its bf16 tensors given as fp16 and its fp16 output returned as bf16."""
-    import torch
-
-    def cast(value: Any, to: Any, what: Any) -> Any:
-        return value.to(to) if isinstance(value, torch.Tensor) and value.dtype == what else value
-
-    def standing_in(*args: Any, **kwargs: Any) -> Any:
-        out = kernel_fn(*[cast(a, torch.float16, torch.bfloat16) for a in args],
-                        **{k: cast(v, torch.float16, torch.bfloat16) for k, v in kwargs.items()})
-        return cast(out, torch.bfloat16, torch.float16)
-    return standing_in
-
-
-def load_winners(files: list[WinnerFile], stand_ins: Optional[dict[str, str]] = None) -> tuple[list, dict[str, str]]:
-    """The kernels imported in this process, and why any failed to import (it is then guilty).
-    A winner in `stand_ins` runs in the dtype that stood in for its own (see stand_in)."""
-    from autokernel import routing
-    winners, failed = [], {}
-    for f in files:
-        try:
-            module = routing.load_kernel(f.path, f.module_name, "ModelNew" if f.kernel_type == "module" else "kernel_fn")
-        except Exception as e:  # noqa: BLE001 (a judged file should import; report whatever it raised)
-            failed[f.target] = f"importing {f.path.name} raised {type(e).__name__}: {e}"
-            continue
-        if f.kernel_type == "module":  # a module winner is its ModelNew class, built per recorded instance
-            kernel_fn = module.ModelNew
-        else:
-            kernel_fn = fp16_for_bf16(module.kernel_fn) if (stand_ins or {}).get(f.target) else module.kernel_fn
-        winners.append(routing.Winner(target=f.target, kernel_type=f.kernel_type, dims=f.dims, dtype=f.dtype,
-                                      kernel_fn=kernel_fn, kwargs=f.kwargs, route=f.route, modules=f.modules))
-    return winners, failed
-
-
-# ---------------------------------------------------------------- comparing and timing
-def compare(loaded: Any, winners: list, cases: list[tuple]) -> dict:
-    """The patched model judged per seed (`cases`: (inputs, eager outputs, reference outputs))."""
-    from autokernel import accuracy, routing
-    router = routing.Router(winners)
-    with router.patched(loaded.model):
-        per_seed = [accuracy.judge(loaded.forward(inputs), eager, reference) for inputs, eager, reference in cases]
-    return {"outputs_match": all(s["outputs_match"] for s in per_seed),
-            **{k: max(s[k] for s in per_seed) for k in ("max_abs_err", "max_rel_err", "eager_err_vs_reference",
-                                                         "patched_err_vs_reference", "eager_max_err_vs_reference",
-                                                         "patched_max_err_vs_reference")},
-            "per_seed": per_seed, "tally": router.tally.to_json()}
-
-
-def find_guilty(loaded: Any, winners: list, cases: list, tally: dict) -> dict[str, str]:
-    """Winners that raised inside the model, or that change its outputs on their own."""
-    guilty = {t: "raised inside the model: " + "; ".join(k["errors"])
-              for t, k in tally["per_kernel"].items() if k["errors"]}
-    for w in winners:
-        if w.target in guilty:
-            continue
-        alone = compare(loaded, [w], cases)
-        if not alone["outputs_match"]:
-            guilty[w.target] = (f"alone it takes the model's outputs further from the float64 reference than "
-                                f"eager does (rms error {alone['patched_err_vs_reference']:.3g} against eager's "
-                                f"{alone['eager_err_vs_reference']:.3g}; max error "
-                                f"{alone['patched_max_err_vs_reference']:.3g} against "
-                                f"{alone['eager_max_err_vs_reference']:.3g}, of the output's rms)")
-    return guilty
-
-
-def time_forward(loaded: Any, inputs: list, device: str, winners: Optional[list] = None) -> Any:
-    from harness.timing import time_fn
-    settings = GPU_TIMING if device.startswith("cuda") else CPU_TIMING
-    if winners is None:
-        return time_fn(lambda: loaded.forward(inputs), device=device, **settings)
-    from autokernel import routing
-    with routing.Router(winners).patched(loaded.model):
-        return time_fn(lambda: loaded.forward(inputs), device=device, **settings)
-
-
-def time_compiled(loaded: Any, inputs: list, device: str) -> dict:
-    """torch.compile of the unmodified model: a second baseline, as a user would get it for free."""
-    import torch
-    from harness.timing import time_fn
-    settings = GPU_TIMING if device.startswith("cuda") else CPU_TIMING
-    try:
-        compiled = torch.compile(loaded.model)
-
-        def forward() -> Any:
-            with torch.no_grad():
-                return compiled(*inputs)
-        return {"median_us": time_fn(forward, device=device, **settings).median_us}
-    except Exception as e:  # noqa: BLE001 (no compiler on the machine, an unsupported op...)
-        return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
-
-
 # ---------------------------------------------------------------- the command
-def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline: bool = False,
+def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline: Optional[bool] = None,
            seeds: tuple[int, ...] = SEEDS, log: Optional[Log] = None) -> dict:
-    """Verify a run's winners inside its model; writes and returns verify.json."""
+    """Verify a run's winners inside its model over its workload; writes and returns verify.json.
+    `compile_baseline`: also time torch.compile of the model unmodified and patched (None: on a GPU)."""
+    from autokernel import verify_workload, workload
     from autokernel.modelfile import ModelSpec, load_model
     from autokernel.seal import require_sealed
     log = log or (lambda message: None)
@@ -246,49 +82,65 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
     else:
         # read when a kernel file's @triton.jit runs: the kernel files are imported below, after this
         os.environ["TRITON_INTERPRET"] = "1"
+    compile_baseline = spec.device.startswith("cuda") if compile_baseline is None else compile_baseline
     files = winner_files(run)
     loaded = load_model(spec)
     not_run = {f.target: why for f in files if (why := not_runnable(f, spec.device))}
     stand_ins = {f.target: why for f in files if (why := stand_in(f, spec.device))}
     winners, failed = load_winners([f for f in files if f.target not in not_run], stand_ins)
-    inputs = [loaded.make_inputs(s) for s in seeds]
-    from autokernel.accuracy import reference_outputs
-    references, reference_dtype = reference_outputs(loaded, inputs)
-    cases = [(i, loaded.forward(i), r) for i, r in zip(inputs, references)]
-    log(f"verify: {len(winners)} winner(s) inside {Path(spec.path).name} on {spec.device}, {len(seeds)} seeded "
-        f"inputs, judged against the model in {reference_dtype}"
+    input_sets, source, skipped = workload.input_sets(loaded, seeds)
+    sets, reference_dtype = verify_workload.prepare(loaded, input_sets)
+    log(f"verify: {len(winners)} winner(s) inside {Path(spec.path).name} on {spec.device}, over "
+        f"{len(sets)} input set(s) ({', '.join(s.name for s in sets)}), judged against the model in {reference_dtype}"
         + (f"; {len(not_run)} not run here" if not_run else "")
         + (f"; {len(stand_ins)} with fp16 standing in for bf16" if stand_ins else ""))
-    full, rest, guilty, clean = judge_winners(loaded, winners, failed, cases, log)
-    log(f"verify: timing the model unmodified and with {len(clean)} winner(s)")
-    eager = time_forward(loaded, cases[0][0], spec.device)
-    patched = time_forward(loaded, cases[0][0], spec.device, clean)
-    result = _result(run, spec, files, full, rest, guilty, clean, eager, patched, seeds)
-    result.update(_verdict(result, model_dtype(loaded), not_run, stand_ins, reference_dtype))
+    for name, why in skipped.items():
+        log(f"verify: input set {name} left out: {why}")
+    full, rest, guilty, clean = judge_winners(loaded, winners, failed, sets, log)
+    times = verify_workload.time_sets(loaded, sets, spec.device, clean, compile_baseline, log)
+    result = _result(run, spec, files, full, rest, guilty, clean, times[0], seeds)
+    result["workload"] = _workload(sets, full, times, source, skipped)
     if compile_baseline:
-        log("verify: timing torch.compile of the unmodified model")
-        compiled = time_compiled(loaded, cases[0][0], spec.device)
-        result["compile_median_us"] = compiled.get("median_us")
-        result["compile_error"] = compiled.get("error")
-        result["e2e_speedup_vs_compile"] = (compiled["median_us"] / patched.median_us
-                                            if compiled.get("median_us") else None)
+        result.update(_compiled(times[0]))
+    result.update(_verdict(result, model_dtype(loaded), not_run, stand_ins, reference_dtype))
     write_json_atomic(run.path / FILENAME, result)
     return result
 
 
-def judge_winners(loaded: Any, winners: list, failed: dict, cases: list, log: Log) -> tuple:
+def judge_winners(loaded: Any, winners: list, failed: dict, sets: list, log: Log) -> tuple:
     """(all winners' comparison, the clean ones', guilty target -> why, the clean winners)."""
-    full = compare(loaded, winners, cases)
+    from autokernel.verify_workload import compare
+    full = compare(loaded, winners, sets)
     guilty = dict(failed)
     if not full["outputs_match"] or any(k["errors"] for k in full["tally"]["per_kernel"].values()):
         log("verify: outputs not accepted (or a kernel raised): trying each winner alone")
-        guilty.update(find_guilty(loaded, winners, cases, full["tally"]))
+        guilty.update(find_guilty(loaded, winners, sets, full["tally"]))
     clean = [w for w in winners if w.target not in guilty]
-    rest = compare(loaded, clean, cases) if len(clean) < len(winners) else full
+    rest = compare(loaded, clean, sets) if len(clean) < len(winners) else full
     if not rest["outputs_match"]:  # they disagree only together: none of them can be trusted
         guilty.update({w.target: "changes the outputs together with the others" for w in clean})
         clean = []
     return full, rest, guilty, clean
+
+
+def find_guilty(loaded: Any, winners: list, sets: list, tally: dict) -> dict[str, str]:
+    """Winners that raised inside the model, or that change its outputs on their own."""
+    from autokernel.verify_workload import compare
+    guilty = {t: "raised inside the model: " + "; ".join(k["errors"])
+              for t, k in tally["per_kernel"].items() if k["errors"]}
+    for w in winners:
+        if w.target in guilty:
+            continue
+        alone = compare(loaded, [w], sets)
+        if not alone["outputs_match"]:
+            where = [s["name"] for s in alone["sets"] if not s["outputs_match"]]
+            guilty[w.target] = (f"alone it takes the model's outputs further from the float64 reference than "
+                                f"eager does (rms error {alone['patched_err_vs_reference']:.3g} against eager's "
+                                f"{alone['eager_err_vs_reference']:.3g}; max error "
+                                f"{alone['patched_max_err_vs_reference']:.3g} against "
+                                f"{alone['eager_max_err_vs_reference']:.3g}, of the output's rms; "
+                                f"at {', '.join(where)})")
+    return guilty
 
 
 def model_dtype(loaded: Any) -> str:
@@ -304,6 +156,7 @@ def _verdict(result: dict, dtype: str, not_run: dict, stand_ins: dict, reference
     """What failed, per winner and in words; the status; `ok` only when every winner was checked in
     its own dtype."""
     from autokernel.accuracy import rule
+    from autokernel.routing.serving import only_for_speed
     failures = []
     for target, k in result["per_kernel"].items():
         k["not_run"] = not_run.get(target)
@@ -314,7 +167,11 @@ def _verdict(result: dict, dtype: str, not_run: dict, stand_ins: dict, reference
         if k["guilty"]:
             failures.append(f"{target}: {k['guilty_reason']}")
         elif not k["not_run"] and k["calls_served"] == 0:
-            failures.append(f"{target}: served no call of the model ({_unserved_reason(result, k)})")
+            if k["fallbacks"] and only_for_speed(k.get("fallback_reasons") or {}):
+                # not wrong, only no faster here: PyTorch keeps every call, and verify says so
+                k["not_served"] = f"no call served: {_unserved_reason(result, k)}"
+            else:
+                failures.append(f"{target}: served no call of the model ({_unserved_reason(result, k)})")
     if not result["outputs_match"] and not result["guilty"]:
         failures.append("the patched model's outputs were not accepted")
     status = "failed" if failures else "partial" if (not_run or stand_ins) else "ok"
@@ -336,13 +193,46 @@ def _unserved_reason(result: dict, kernel: dict) -> str:
     return max(reasons, key=reasons.get) if reasons else "no call of the model reached it"
 
 
+def _workload(sets: list, full: dict, times: list[dict], source: str, skipped: dict) -> dict:
+    """Per input set: the calls served and fallen back with the reasons, the accuracy, the times;
+    and how much of the workload the winners served."""
+    from autokernel.verify_workload import ERRORS, served_summary
+    rows = []
+    for s, compared, timed in zip(sets, full["sets"], times):
+        rows.append({"name": s.name, "profiled": s.profiled, "shapes": s.shapes, "seeds": list(s.seeds),
+                     "outputs_match": compared["outputs_match"], **{k: compared[k] for k in ERRORS},
+                     **served_summary(compared["tally"]), "per_kernel": {
+                         t: {k: v for k, v in c.items() if k in ("calls_served", "fallbacks", "fallback_reasons")}
+                         for t, c in compared["tally"]["per_kernel"].items()},
+                     **{k: v for k, v in timed.items() if k not in ("eager", "patched")}})
+    total = served_summary(full["tally"])
+    share = total["served_share"]
+    reasons = "; ".join(f"{why} ({n})" for why, n in list(total["fallback_reasons"].items())[:3])
+    summary = (f"the winners served {total['calls_served']} of the {total['calls_served'] + total['fallbacks']} "
+               f"calls they could take ({share:.0%}) over {len(rows)} input set(s)"
+               if share is not None else f"no call of a winner's kind over {len(rows)} input set(s)")
+    summary += f"; {total['fallbacks']} fell back: {reasons}" if total["fallbacks"] else ""
+    return {"source": source, "skipped": dict(skipped), **total, "summary": summary, "sets": rows}
+
+
+def _compiled(profiled: dict) -> dict:
+    """torch.compile of the model, unmodified and patched, at the profiled inputs."""
+    return {"compile_median_us": profiled.get("compile_median_us"), "compile_error": profiled.get("compile_error"),
+            "patched_compile_median_us": profiled.get("patched_compile_median_us"),
+            "compiled_e2e_speedup": profiled.get("compiled_e2e_speedup"),
+            "e2e_speedup_vs_compile": (profiled["compile_median_us"] / profiled["patched_median_us"]
+                                       if profiled.get("compile_median_us") and profiled["patched_median_us"]
+                                       else None)}
+
+
 def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: dict, guilty: dict,
-            clean: list, eager: Any, patched: Any, seeds: tuple) -> dict:
+            clean: list, timed: dict, seeds: tuple) -> dict:
     from autokernel.plan import CPU_NOTE, amdahl_many
     from harness.judge import versions
     from harness.peaks import device_name
     served = {w.target for w in clean}
     on_cpu = not spec.device.startswith("cuda")
+    eager, patched = timed["eager"], timed["patched"]
     per_kernel = {}
     for f in files:
         counts = full["tally"]["per_kernel"].get(f.target, {"calls_served": 0, "fallbacks": 0, "fallback_reasons": {},
@@ -350,7 +240,8 @@ def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: d
         per_kernel[f.target] = {
             "kernel_type": f.kernel_type, "dims": f.dims, "dtype": f.dtype, "kwargs": f.kwargs, "route": f.route,
             "file": run.relative(f.path), "experiment": f.experiment, "share": f.share,
-            "kernel_speedup_vs_eager": f.speedup_vs_eager, **{k: v for k, v in counts.items() if k != "kernel_type"},
+            "kernel_speedup_vs_eager": f.speedup_vs_eager, "serving": f.serving, "serving_range": _range_words(f),
+            **{k: v for k, v in counts.items() if k != "kernel_type"},
             "guilty": f.target in guilty, "guilty_reason": guilty.get(f.target)}
     projected = amdahl_many((f.share, f.speedup_vs_eager) for f in files if f.target in served and f.speedup_vs_eager)
     return {
@@ -359,9 +250,9 @@ def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: d
         **({"note": CPU_NOTE + "; kernels ran in the Triton interpreter"} if on_cpu else {}),
         "model": spec.to_json(), "seeds": list(seeds), "forwards_per_check": len(seeds),
         "outputs_match": full["outputs_match"],
-        "max_abs_err": full["max_abs_err"], "max_rel_err": full["max_rel_err"],
-        **{k: full[k] for k in ("eager_err_vs_reference", "patched_err_vs_reference", "eager_max_err_vs_reference",
-                                "patched_max_err_vs_reference")}, "per_seed": full["per_seed"],
+        **{k: full[k] for k in ("max_abs_err", "max_rel_err", "eager_err_vs_reference", "patched_err_vs_reference",
+                                "eager_max_err_vs_reference", "patched_max_err_vs_reference")},
+        "per_seed": full["per_seed"],
         "guilty": sorted(guilty), "outputs_match_without_guilty": rest["outputs_match"] if guilty else None,
         "patched_targets": sorted(served),
         "eager_median_us": eager.median_us, "patched_median_us": patched.median_us,
@@ -369,3 +260,8 @@ def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: d
         "projected_e2e_speedup": projected, "timing_method": eager.method,
         "per_kernel": per_kernel, "per_op": full["tally"]["per_op"], "versions": versions(),
     }
+
+
+def _range_words(f: WinnerFile) -> Optional[str]:
+    from autokernel.routing.serving import ServingRange
+    return ServingRange.from_json(f.serving).summary() if f.serving else None

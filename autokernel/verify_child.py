@@ -7,7 +7,7 @@ environment. Only this parent, which never imports a winner, checks the run's re
 writes the real run's verify.json, from the copy's. Where Landlock is missing the child says so on
 stderr and in verify.json.
 
-    python -m autokernel.verify_child RUN_FOLDER [--device cpu|cuda] [--compile] [--no-sandbox]
+    python -m autokernel.verify_child RUN_FOLDER [--device cpu|cuda] [--compile|--no-compile] [--no-sandbox]
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from autokernel.errors import UserError
 FILENAME = "verify.json"
 
 
-def verify_confined(run_path: str | Path, device: str | None = None, compile_baseline: bool = False,
+def verify_confined(run_path: str | Path, device: str | None = None, compile_baseline: bool | None = None,
                     sandbox: bool = True) -> dict:
     """Verify the run's winners in a confined child working on a copy of the run; the result, which
     this process writes into the run as verify.json. Raises UserError when the records do not match
@@ -42,7 +42,7 @@ def verify_confined(run_path: str | Path, device: str | None = None, compile_bas
         scratch_tmp.mkdir()
         argv = [sys.executable, "-m", "autokernel.verify_child", str(copy), "--child"]
         argv += sandbox_argv(Path(tmp)) if sandbox else ["--no-sandbox"]
-        argv += (["--device", device] if device else []) + (["--compile"] if compile_baseline else [])
+        argv += (["--device", device] if device else []) + _compile_flag(compile_baseline)
         env = scrubbed_env({"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
                             "TMPDIR": str(scratch_tmp)})
         code = subprocess.call(argv, env=env, cwd=tmp)
@@ -54,6 +54,11 @@ def verify_confined(run_path: str | Path, device: str | None = None, compile_bas
     result = json.loads(data)  # only a whole JSON document replaces the run's verify.json
     _write_atomic(run / FILENAME, data)
     return result
+
+
+def _compile_flag(compile_baseline: bool | None) -> list[str]:
+    """None: verify's default (torch.compile timed on a GPU only)."""
+    return [] if compile_baseline is None else ["--compile"] if compile_baseline else ["--no-compile"]
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -87,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m autokernel.verify_child")
     p.add_argument("run")
     p.add_argument("--device", default=None)
-    p.add_argument("--compile", action="store_true")
+    p.add_argument("--compile", action="store_true", default=None)
+    p.add_argument("--no-compile", action="store_false", dest="compile")
     p.add_argument("--child", action="store_true", help="internal: the confined side")
     p.add_argument("--sandbox-write", action="append", default=[])
     p.add_argument("--no-sandbox", action="store_true")

@@ -32,6 +32,9 @@ def render(result: dict, folder: Path, *, print_table: Callable[[Any], None], lo
     """Show a verify result: the table, what could not run here, and the verdict (raises UserError
     when verify failed, so the command exits 1 naming the reasons)."""
     print_table(summary_table(result))
+    if result.get("workload"):
+        print_table(workload_table(result))
+        log(f"verify: {result['workload']['summary']}")
     log(f"wrote {folder / FILENAME}")
     for target, why in result.get("not_run", {}).items():
         log(f"{target}: {why}; verify it on a machine that can run it")
@@ -54,9 +57,18 @@ def _kernel_verdict(k: dict) -> str:
         return "[yellow]NOT RUN[/]"
     if k.get("dtype_matches_model") is False:
         return "[red]WRONG DTYPE[/]"
+    if k.get("not_served"):  # right, only not faster on this GPU: PyTorch kept its calls
+        return "[yellow]not faster here: not served[/]"
     if k["calls_served"] == 0:
         return "[red]SERVED NOTHING[/]"
     return "[yellow]ok (fp16 stand-in)[/]" if k.get("stand_in") else "[green]ok[/]"
+
+
+def _inputs_judged(result: dict) -> str:
+    sets = (result.get("workload") or {}).get("sets")
+    if not sets:
+        return f"{len(result['seeds'])} seeded inputs"
+    return f"{sum(len(s['seeds']) for s in sets)} forwards on {len(sets)} input sets"
 
 
 def summary_table(result: dict) -> Any:
@@ -81,9 +93,37 @@ def summary_table(result: dict) -> Any:
     reference = (result.get("acceptance") or {}).get("reference_dtype", "float64")
     table.caption = (f"outputs {match} (rms error vs the model in {reference}: patched "
                      f"{result.get('patched_err_vs_reference', 0):.3g}, eager {result.get('eager_err_vs_reference', 0):.3g} "
-                     f"of the output's rms, over {len(result['seeds'])} seeded inputs); end to end {e2e:.3g}x measured"
+                     f"of the output's rms, over {_inputs_judged(result)}); end to end {e2e:.3g}x measured"
                      f" vs {result['projected_e2e_speedup']:.3g}x projected"
                      + (f"; {result['e2e_speedup_vs_compile']:.3g}x vs torch.compile"
                         if result.get("e2e_speedup_vs_compile") else ""))
     table.caption_justify = "left"
+    return table
+
+
+def workload_table(result: dict) -> Any:
+    """verify.json's workload: per input set, the calls served and fallen back, accuracy, times."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+    sets = result["workload"]["sets"]
+    compiled = any(s.get("patched_compile_median_us") for s in sets)
+    table = Table(title=f"workload ({result['workload']['source']})", title_justify="left", box=box.SIMPLE_HEAD)
+    names = ["input set", "served", "fallbacks", "main fallback reason", "rms error (patched / eager)",
+             "eager us", "patched us", "speedup"] + (["compiled: patched vs plain"] if compiled else [])
+    for name in names:
+        table.add_column(name, justify="left" if name in ("input set", "main fallback reason") else "right",
+                         overflow="fold")
+    for s in sets:
+        reasons = s.get("fallback_reasons") or {}
+        reason = max(reasons, key=reasons.get) if reasons else ""
+        match = "" if s["outputs_match"] else " [red]DIFFER[/]"
+        row = [escape(s["name"]), str(s["calls_served"]), str(s["fallbacks"]), escape(reason[:60]),
+               f"{s['patched_err_vs_reference']:.2g} / {s['eager_err_vs_reference']:.2g}{match}",
+               f"{s['eager_median_us']:,.0f}", f"{s['patched_median_us']:,.0f}",
+               f"{s['e2e_speedup']:.3g}x" if s.get("e2e_speedup") else ""]
+        if compiled:
+            speedup = s.get("compiled_e2e_speedup")
+            row.append(f"{speedup:.3g}x" if speedup else escape(str(s.get("compile_error") or "")[:40]))
+        table.add_row(*row)
     return table

@@ -11,7 +11,8 @@
 #   3. the starters suite, Triton then CUDA C++, fp16 and bf16, one row per verdict as it finishes
 #   5. three KernelBench level-1 problems with the tuner
 #   4. the bf16 LLaMA: autokernel optimize with the tuner (budget: 3 minutes, or what the deadline
-#      leaves less a minute for profiling and verify), then its verify (verify.json)
+#      leaves less two minutes for profiling and verify: its workload and torch.compile of the model
+#      unmodified and patched), then its verify (verify.json)
 # The sandbox each verdict ran in is printed where verdicts carry a "sandbox" key.
 #
 # Environment: torch and triton preinstalled. Wheels the operator carried in .whl/ (openai, optuna,
@@ -99,8 +100,8 @@ kernelbench() {  # three level-1 problems the tuner's starters fit: a matmul, a 
     --runs-dir "$WORK/kb-runs"
 }
 
-llama() {  # optimize (which ends with its own verify), then verify again if that did not happen
-  local runs="$WORK/runs" tuner=$(( $(left) - 60 ))
+llama() {  # optimize (which ends with its own verify, torch.compile timed too), then verify again if that did not happen
+  local runs="$WORK/runs" tuner=$(( $(left) - 120 ))
   [ "$tuner" -gt 180 ] && tuner=180
   [ "$tuner" -lt 20 ] && tuner=20
   echo "tuner budget ${tuner} s"
@@ -122,8 +123,16 @@ if measured and projected:
     gap = abs(measured - projected) / projected
     print(f"end to end {measured:.3f}x measured vs {projected:.3f}x projected ({gap:.0%} apart; goal: >= 1.0x, within 15%)")
 for target, k in v.get("per_kernel", {}).items():
-    shown = {key: k.get(key) for key in ("dtype", "calls_served", "fallbacks", "kernel_speedup_vs_eager")}
+    shown = {key: k.get(key) for key in ("dtype", "calls_served", "fallbacks", "kernel_speedup_vs_eager",
+                                         "serving_range", "not_served")}
     print(f"  winner {target}:", json.dumps(shown))
+work = v.get("workload") or {}
+if work:
+    print("workload:", work.get("summary"))
+    for s in work.get("sets", []):
+        shown = {key: s.get(key) for key in ("calls_served", "fallbacks", "outputs_match", "e2e_speedup",
+                                             "compiled_e2e_speedup", "compile_error")}
+        print("  input set " + s["name"] + ":", json.dumps(shown), "fallbacks:", json.dumps(s.get("fallback_reasons")))
 seconds = []
 for verdict in run.glob("kernels/*/exp_*.json"):
     split = json.loads(verdict.read_text()).get("judge_seconds") or {}

@@ -12,6 +12,10 @@ As a plain nn.Module file:
 As a KernelBench-format file (Model, get_inputs, get_init_inputs), with no options:
 
     autokernel profile examples/llama_tiny.py
+
+`get_workload()` is what `autokernel verify` runs the model on besides `get_inputs()`: a shorter
+prompt, two requests in a batch and one decode step (this model keeps no KV cache, so a decode
+step is a one-token forward).
 """
 import torch
 import torch.nn as nn
@@ -132,3 +136,10 @@ def get_inputs():
 
 def get_init_inputs():
     return [VOCAB_SIZE, DIM, N_LAYERS, N_HEADS, FFN_DIM]
+
+
+def get_workload():
+    prompt = SEQ_LEN // 2 + 3
+    return [{"name": f"prompt {BATCH}x{prompt}", "inputs": [torch.randint(0, VOCAB_SIZE, (BATCH, prompt))]},
+            {"name": f"batch {2 * BATCH}x{SEQ_LEN}", "inputs": [torch.randint(0, VOCAB_SIZE, (2 * BATCH, SEQ_LEN))]},
+            {"name": f"decode {BATCH}x1", "inputs": [torch.randint(0, VOCAB_SIZE, (BATCH, 1))]}]

@@ -118,9 +118,13 @@ def read_events(out_dir: Path) -> list[dict]:
 
 def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | None = None,
           arch: str = "sm_90", timeout_s: float | None = None, compile_baseline: bool = False,
-          visible_devices: str | None = None, sandbox: bool = True) -> dict[str, Any]:
+          visible_devices: str | None = None, sandbox: bool = True, time_around: bool = False,
+          around_below_us: float | None = None) -> dict[str, Any]:
     """Judge one kernel file; always returns the verdict JSON of DESIGN.md (as a dict).
     `visible_devices`: the CUDA device index the child runs on (None: the parent's own view).
+    `time_around`: a passing kernel is also checked and timed at the shapes around `target`
+    (harness/around.py), when its time at the target is below `around_below_us` (None: always);
+    the verdict's "timing_around" holds each shape's figures.
 
     The file is read once: the text read here is the text judged (its sha256 is in the verdict),
     and the worker imports a copy of it from its own scratch folder, never the caller's file."""
@@ -136,13 +140,14 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
         copy = Path(tmp, "src", path.name if path.suffix == ".py" else "candidate.py")
         copy.parent.mkdir()
         copy.write_bytes(source)
+        around = {"below_us": around_below_us} if time_around and target is not None else None
         return _judge_copy(verdict, copy, Path(tmp), target, device, arch, timeout_s, compile_baseline, sandbox,
-                           origin=path.resolve(), visible_devices=visible_devices)
+                           origin=path.resolve(), visible_devices=visible_devices, around=around)
 
 
 def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, device: str, arch: str,
                 timeout_s: float | None, compile_baseline: bool, sandbox: bool, origin: Path,
-                visible_devices: str | None) -> dict[str, Any]:
+                visible_devices: str | None, around: dict | None = None) -> dict[str, Any]:
     try:
         header = read_header(path)
         check_header(header)
@@ -176,6 +181,8 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
         argv += ["--target", json.dumps(target.to_json())]
     if compile_baseline and cached is None:
         argv.append("--compile-baseline")
+    if around is not None:
+        argv += ["--time-around", json.dumps(around)]
     spawned = time.time()
     child, started_by = judge_session.run_worker(
         argv, timeout_s, {**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp)}, cwd, out_dir)
@@ -184,16 +191,25 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     checks_start = time.time()
     with references.on_device(device, visible_devices):  # the slot's own GPU, idle while it rechecks
         assessment = assess(events, out_dir, plan, device)
+        shapes_around = (_assess_around(events, out_dir, plan, target, device)
+                         if around is not None and assessment.verdict == "PASS" else None)
     checks_s = time.time() - checks_start
     verdict["sandbox"] = sandbox_record(events, sandbox)
     assessment = _account_for_child(assessment, child, timeout_s)
     verdict["device"] = _device_info(device, events)
     verdict = _finish(verdict, assessment)
     verdict.update(plan.dtype_record())  # a dtype that stood in for the target's is said so
+    if around is not None:
+        verdict["timing_around"] = shapes_around if verdict["verdict"] == "PASS" else None
     if cached is not None and verdict["timing"]:
         verdict["timing"]["compile_cached"] = True  # timed once for this target, by an earlier worker
     verdict["judge_seconds"] = {**wall_time_split(events, spawned, child.seconds, checks_s), "worker": started_by}
     return verdict
+
+
+def _assess_around(events: list[dict], out_dir: Path, plan: Any, target: Case, device: str) -> dict:
+    from harness import around
+    return around.assess(events, out_dir, around.cases(target, plan.timing.dtype), device)
 
 
 def _share_baseline(events: list[dict], session: JudgeSession | None, key: tuple, cached: dict | None) -> None:
@@ -214,9 +230,11 @@ def wall_time_split(events: list[dict], spawned: float, child_s: float, checks_s
     started = next((e["t"] for e in events if e.get("event") == "started"), None)
     ends = {e["stage"]: e.get("seconds", 0.0) for e in events if e.get("event") == "stage_end"}
     calls = sum(e.get("seconds", 0.0) for e in events if e.get("event") == "case")
+    around = sum(v for k, v in ends.items() if k.startswith("around:"))
     return {"startup": (started - spawned) if started else None, "compile": ends.get("compile"),
-            "kernel_calls": calls, "stages": sum(v for k, v in ends.items() if k not in ("compile", "timing")),
-            "timing": ends.get("timing"), "worker_total": child_s, "parent_checks": checks_s,
+            "kernel_calls": calls, "stages": sum(v for k, v in ends.items()
+                                                 if k not in ("compile", "timing") and not k.startswith("around:")),
+            "timing": ends.get("timing"), **({"around": around} if around else {}), "worker_total": child_s, "parent_checks": checks_s,
             "baseline_compile": next((e.get("compiled_seconds") for e in events if e.get("event") == "stage_end"
                                       and e.get("stage") == "timing"), None)}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 import harness.cuda_launcher  # noqa: F401  (CUDA candidates' host side: in the identity snapshot)
-from harness import registry
+from harness import around, registry
 from harness.candidate import (CallResult, ContractError, check_header, check_signature, error_text,
                                import_candidate, observed_call, read_header)
 from harness.cases import Capabilities, Plan, build_plan
@@ -64,9 +64,10 @@ class Log:
 
 class Worker:
     def __init__(self, path: Path, log: Log, device: str, arch: str, target: Case | None,
-                 compile_baseline: bool = False):
+                 compile_baseline: bool = False, around: dict | None = None):
         self.path, self.log, self.device, self.arch, self.target = path, log, device, arch, target
         self.compile_baseline = compile_baseline
+        self.around = around  # {"below_us": float or None}: also time the shapes around the target
         bf16 = device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         self.caps = Capabilities(device, bf16)
         self.monitor = LaunchMonitor()
@@ -244,13 +245,16 @@ def run_stages(w: Worker) -> None:
     for stage, run in steps:
         if not run() or not w.untouched(f"after {stage}"):
             return
-    time_candidate(w, plan.timing)
-    w.untouched("after timing")
+    timing = time_candidate(w, plan.timing)
+    if w.untouched("after timing") and w.around is not None:
+        around.time_around(w, plan.timing.dtype, timing, w.around.get("below_us"), time_candidate)
 
 
-def time_candidate(w: Worker, case: Case) -> None:
+def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | None = None,
+                   compile_baseline: bool | None = None):
     """Time kernel_fn and PyTorch's eager op on the same buffers, refilled with fresh values
-    before every rep (outside the timed region), then check the last timed output."""
+    before every rep (outside the timed region), then record the last timed output for the parent
+    to check. The kernel's timing, or None when it raised."""
     from harness.timing import time_fn
     kt = w.kt
     args, kwargs = registry.build_inputs(case, w.device)
@@ -266,26 +270,28 @@ def time_candidate(w: Worker, case: Case) -> None:
         last["out"] = w.module.kernel_fn(*args, **kwargs)
 
     on_cpu = w.device == "cpu"
-    budget = dict(budget_ms=1000.0, warmup=1, min_reps=3, max_reps=20) if on_cpu else \
-        dict(budget_ms=300.0, warmup=5, min_reps=10, max_reps=500)
-    w.log.start("timing")
+    budget = budget or (dict(budget_ms=1000.0, warmup=1, min_reps=3, max_reps=20) if on_cpu else
+                        dict(budget_ms=300.0, warmup=5, min_reps=10, max_reps=500))
+    compile_baseline = w.compile_baseline if compile_baseline is None else compile_baseline
+    w.log.start(stage)
     try:
         with w.monitor:
             kernel = time_fn(run_kernel, device=w.device, before_each=refill_for_rep, **budget)
     except Exception as e:
-        w.log.end("timing", "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
-        return
+        w.log.end(stage, "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
+        return None
     checked = case.replace(seed=case.seed + 1 + last["set"])
-    w.log.event(event="case", stage="timing", role="timed_output", case=checked.to_json(),
+    w.log.event(event="case", stage=stage, role="timed_output", case=checked.to_json(),
                 label=checked.label(), output=w.log.save(last["out"]), error=None, obs={}, seconds=0.0)
     with torch.no_grad():
         eager = time_fn(lambda: kt.eager(*args, **kwargs), device=w.device, before_each=refill_for_rep, **budget)
     baseline_start = time.perf_counter()
     compiled, compile_error = (_time_compiled(kt, args, kwargs, w.device, refill_for_rep, budget)
-                               if w.compile_baseline else (None, "not requested"))
-    w.log.end("timing", "pass", "timed", case=case.to_json(), kernel=kernel.to_json(), eager=eager.to_json(),
+                               if compile_baseline else (None, "not requested"))
+    w.log.end(stage, "pass", "timed", case=case.to_json(), kernel=kernel.to_json(), eager=eager.to_json(),
               compiled=compiled.to_json() if compiled else None, compiled_error=compile_error,
-              compiled_seconds=time.perf_counter() - baseline_start if w.compile_baseline else 0.0)
+              compiled_seconds=time.perf_counter() - baseline_start if compile_baseline else 0.0)
+    return kernel
 
 
 def _time_compiled(kt, args, kwargs, device, before_each, budget):
@@ -348,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sandbox-write", action="append", default=[], help="a folder the sandbox lets it write")
     p.add_argument("--no-sandbox", action="store_true", help="run the candidate without the OS sandbox")
     p.add_argument("--origin", default=None, help="the file the judge read the candidate from (never opened here)")
+    p.add_argument("--time-around", default=None, help='also time the shapes around the target: {"below_us": '
+                                                       'the target time it must beat first, or null}')
     ns = p.parse_args(argv)
     if ns.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("the judge's worker must run with TRITON_INTERPRET=1 on the CPU")
@@ -355,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     target = Case.from_json(json.loads(ns.target)) if ns.target else None
     log = Log(ns.out_dir)
     log.event(event="started")
-    worker = Worker(ns.kernel_file.resolve(), log, ns.device, ns.arch, target, ns.compile_baseline)
+    worker = Worker(ns.kernel_file.resolve(), log, ns.device, ns.arch, target, ns.compile_baseline,
+                    json.loads(ns.time_around) if ns.time_around else None)
     log.event(event="sandbox", **enter_sandbox(ns))
     worker.guard = IdentityGuard(("__main__",))  # after every judge module is loaded, before the candidate
     run_stages(worker)

@@ -39,16 +39,18 @@ example = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(example)
 torch.manual_seed(0)
 model = example.LlamaTiny(64, 32, 1, 2, 64).eval()
-tokens = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(5))
-with torch.inference_mode():
-    expected = model(tokens)
-    with ak.patch(model) as router:
-        out = model(tokens)
-    after = model(tokens)
-print(json.dumps({"max_abs_err": (out - expected).abs().max().item(), "restored": torch.equal(after, expected),
-                  "tally": router.tally.to_json()["per_kernel"], "kernels": [k["target"] for k in ak.KERNELS],
-                  "selftest": ak.selftest(), "modules": sorted(m for m in sys.modules
-                                                               if m.split(".")[0] in ("autokernel", "harness"))}))
+shapes = {}
+for batch, length in ((1, 8), (1, 7), (2, 8), (1, 1), (1, 40)):  # the target, around it, and beyond
+    tokens = torch.randint(0, 64, (batch, length), generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        expected = model(tokens)
+        with ak.patch(model) as router:
+            out = model(tokens)
+        after = model(tokens)
+    shapes[f"{batch}x{length}"] = {"max_abs_err": (out - expected).abs().max().item(),
+                                   "restored": torch.equal(after, expected), "tally": router.tally.to_json()["per_kernel"]}
+print(json.dumps({"shapes": shapes, "kernels": [k["target"] for k in ak.KERNELS], "selftest": ak.selftest(),
+                  "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("autokernel", "harness"))}))
 '''
 
 
@@ -97,7 +99,17 @@ def test_report_and_export_then_the_package_patches_the_unmodified_model_in_a_fr
     assert proc.returncode == 0, proc.stderr[-3000:]
     used = json.loads(proc.stdout.strip().splitlines()[-1])
     assert used["modules"] == []
-    assert used["max_abs_err"] < 1e-4 and used["restored"] is True
     assert sorted(used["kernels"]) == sorted(json.loads((run / "verify.json").read_text())["per_kernel"])
-    assert all(used["tally"][t]["calls_served"] > 0 for t in used["kernels"])
+    for shape, seen in used["shapes"].items():
+        assert seen["max_abs_err"] < 1e-4 and seen["restored"] is True, shape
+    # the judge proved each kernel at 1, 7, 8 and 16 rows: the prompt, its variations and a decode step
+    # are served; 40 tokens are beyond every range, and each such call is counted with the reason
+    for shape in ("1x8", "1x7", "2x8", "1x1"):
+        tally = used["shapes"][shape]["tally"]
+        assert all(tally[t]["calls_served"] > 0 and tally[t]["fallbacks"] == 0 for t in used["kernels"]), (shape, tally)
+    beyond = used["shapes"]["1x40"]["tally"]
+    for target in used["kernels"]:
+        assert beyond[target]["calls_served"] == 0 and beyond[target]["fallbacks"] > 0
+        assert all(why.endswith("not proven (judged at rows 1 to 16)") or "sequence 40" in why
+                   for why in beyond[target]["fallback_reasons"]), beyond[target]
     assert set(used["selftest"]) == set(used["kernels"]) and max(used["selftest"].values()) < 1e-4

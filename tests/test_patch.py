@@ -72,7 +72,11 @@ def test_an_unmatched_call_goes_to_the_original_and_is_refused_by_shape_alone(mo
     for target, *_ in other_tokens:
         assert tally["per_kernel"][target]["calls_served"] == 0
     assert tally["per_op"]["F.linear"]["fell_back"] == 2 * 5  # q, k, v, o and the lm head, twice
-    assert tally["per_op"]["RMSNorm.forward"]["reasons"] == {"no winner at rmsnorm[8x32:float32]": 6}
+    # a winner judged at 16 rows only: the calls at 8 rows are its fallbacks, counted with the reason
+    assert tally["per_op"]["RMSNorm.forward"]["reasons"] == {"rows 8: not proven (judged at rows 16)": 6}
+    assert tally["per_kernel"]["rmsnorm[16x32:float32]"]["fallback_reasons"] == {
+        "rows 8: not proven (judged at rows 16)": 6}
+    assert tally["per_op"]["F.linear"]["reasons"]["no winner at matmul[8x32x64:float32]"] == 2  # the lm head
 
 
 def test_a_torch_function_outside_the_recorded_modules_is_not_checked():

@@ -203,9 +203,12 @@ def test_dims_and_references_agree_with_the_registry(kernel_type):
 
 
 # ---------------------------------------------------------------- verify on a run, real Triton kernels
-def make_run(root: Path, targets=TARGETS, dtype: str = "float32", model_dtype=None, name: str = "run-starters") -> Path:
+def make_run(root: Path, targets=TARGETS, dtype: str = "float32", model_dtype=None, name: str = "run-starters",
+             exact: tuple = ()) -> Path:
     """A finished run on the tiny LLaMA whose winners are the Triton starters at its shapes (the
-    targets' dtype `dtype`; the model cast to `model_dtype` when given)."""
+    targets' dtype `dtype`; the model cast to `model_dtype` when given). Each winner's verdict says
+    the judge proved it at the shapes around its target, except those named in `exact`: records from
+    before serving ranges, their target alone."""
     from autokernel.modelfile import ModelSpec
     from starter_kernels import starter_path
     run = RunDir(root / name)
@@ -220,6 +223,8 @@ def make_run(root: Path, targets=TARGETS, dtype: str = "float32", model_dtype=No
                         baseline_median_us=100.0, eager_median_us=50.0)
         state.targets.append(t)
         record_baseline(run, t, starter_path(kernel_type).read_text())
+        if target not in exact:
+            run.write_json(run.experiment_file(t, 0, ".json"), proven_around(t))
         entries.append({"rank": rank, "kernel_type": kernel_type, "target": target, "route": route, "modules": modules})
     run.write_json(run.config_path, {"run_id": run.run_id, "model": spec.to_json(), "device": {"type": "cpu"}})
     run.write_json(run.plan_path, {"device": "cpu", "entries": entries})
@@ -227,9 +232,21 @@ def make_run(root: Path, targets=TARGETS, dtype: str = "float32", model_dtype=No
     return run.path
 
 
+def proven_around(t: TargetState) -> dict:
+    """A passing verdict that checked the kernel at the shapes around its target (CPU figures)."""
+    from harness import around
+    cases = around.cases(Case.make(t.kernel_type, t.dims, t.dtype, **t.kwargs), t.dtype)
+    return {"verdict": "PASS", "timing": {"median_us": 100.0, "baseline_median_us": 50.0, "representative_of_gpu": False},
+            "timing_around": {"skipped": None, "shapes": [{"dims": c.dims, "ok": True, "failed": False,
+                                                          "median_us": 100.0, "baseline_median_us": 50.0} for c in cases]}}
+
+
+OLD_NORM = "rmsnorm[8x32:float32]"  # a record from before serving ranges: its target's shape alone
+
+
 @pytest.fixture(scope="module")
 def starter_run(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("verify"))
+    return make_run(tmp_path_factory.mktemp("verify"), exact=(OLD_NORM,))
 
 
 def test_verify_routes_every_form_to_real_kernels_and_writes_verify_json(starter_run, monkeypatch):
@@ -239,10 +256,25 @@ def test_verify_routes_every_form_to_real_kernels_and_writes_verify_json(starter
     assert written["outputs_match"] is True and written["ok"] is True and written["guilty"] == []
     assert written["max_rel_err"] < 1e-4 and written["cpu_figures"] is True and written["device"] == "cpu"
     assert written["e2e_speedup"] > 0 and written["projected_e2e_speedup"] == pytest.approx(1 / (1 - 5 * 0.1 * (1 - 2)))
-    for target, *_, per_forward in TARGETS:
-        assert written["per_kernel"][target]["calls_served"] == 2 * per_forward, target
-        assert written["per_kernel"][target]["fallbacks"] == 0
-    assert written["per_op"]["F.linear"]["reasons"] == {"no winner at matmul[8x32x64:float32]": 2}
+    sets = written["workload"]["sets"]
+    assert [(s["name"], s["seeds"]) for s in sets] == [("1x8 (profiled)", [0, 1]), ("1x7", [0]), ("2x8", [0]),
+                                                       ("1x1", [0])]
+    assert all(s["outputs_match"] and s["patched_median_us"] > 0 and s["eager_median_us"] > 0 for s in sets)
+    for target, *_, per_forward in TARGETS:  # the profiled inputs twice, then 1x7, 2x8 and 1x1 once each
+        served = 2 * per_forward if target == OLD_NORM else 5 * per_forward
+        assert written["per_kernel"][target]["calls_served"] == served, target
+        assert written["per_kernel"][target]["fallbacks"] == (3 * per_forward if target == OLD_NORM else 0), target
+    assert written["per_kernel"][OLD_NORM]["fallback_reasons"] == {
+        "rows 7: not proven (judged at rows 8)": 3, "rows 16: not proven (judged at rows 8)": 3,
+        "1 row: not proven (judged at rows 8)": 3}
+    assert written["per_kernel"]["fused_mlp[8x32x64:float32]"]["serving_range"] == "rows 1 to 16 (D=32, F=64, float32)"
+    assert sets[1]["per_kernel"][OLD_NORM] == {"calls_served": 0, "fallbacks": 3, "fallback_reasons": {
+        "rows 7: not proven (judged at rows 8)": 3}}
+    assert written["workload"]["calls_served"] == sum(written["per_kernel"][t]["calls_served"] for t, *_ in TARGETS)
+    assert written["workload"]["summary"].startswith(
+        f"the winners served {written['workload']['calls_served']} of the {written['workload']['calls_served'] + 9} ")
+    assert written["per_op"]["F.linear"]["reasons"] == {f"no winner at matmul[{m}x32x64:float32]": n
+                                                        for m, n in ((8, 2), (7, 1), (16, 1), (1, 1))}
     assert result["per_kernel"] == written["per_kernel"]
 
 

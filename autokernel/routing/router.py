@@ -25,7 +25,8 @@ import torch
 
 from .calls import DIMS, Request, label
 from .outputs import dtype_name
-from .sites import NOTHING
+from .serving import ServingRange, words
+from .sites import NOTHING, compiling
 
 
 def load_kernel(path, module_name: str, entry: str = "kernel_fn") -> types.ModuleType:
@@ -57,6 +58,11 @@ class Winner:
     route: str = "op"  # the profile's: "op", "module" (the whole module is the form), "pattern"
     modules: list = field(default_factory=list)  # [{"name": "layers.0.mlp", "class": "MLP"}, ...]
     op: Optional[Callable] = field(default=None, repr=False)  # kernel_fn as a torch custom op
+    serving: Optional[ServingRange] = None  # the calls it may serve; None: its target's shape alone
+
+    def __post_init__(self) -> None:
+        if self.serving is None:
+            self.serving = ServingRange.exact(self.kernel_type, self.dims, self.dtype, self.causal)
 
     @property
     def causal(self) -> bool:
@@ -107,6 +113,8 @@ def reason_text(reason: Any) -> str:
     if reason[0] == "no winner":
         _, kernel_type, dims, dtype, causal = reason
         return f"no winner at {label(kernel_type, dict(dims), dtype, causal)}"
+    if reason[0] != "unbound":  # outside a winner's serving range
+        return words(reason)
     _, name, kernel_type = reason  # "unbound"
     return f"{name} did not match the {kernel_type} reference with the arguments a kernel would get"
 
@@ -145,6 +153,7 @@ class Router:
         self.tally = Tally(self.winners)
         self.quiet = 0  # > 0 while kernels, originals under a binding check or references run
         self._seen: dict[str, list[int]] = {}
+        self._matches: dict[tuple, tuple] = {}  # (type, dims, dtype, causal, on_gpu) -> (winner, refusal)
         self._undo: list[Callable[[], None]] = []
 
     @contextlib.contextmanager
@@ -166,13 +175,37 @@ class Router:
         return self._seen.setdefault(kernel_type, [0])
 
     def decide(self, request: Request) -> tuple[Optional[Winner], Any]:
-        """The winner that matches the call, and why it may not serve it ('' when it may)."""
-        dims, dtype = DIMS[request.kernel_type](*request.args), dtype_name(request.args[0])
-        for w in self.by_type.get(request.kernel_type, ()):
-            if w.dims == dims and w.dtype == dtype and (request.causal is None or request.causal == w.causal):
-                why = request.blocker or _unsafe(request.args) or (request.late_check() if request.late_check else "")
-                return w, why
-        return None, ("no winner", request.kernel_type, tuple(dims.items()), dtype, request.causal)
+        """The winner whose serving range holds the call, and why it may still not serve it ('' when
+        it may); else the first winner of the call's family (dtype, flags, fixed dims) and why the
+        call is outside its range (a tuple); else no winner."""
+        kernel_type, dims, dtype = request.kernel_type, DIMS[request.kernel_type](*request.args), \
+            dtype_name(request.args[0])
+        on_gpu = request.args[0].is_cuda
+        if compiling():  # symbolic sizes: decided in the trace, as guards on them
+            w, refusal = self._match(kernel_type, dims, dtype, request.causal, on_gpu)
+        else:  # a shape seen before is decided by a dict lookup (a served call pays this every time)
+            key = (kernel_type, tuple(dims.values()), dtype, request.causal, on_gpu)
+            found = self._matches.get(key)
+            if found is None:
+                found = self._matches[key] = self._match(kernel_type, dims, dtype, request.causal, on_gpu)
+            w, refusal = found
+        if w is None:
+            return None, ("no winner", kernel_type, tuple(dims.items()), dtype, request.causal)
+        if refusal is not None:
+            return w, refusal
+        return w, request.blocker or _unsafe(request.args) or (request.late_check() if request.late_check else "")
+
+    def _match(self, kernel_type: str, dims: dict, dtype: str, causal: Optional[bool], on_gpu: bool) -> tuple:
+        """(the winner whose range holds the call, None), else (the first winner of its family, why
+        not), else (None, None)."""
+        outside = (None, None)
+        for w in self.by_type.get(kernel_type, ()):
+            if w.serving.same_family(dims, dtype, causal):
+                refusal = w.serving.refusal(dims, on_gpu=on_gpu)
+                if refusal is None:
+                    return w, None
+                outside = outside if outside[0] is not None else (w, refusal)
+        return outside
 
     def route(self, site: Any, requests: list[Request], assemble: Callable, counting: bool = True) -> tuple:
         """(output or NOTHING, the fallbacks to count for every call like this one, or None when
@@ -185,11 +218,13 @@ class Router:
                 reason = why
                 break
         if reason:
+            if not counting:  # while Dynamo traces: nothing counted, nothing remembered
+                return NOTHING, None
             falls = tuple((why or reason, w.target if w else None, op) for w, why in decisions)
-            if counting:
-                site.refuse(falls)
-            # only the first input's shapes and dtypes said no: every call like it is refused alike
-            pure = decisions[0][0] is None and all(w is None or not why for w, why in decisions)
+            site.refuse(falls)
+            # only the first input's shapes and dtypes said no (a reason kept as a tuple: no winner,
+            # or outside a winner's range): every call like it is refused alike
+            pure = isinstance(decisions[0][1], tuple) and all(not why or isinstance(why, tuple) for _, why in decisions)
             return NOTHING, falls if pure else None
         outs, compiled = [], not counting
         self.quiet += 1

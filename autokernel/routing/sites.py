@@ -155,13 +155,15 @@ class LinearSite(Site):
                                                           self.call, self.serve)
 
         def forward(input):
+            if compiling():  # first: a dict lookup by a symbolic shape would fix the shape in the graph
+                return call(input)
             shape = input.shape
             hit = refused.get(shape)
-            if hit is not None and not router.quiet and not compiling():
+            if hit is not None and not router.quiet:
                 hit[0] += 1
                 return LINEAR(input, params["weight"], params["bias"])
             winner = accepted.get(shape)
-            if winner is not None and not router.quiet and not compiling():
+            if winner is not None and not router.quiet:
                 return serve(input, winner)
             return call(input)
         return forward
@@ -245,12 +247,14 @@ class FormSite(Site):
         refused, router, original, call, seen = self.refused, self.router, self.original, self.call, self.seen
 
         def form(*args, **kwargs):
+            if compiling():  # first: a dict lookup by a symbolic shape would fix the shape in the graph
+                return call(args, kwargs, args[0] if args else None)
             try:
                 x = args[0]
                 hit = refused.get(x.shape)
             except (IndexError, AttributeError):
                 x = hit = None
-            if hit is None or hit[2] is not x.dtype or router.quiet or compiling():
+            if hit is None or hit[2] is not x.dtype or router.quiet:
                 return call(args, kwargs, x)
             hit[0] += 1
             seen[0] += 1
@@ -268,7 +272,8 @@ class FormSite(Site):
         if self.rule is None:  # a recorded module that is not the form autokernel can call
             self.fell(("unbound", self.op, self.kernel_type), self.winner.target)
             return self.original(*args, **kwargs)
-        self.seen[0] += 1
+        if not compiling():  # a count is a side effect that Dynamo would guard on: a recompile per call
+            self.seen[0] += 1
         router.quiet += 1
         try:
             made = self.rule(self.owner, args, kwargs)
@@ -325,9 +330,11 @@ class Watch(Site):
         seen, original, router = self.seen, self.original, self.router
 
         def forward(*args, **kwargs):
+            if compiling():  # nothing is counted while Dynamo traces: reading the count would guard on it
+                return original(*args, **kwargs)
             before = seen[0]
             out = original(*args, **kwargs)
-            if before == seen[0] and not router.quiet and not compiling():
+            if before == seen[0] and not router.quiet:
                 self.fell(self.reason, self.target)
             return out
         return forward
