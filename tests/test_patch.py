@@ -148,3 +148,27 @@ def test_a_linear_shape_served_once_is_served_again_by_the_short_path_with_its_b
     assert list(kernel["fallback_reasons"]) == [routing.router.AUTOGRAD]
     (site,) = [s for s in router.tally.sites if isinstance(s, sites.LinearSite)]
     assert site.accepted == {torch.Size([4, 16]): w}
+
+
+def _rotate(x):  # a model file's own function, called by name from a wrapped forward
+    return x.flip(-1)
+
+
+def _keeps_kwargs(fn):  # what transformers' deprecate_kwarg does to LlamaAttention.forward
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+class _Wrapped(torch.nn.Module):
+    @_keeps_kwargs
+    def forward(self, x):
+        return _rotate(x)
+
+
+def test_the_functions_a_wrapped_forward_calls_are_found_through_the_wrapper():
+    from autokernel.routing.binding import _callees
+    assert [name for _, name in _callees(_Wrapped())] == ["_rotate"]

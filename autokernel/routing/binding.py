@@ -14,6 +14,7 @@ class's forward (deleting them restores it); module globals and torch attributes
 """
 from __future__ import annotations
 
+import inspect
 import types
 from typing import Any, Callable
 
@@ -151,6 +152,9 @@ def _recorded(named: dict, recorded: list[dict]) -> list[torch.nn.Module]:
 def _callees(module: torch.nn.Module) -> list[tuple[Any, str]]:
     """The user's functions and methods a module's forward calls by name: (container, name)."""
     forward = getattr(type(module).forward, "__func__", type(module).forward)
+    # a decorated forward (transformers' deprecate_kwarg wraps LlamaAttention's) calls nothing by
+    # name itself: read the function it wraps
+    forward = inspect.unwrap(forward)
     code, scope = getattr(forward, "__code__", None), getattr(forward, "__globals__", {})
     found = []
     for name in (code.co_names if code else ()):
