@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from fake_openai import API_KEY, MODEL, fake_openai, reply  # noqa: F401  (fixture)
 from loop_kernels import CHEAT, FAST, SOFTMAX_MODEL, reply_with
+from sealed_runs import tuned_run
 
 from autokernel import export as exporter
 from autokernel import leaderboard as board
@@ -23,9 +24,9 @@ from autokernel import run as runs
 from autokernel import seal
 from autokernel import verify as verifier
 from autokernel.errors import UserError
+from autokernel.guard import RecordGuard
 from autokernel.llm import LLMClient
 from autokernel.modelfile import spec_from_options
-from autokernel.run import RunState, TargetState
 
 ROOT = Path(__file__).resolve().parent.parent
 SLUG = "softmax-16x256-float32"
@@ -209,7 +210,7 @@ def test_the_guard_sees_a_same_size_rewrite_whose_times_were_put_back(tmp_path):
     record = tmp_path / "best" / "k.py"
     record.parent.mkdir()
     record.write_text("original")
-    guard = seal.RecordGuard(tmp_path).snapshot()
+    guard = RecordGuard(tmp_path).snapshot()
     assert guard.restore() == []
     guard.snapshot()
     st = record.stat()
@@ -240,15 +241,8 @@ def judge_stub(median_us=50.0, tamper=None, judged_sha=None):
 
 
 def search(tmp_path, judge, max_experiments=1):
-    run = runs.RunDir(tmp_path / "run")
-    run.create()
-    target = TargetState(name="softmax[8x128:float32]", kernel_type="softmax", dims={"M": 8, "N": 128},
-                         dtype="float32", share=1.0)
-    state = RunState(run_id="run", agent="tune", budget_s=3600.0, targets=[target])
-    settings = loop.SearchSettings(max_experiments=max_experiments, plateau=99)
-    run_search.search_all(run, state, settings, run_search.proposer_factory("tune", seed=0),
-                          starter_source=run_search.starter_sources(run), judge=judge)
-    return run, target
+    run, state = tuned_run(tmp_path, judge, max_experiments)
+    return run, state.targets[0]
 
 
 def faster_after_baseline(kernel_file):
@@ -297,10 +291,10 @@ def test_a_verdict_for_other_text_than_the_search_held_fails(tmp_path):
 def test_best_is_written_from_the_held_text_not_from_the_file_on_disk(tmp_path, monkeypatch):
     # with the guard off, a file that changes on disk during judging must still not reach best/
     class NoGuard:
-        def __init__(self, run):
+        def __init__(self, *args, **kwargs):
             pass
 
-        def snapshot(self):
+        def snapshot(self, held=None):
             return self
 
         def restore(self):
