@@ -15,6 +15,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ def parse_duration_s(text: str) -> float:
     return sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
+@lru_cache(maxsize=1024)  # asked for every file of every experiment
 def target_slug(target: str) -> str:
     """A folder-safe name for a target: softmax[64x1024:float16] -> softmax-64x1024-float16."""
     return re.sub(r"[^A-Za-z0-9_.=-]+", "-", target).strip("-")

@@ -302,7 +302,8 @@ def check_run(run: str | Path, state: Any = None) -> SealReport:
     row_files = _check_rows(rows, report)
     state = state if state is not None else _load_state(run, report)
     written = _written_files(state) if state is not None else []
-    hashes = hash_files([str(run / rel) for rel, _, _ in row_files + written])  # all at once: the bulk
+    base = str(run) + os.sep  # plain strings: a Path per file costs more than reading it
+    hashes = hash_files([base + rel for rel, _, _ in row_files + written])  # all at once: the bulk
     _check_row_files(row_files, hashes[:len(row_files)], report)
     _check_best(run, rows, report)
     if state is not None:
