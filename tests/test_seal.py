@@ -183,6 +183,26 @@ def test_an_old_leaderboard_is_reported_unsealed_and_can_still_be_resumed(run_co
 
 
 @pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
+def test_a_run_written_before_the_state_journal_is_checked_verified_exported_and_resumed(run_copy):
+    # the layout of earlier runs: state.json whole (version 1, its history without the hashes of
+    # verdicts, prompts and replies) and no state.journal
+    state = runs.RunDir(run_copy).load_state().to_json()
+    state["version"] = 1
+    for h in state["targets"][0]["history"]:
+        del h["files"]
+    (run_copy / "state.json").write_text(json.dumps(state, indent=1))
+    (run_copy / "state.journal").unlink()
+    checked = autokernel("leaderboard", "--check", run_copy, timeout=120)
+    assert checked.returncode == 0, checked.stderr
+    assert verifier.verify(run_copy)["status"] in ("ok", "partial")  # not refused
+    assert exporter.export(run_copy, run_copy.parent.parent / "exported")["kernels"]
+    run, resumed, _ = runs.resume(run_copy.parent, run_copy.name)
+    run.save_state(resumed)  # the first save writes the new layout
+    assert json.loads((run_copy / "state.json").read_text())["version"] == runs.STATE_VERSION
+    assert runs.RunDir(run_copy).load_state().to_json()["targets"] == resumed.to_json()["targets"]
+
+
+@pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_a_hash_stripped_from_a_row_is_refused(run_copy):
     path = run_copy / board.FILENAME
     lines = path.read_text().splitlines(keepends=True)
