@@ -46,6 +46,7 @@ class Flight:
     verdict: dict | None = None  # as the judge returned it, before sealing
     judged: bool = False  # the verdict is in (or there was nothing to judge)
     touched: set[str] = field(default_factory=set)  # the run's files changed while it was in flight
+    held: dict[str, str] = field(default_factory=dict)  # its files in the run, with the text the search holds
 
 
 class ConcurrentSearch:
@@ -103,8 +104,9 @@ class ConcurrentSearch:
             hold = getattr(s.proposer, "hold", None)
             if hold is not None and candidate.config is not None:
                 hold(candidate.config)  # the tuner must not propose it again meanwhile
-            self.flights[entry["number"]] = Flight(entry["number"], candidate)
-            self.ready.append(entry["number"])
+            number = entry["number"]
+            self.flights[number] = Flight(number, candidate, held=s.held_files(number, candidate))
+            self.ready.append(number)
             kept.append(entry)
         t.pending = kept
         s.run.save_state(s.state, durable=False)  # numbers handed out: see autokernel.journal
@@ -148,7 +150,7 @@ class ConcurrentSearch:
         """Write the candidate and save its number and hash before any judge can see it."""
         s, t = self.search, self.target
         flight = self.flights[number]
-        flight.candidate = candidate
+        flight.candidate, flight.held = candidate, s.held_files(number, candidate)
         if s.write_candidate(number, candidate) is None:
             flight.judged = True  # a reply without a kernel: recorded as a parse failure
         else:
@@ -165,9 +167,8 @@ class ConcurrentSearch:
             return
         s = self.search
         held: dict[str, str] = {}  # every candidate in flight: its files are put back from its text
-        for number, flight in self.flights.items():
-            if flight.candidate is not None:
-                held.update(s.held_files(number, flight.candidate))
+        for flight in self.flights.values():
+            held.update(flight.held)
         s.guard.snapshot(held)
         self.guarded = True
         while self.ready and len(self.judging) < self.slots.width:
