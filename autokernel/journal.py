@@ -94,6 +94,7 @@ class StateJournal:
         self._run_text = ""
         self._target_texts: list[str] = []
         self._lengths: list[int] = []
+        self._lasts: list[Any] = []  # each history's last entry as saved: a history rewritten loses it
         self._snapshot_bytes = 0
         self._journal_bytes = 0
         self._loaded: tuple = (None, 0, 0, 0)  # generation, whole-line bytes, bytes, snapshot bytes
@@ -127,9 +128,8 @@ class StateJournal:
         the journal has grown as large as the snapshot, or when `owner` is not the state these
         files hold."""
         targets = data["targets"]
-        if (owner is not self._owner or len(targets) != len(self._lengths)
-                or any(len(t["history"]) < n for t, n in zip(targets, self._lengths))):
-            self.compact(owner, data)
+        if owner is not self._owner or len(targets) != len(self._lengths) or not self._appended_only(targets):
+            self.compact(owner, data)  # not a continuation of what the files hold: write it whole
             return
         change: dict[str, Any] = {}
         run_fields = {k: v for k, v in data.items() if k != "targets"}
@@ -144,6 +144,7 @@ class StateJournal:
             history, known = target["history"], self._lengths[i]
             if len(history) > known:
                 change.setdefault("history", {})[str(i)], self._lengths[i] = history[known:], len(history)
+                self._lasts[i] = history[-1]
         if not change:
             return
         line = (json.dumps({"generation": self._generation, **change}, default=str, separators=(",", ":"))
@@ -171,8 +172,15 @@ class StateJournal:
         self._remember(owner, data, generation)
         self._snapshot_bytes, self._journal_bytes, self._cut_to = len(text), 0, None
 
+    def _appended_only(self, targets: list[dict]) -> bool:
+        """Each history is the one saved, at least as long, with the entry saved last still in its
+        place: only appended to since (a history cleared or rewritten is saved whole)."""
+        return all(len(t["history"]) >= n and (n == 0 or t["history"][n - 1] is last)
+                   for t, n, last in zip(targets, self._lengths, self._lasts))
+
     def _remember(self, owner: Any, data: dict, generation: str) -> None:
         self._owner, self._generation = owner, generation
         self._run_text = _text({k: v for k, v in data.items() if k != "targets"})
         self._target_texts = [_text(_scalars(t)) for t in data["targets"]]
         self._lengths = [len(t["history"]) for t in data["targets"]]
+        self._lasts = [t["history"][-1] if t["history"] else None for t in data["targets"]]

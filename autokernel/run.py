@@ -119,14 +119,14 @@ class TargetState:
         """(proposals, REVERTs in a row), kept beside the history: only the entries appended since
         the last call are read, so asking after every experiment does not grow with the run."""
         history = self.history
-        seen, counted, proposals, streak = self.__dict__.get("_counts", (None, 0, 0, 0))
-        if seen is not history or counted > len(history):  # another list: count it all
-            counted, proposals, streak = 0, 0, 0
+        seen, last, counted, proposals, streak = self.__dict__.get("_counts", (None, None, 0, 0, 0))
+        if seen is not history or counted > len(history) or (counted and history[counted - 1] is not last):
+            counted, proposals, streak = 0, 0, 0  # another list, or one rewritten: count it all
         for h in history[counted:]:
             decision = h.get("decision")
             proposals += decision != "BASELINE"
             streak = streak + 1 if decision == "REVERT" else 0
-        self.__dict__["_counts"] = (history, len(history), proposals, streak)
+        self.__dict__["_counts"] = (history, history[-1] if history else None, len(history), proposals, streak)
         return proposals, streak
 
     def to_json(self) -> dict:

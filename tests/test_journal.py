@@ -136,6 +136,16 @@ def test_another_state_object_is_compacted_not_mixed_in(tmp_path):
     assert [h["number"] for h in runs.RunDir(run.path).load_state().targets[0].history] == [7]
 
 
+def test_a_history_rewritten_in_place_is_saved_whole(tmp_path):
+    run, state = new_run(tmp_path)
+    record(run, state, 0)
+    state.targets[0].history.clear()  # the same list, as long as before, another entry in it
+    state.targets[0].history.append(entry(5, "KEEP"))
+    run.save_state(state)
+    assert [h["number"] for h in runs.RunDir(run.path).load_state().targets[0].history] == [5]
+    assert state.targets[0].proposals == 1 and state.targets[0].reverts_in_a_row == 0
+
+
 def test_a_state_json_from_before_the_journal_is_read_and_written_anew(tmp_path):
     run, state = new_run(tmp_path)
     old = {**state.to_json(), "version": 1}
