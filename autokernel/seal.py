@@ -235,15 +235,17 @@ def _check_best(run: Path, rows: list[dict], report: SealReport) -> None:
 
 def _load_state(run: Path, report: SealReport) -> Any:
     """The search's own record (state.json and its journal); None when the run has none."""
-    from autokernel.run import RunDir
+    from autokernel.journal import JournalError
+    from autokernel.run import RunDir, RunState
     if not (run / "state.json").is_file():
         return None
     try:
-        return RunDir(run).load_state()
-    except UserError as e:
-        name = "state.journal" if "journal" in e.message.split(":")[0] else "state.json"
-        report.errors.append(f"{name}: {e.message.split(': ', 1)[-1]}: the records were changed outside the search")
-        return None
+        return RunState.from_json(RunDir(run).journal.load())
+    except JournalError as e:
+        report.errors.append(f"state.journal: {e}: the records were changed outside the search")
+    except ValueError:
+        report.errors.append("state.json: not valid JSON")
+    return None
 
 
 def _check_state(state: Any, rows: list[dict], report: SealReport) -> None:
@@ -277,10 +279,11 @@ def _written_files(state: Any) -> list[tuple[str, str, str]]:
 
 def _check_written(files: list[tuple[str, str, str]], hashes: list[str], report: SealReport) -> None:
     for (rel, sha, name), actual in zip(files, hashes):
-        if actual != sha:
-            found = MISSING if actual == MISSING else f"its sha256 {actual[:12]} is not the {sha[:12]}"
-            report.errors.append(f"{rel}: {found} the search wrote for {name}: "
-                                 f"the file was changed after it was written; {FIX_FILE}")
+        if actual == MISSING:
+            report.errors.append(f"{rel}: missing, yet the search wrote it for {name}: {FIX_FILE}")
+        elif actual != sha:
+            report.errors.append(f"{rel}: its sha256 {actual[:12]} is not the {sha[:12]} the search wrote for "
+                                 f"{name}: the file was changed after it was written; {FIX_FILE}")
 
 
 def _check_bytecode(run: Path, report: SealReport) -> None:
