@@ -17,7 +17,7 @@ the search recorded when it wrote the file (autokernel.seal.check_run: at the en
 --resume and by `autokernel leaderboard --check`), which then refuse the run, naming the file.
 
 File times tick coarsely on some kernels: a change within one tick of the snapshot may not show in
-the stat, so a file changed shortly before the snapshot is compared by content (its last 64 KiB
+the stat, so a file changed shortly before the snapshot is compared by content (its last 8 KiB
 for a rebuilt record). A file added to a kernels/<target>/ folder within that tick is the one
 change left to the end-of-run check.
 """
@@ -35,7 +35,7 @@ from typing import Any
 BYTECODE_DIR = "__pycache__"
 EXPERIMENTS = "kernels"  # kernels/<target>/exp_NNNN.*: too many files to walk, watched as folders
 FRESH_NS = 200_000_000  # well above the coarse tick of file times
-TAIL_BYTES = 64 << 10
+TAIL_BYTES = 8 << 10  # a rebuilt record's last rows: where a change within one tick would be
 MAX_RECORD_BYTES = 64 << 20  # no small record is this big: a bigger file is kept by its stat alone
 
 

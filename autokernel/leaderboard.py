@@ -98,6 +98,9 @@ class Leaderboard:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        # the file's header and last line are checked before this writer's first append only:
+        # after it, the file ends with a row this writer wrote whole
+        self._checked = False
 
     def _prepare(self) -> bool:
         """Check an existing file's header and drop a torn last line; True when a header is needed."""
@@ -120,11 +123,13 @@ class Leaderboard:
 
     def append(self, row: dict[str, Any]) -> None:
         line = _line(row)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        text = (HEADER if self._prepare() else "") + line
+        if not self._checked:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            line = (HEADER if self._prepare() else "") + line
         with open(self.path, "a", encoding="utf-8", newline="") as f:
-            f.write(text)
+            f.write(line)
             f.flush()
+        self._checked = True
 
     def rewrite(self, rows: list[dict[str, Any]]) -> None:
         """The whole file from `rows`, atomically: how the search puts its leaderboard back from
