@@ -100,6 +100,7 @@ class Meter:
         self.start = time.perf_counter()
         self.waited_s = 0.0
         self.busy_at_record: list[float] = []
+        self.cpu_at_record: list[float] = []  # the writer thread's CPU time: what load cannot inflate
         self.propose_s: list[float] = []
 
     def busy_s(self) -> float:
@@ -151,6 +152,7 @@ def run_night(agent: str, experiments: int, slots: int | None, delay_s: float, f
             return record(self, *args, **kwargs)
         finally:
             meter.busy_at_record.append(meter.busy_s())
+            meter.cpu_at_record.append(time.thread_time())
     loop.TargetSearch._record = stamped
     parallel.ConcurrentSearch.wait_one = meter.waiting(wait_one)
     pool = LocalSlots(judge, local_slots("cpu", width)) if slots else None
@@ -165,7 +167,7 @@ def run_night(agent: str, experiments: int, slots: int | None, delay_s: float, f
     wall_s = busy_s + meter.waited_s
     run.compact_state(state)  # as a run's end does
     print(f"      {agent}: {state.targets[0].stop_reason}", file=sys.stderr)
-    return {"run": run, "busy": meter.busy_at_record, "wall_s": wall_s, "busy_s": busy_s,
+    return {"run": run, "busy": meter.busy_at_record, "cpu": meter.cpu_at_record, "wall_s": wall_s, "busy_s": busy_s,
             "propose_s": meter.propose_s}
 
 
@@ -211,6 +213,7 @@ def report(agent: str, night: dict, slots: int | None, delay_s: float) -> bool:
         return True
     window = min(WINDOW, n // 2)
     first_ms, last_ms = per_experiment_ms(busy, window)
+    cpu_first_ms, cpu_last_ms = per_experiment_ms(night["cpu"], window)
     growth = last_ms / first_ms if first_ms else float("inf")
     absorbed = 1e3 / last_ms if last_ms else float("inf")
     busy_fraction = night["busy_s"] / night["wall_s"]
@@ -220,6 +223,9 @@ def report(agent: str, night: dict, slots: int | None, delay_s: float) -> bool:
     print(f"{agent:5s} {n} experiments ({mode}): writer {first_ms:.2f} ms per experiment over the first "
           f"{window}, {last_ms:.2f} ms over the last {window} ({growth:.2f}x); busy {busy_fraction:.0%} of "
           f"{night['wall_s']:.1f} s; could absorb {absorbed:.0f} verdicts/s")
+    print(f"      of which the writer thread's CPU time: {cpu_first_ms:.2f} ms, then {cpu_last_ms:.2f} ms "
+          f"({cpu_last_ms / cpu_first_ms if cpu_first_ms else float('inf'):.2f}x; the rest is waiting on the disk "
+          "(one fsync per experiment) and on the CPU when the machine is busy)")
     if propose:
         print(f"      proposing (prompt and reply, in {'its own threads' if slots and agent == 'llm' else 'the writer'}):"
               f" median {statistics.median(propose) * 1e3:.2f} ms, first {window} "
