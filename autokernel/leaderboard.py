@@ -1,7 +1,9 @@
 """The leaderboard: runs/<id>/leaderboard.tsv, one row per experiment, in DESIGN.md's columns.
 
-Rows are appended, flushed and fsync'd one at a time, so a crash (even kill -9) loses at most the
-experiment that was running; a line torn by a crash mid-write is dropped before the next append.
+Rows are appended and flushed one at a time, so kill -9 loses at most the experiment that was
+running; a line torn by a crash mid-write is dropped before the next append. The search records
+each experiment in its state first (fsync'd: autokernel.journal) and repairs the leaderboard from
+it on --resume, so a row needs no fsync of its own.
 Cells are escaped (backslash, tab, newline) so a description or an error message can never break
 the table for the tools that read it. The CLI only renders what this module reads back.
 """
@@ -96,6 +98,9 @@ class Leaderboard:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        # the file's header and last line are checked before this writer's first append only:
+        # after it, the file ends with a row this writer wrote whole
+        self._checked = False
 
     def _prepare(self) -> bool:
         """Check an existing file's header and drop a torn last line; True when a header is needed."""
@@ -117,19 +122,30 @@ class Leaderboard:
         return False
 
     def append(self, row: dict[str, Any]) -> None:
-        unknown = set(row) - set(COLUMNS)
-        if unknown:
-            raise ValueError(f"not leaderboard columns: {', '.join(sorted(unknown))}")
-        line = "\t".join(escape(row.get(c)) for c in COLUMNS) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        text = (HEADER if self._prepare() else "") + line
+        line = _line(row)
+        if not self._checked:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            line = (HEADER if self._prepare() else "") + line
         with open(self.path, "a", encoding="utf-8", newline="") as f:
-            f.write(text)
+            f.write(line)
             f.flush()
-            os.fsync(f.fileno())
+        self._checked = True
+
+    def rewrite(self, rows: list[dict[str, Any]]) -> None:
+        """The whole file from `rows`, atomically: how the search puts its leaderboard back from
+        the rows its state holds."""
+        from autokernel.journal import write_atomic
+        write_atomic(self.path, HEADER + "".join(_line(row) for row in rows))
 
     def read(self) -> pd.DataFrame:
         return read(self.path)
+
+
+def _line(row: dict[str, Any]) -> str:
+    unknown = set(row) - set(COLUMNS)
+    if unknown:
+        raise ValueError(f"not leaderboard columns: {', '.join(sorted(unknown))}")
+    return "\t".join(escape(row.get(c)) for c in COLUMNS) + "\n"
 
 
 def _upgrade(path: Path, content: bytes) -> None:

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autokernel.errors import BudgetExhausted, Plateau, StopSearch, UserError
+from autokernel.guard import RecordGuard
 from autokernel.leaderboard import Leaderboard, make_row
-from autokernel.proposer import NO_CODE_MESSAGE, Candidate, Experiment, Proposer, SearchContext
-from autokernel.run import RunDir, RunState, TargetState
-from autokernel.seal import RecordGuard, seal_verdict, source_sha256, write_source
+from autokernel.proposer import HISTORY_WINDOW, NO_CODE_MESSAGE, Candidate, Experiment, Proposer, SearchContext
+from autokernel.run import REBUILT, RunDir, RunState, TargetState
+from autokernel.seal import seal_verdict, source_sha256
 
 STARTER_DESCRIPTION = "starter kernel (baseline)"
 # McGill, Tukey & Larsen (1978) notches: median +- 1.57 * IQR / sqrt(n); two medians whose notches
@@ -111,7 +112,7 @@ class TargetSearch:
         self.next_offer, self.time_cap_s = next_offer, time_cap_s
         self._paused_s = paused_s  # LLM outage time so far: not charged to the budget
         self.leaderboard = Leaderboard(run.leaderboard_path)
-        self.guard = RecordGuard(run.path)
+        self.guard = RecordGuard(run.path, run.written, rebuilt=REBUILT)
         self._clock: tuple[float, float] | None = None  # (start, LLM pause so far) of the experiment
         self.best_source, self.best_verdict = self._load_best()
 
@@ -146,11 +147,7 @@ class TargetSearch:
             raise TargetDone(f"experiment budget spent ({s.max_experiments} per target)")
         if t.seconds >= self.time_cap_s:
             raise TargetDone(f"its share of the time budget ({self.time_cap_s / 60:.1f} min) is spent")
-        streak = 0
-        for h in reversed(t.history):
-            if h.get("decision") != "REVERT":
-                break
-            streak += 1
+        streak = t.reverts_in_a_row
         if streak >= s.plateau:
             raise Plateau(f"{streak} experiments in a row without a faster kernel")
         if left_to_win(t) < self.next_offer:
@@ -189,8 +186,8 @@ class TargetSearch:
         t = self.target
         return SearchContext(kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype, target=t.name,
                              best_source=self.best_source, best_verdict=self.best_verdict,
-                             history=t.experiments, device=(self.best_verdict or {}).get("device", {}),
-                             peaks=self.peaks, experiment=number)
+                             history=t.recent(HISTORY_WINDOW), device=(self.best_verdict or {}).get("device", {}),
+                             peaks=self.peaks, experiment=number, proposal_count=t.proposals)
 
     def _starter_candidate(self) -> Candidate:
         return Candidate(source=self.starter_source, description=STARTER_DESCRIPTION)
@@ -202,7 +199,7 @@ class TargetSearch:
         self._show("status", f"experiment {number}: judging {candidate.description[:60]}")
         # the candidate runs while the run folder exists: whatever it changes there is put
         # back, and it fails, before anything of it is recorded
-        self.guard.snapshot()
+        self.guard.snapshot(self.held_files(number, candidate))
         try:
             if getattr(self.slots, "remote", False):  # a Ray cluster judges even the baseline
                 from autokernel.slots import JudgeJob
@@ -213,21 +210,33 @@ class TargetSearch:
                 verdict = self.judge(path, target=self.case(), device=self.settings.device,
                                      arch=self.settings.arch, timeout_s=self.settings.timeout_s, **self.around())
         finally:
-            touched = self.guard.restore()
+            touched = self.restore_records()
         return self.write_verdict(number, candidate, verdict, touched)
+
+    def held_files(self, number: int, candidate: Candidate) -> dict[str, str]:
+        """An experiment's files before it is judged, run-relative, with the text the search holds."""
+        texts = {".py": candidate.source, ".prompt.md": candidate.prompt, ".response.md": candidate.response}
+        return {self.run.relative(self.run.experiment_file(self.target, number, suffix)): text
+                for suffix, text in texts.items() if text is not None}
+
+    def restore_records(self) -> list[str]:
+        """What changed in the run since the guard's snapshot, put back; the records the writer
+        holds in memory (state, leaderboard) are rewritten from it."""
+        touched = self.guard.restore()
+        if any(rel in REBUILT for rel in touched):
+            self.run.rewrite_records(self.state)
+        return touched
 
     def write_candidate(self, number: int, candidate: Candidate) -> Path | None:
         """The experiment's files before judging; the candidate's path (None: nothing to judge)."""
-        files = self.run
-        files.kernels(self.target).mkdir(parents=True, exist_ok=True)
-        if candidate.prompt is not None:
-            files.experiment_file(self.target, number, ".prompt.md").write_text(candidate.prompt, encoding="utf-8")
-        if candidate.response is not None:
-            files.experiment_file(self.target, number, ".response.md").write_text(candidate.response, encoding="utf-8")
+        for suffix, text in ((".prompt.md", candidate.prompt), (".response.md", candidate.response)):
+            if text is not None:
+                self.run.write_text(self.run.experiment_file(self.target, number, suffix), text)
         if candidate.source is None:
+            self.run.kernels(self.target).mkdir(parents=True, exist_ok=True)
             return None
-        path = files.experiment_file(self.target, number)
-        write_source(path, candidate.source)
+        path = self.run.experiment_file(self.target, number)
+        self.run.write_text(path, candidate.source)
         return path
 
     def write_verdict(self, number: int, candidate: Candidate, verdict: dict | None,
@@ -239,7 +248,8 @@ class TargetSearch:
             record = {"verdict": "FAIL", "failed_stage": "parse", "detail": NO_CODE_MESSAGE}
         else:
             verdict = record = seal_verdict(verdict, source_sha256(candidate.source), touched)
-        self.run.write_json(self.run.experiment_file(self.target, number, ".json"), record)
+        # made durable by the state's next save, which records it (autokernel.journal)
+        self.run.write_json(self.run.experiment_file(self.target, number, ".json"), record, durable=False)
         return verdict
 
     def around(self) -> dict:
@@ -271,7 +281,11 @@ class TargetSearch:
         if decision == "KEEP" or (decision == "BASELINE" and verdict and verdict.get("verdict") == "PASS"
                                   and timing.get("median_us")):
             self._new_best(number, candidate, verdict)
-        t.history.append({**experiment.to_json(), "row": row})
+        # the hashes of the verdict, prompt and reply as written: checked at the end and on resume
+        files = {rel: self.run.written[rel] for rel in (self.run.relative(self.run.experiment_file(t, number, suffix))
+                                                         for suffix in (".json", ".prompt.md", ".response.md"))
+                 if rel in self.run.written}
+        t.history.append({**experiment.to_json(), "row": row, "files": files})
         t.next_experiment = max(t.next_experiment, number + 1)  # numbers in flight stay handed out
         t.pending = [p for p in t.pending if p.get("number") != number]
         self._charge()
@@ -286,7 +300,7 @@ class TargetSearch:
         t.best_iqr_us, t.best_reps = timing.get("iqr_us"), timing.get("reps")
         self.best_source, self.best_verdict = candidate.source, verdict
         # from the text the search held and judged, never copied from disk afterwards
-        write_source(self.run.best_file(t), candidate.source)
+        self.run.write_text(self.run.best_file(t), candidate.source)
 
     def _load_best(self) -> tuple[str, dict | None]:
         """The best kernel so far, from disk (a resumed run) or the starter."""

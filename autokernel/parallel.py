@@ -17,11 +17,12 @@ candidates that were in flight are listed in `pending` with their hash, and a re
 again under their own numbers (one whose file no longer has that hash is dropped: its number stays
 unused). A proposal still being asked of the LLM had written nothing: it is simply asked again.
 
-The record guard: a candidate in flight may not change the run folder. The writer snapshots the
-folder after its own writes and before it hands out the next candidate, and before its next writes
-it puts back whatever changed meanwhile; since only the candidates in flight ran in between, each
-of them is failed at `integrity` (which one did it cannot be told apart, and a sandboxed candidate
-cannot do it at all, so the innocent pay only when an attack happened).
+The record guard (autokernel.guard): a candidate in flight may not change the run folder. The
+writer takes what a candidate could change after its own writes and before it hands out the next
+candidate, and before its next writes it puts back whatever changed meanwhile; since only the
+candidates in flight ran in between, each of them is failed at `integrity` (which one did it cannot
+be told apart, and a sandboxed candidate cannot do it at all, so the innocent pay only when an
+attack happened).
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ class Flight:
     verdict: dict | None = None  # as the judge returned it, before sealing
     judged: bool = False  # the verdict is in (or there was nothing to judge)
     touched: set[str] = field(default_factory=set)  # the run's files changed while it was in flight
+    held: dict[str, str] = field(default_factory=dict)  # its files in the run, with the text the search holds
 
 
 class ConcurrentSearch:
@@ -102,11 +104,12 @@ class ConcurrentSearch:
             hold = getattr(s.proposer, "hold", None)
             if hold is not None and candidate.config is not None:
                 hold(candidate.config)  # the tuner must not propose it again meanwhile
-            self.flights[entry["number"]] = Flight(entry["number"], candidate)
-            self.ready.append(entry["number"])
+            number = entry["number"]
+            self.flights[number] = Flight(number, candidate, held=s.held_files(number, candidate))
+            self.ready.append(number)
             kept.append(entry)
         t.pending = kept
-        s.run.save_state(s.state)
+        s.run.save_state(s.state, durable=False)  # numbers handed out: see autokernel.journal
 
     def fill(self) -> None:
         """Propose until the flights are full or a stop says no more."""
@@ -147,7 +150,7 @@ class ConcurrentSearch:
         """Write the candidate and save its number and hash before any judge can see it."""
         s, t = self.search, self.target
         flight = self.flights[number]
-        flight.candidate = candidate
+        flight.candidate, flight.held = candidate, s.held_files(number, candidate)
         if s.write_candidate(number, candidate) is None:
             flight.judged = True  # a reply without a kernel: recorded as a parse failure
         else:
@@ -156,14 +159,17 @@ class ConcurrentSearch:
                               "prompt_tokens": candidate.prompt_tokens,
                               "completion_tokens": candidate.completion_tokens})
             self.ready.append(number)
-        s.run.save_state(s.state)
+        s.run.save_state(s.state, durable=False)  # written before any judge sees it; see autokernel.journal
 
     def dispatch(self) -> None:
         """Snapshot the run after the writer's own writes, then hand ready candidates to free slots."""
         if not (self.ready or self.judging):
             return
         s = self.search
-        s.guard.snapshot()
+        held: dict[str, str] = {}  # every candidate in flight: its files are put back from its text
+        for flight in self.flights.values():
+            held.update(flight.held)
+        s.guard.snapshot(held)
         self.guarded = True
         while self.ready and len(self.judging) < self.slots.width:
             number = self.ready.pop(0)
@@ -184,7 +190,7 @@ class ConcurrentSearch:
         judged meanwhile (finished or not) is charged with it."""
         if not self.guarded:
             return
-        touched = self.search.guard.restore()
+        touched = self.search.restore_records()
         self.guarded = False
         for number in self.judging.values():
             self.flights[number].touched.update(touched)

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
 NO_CODE_MESSAGE = "the reply held no complete ```python block with the kernel file; nothing was judged"
+# The experiments a proposer is shown: the last few, never the whole run (prompt.py shows the last
+# 8), so building the next prompt costs the same at experiment 25,000 as at experiment 10.
+HISTORY_WINDOW = 16
 
 
 @dataclass
@@ -88,11 +91,13 @@ class SearchContext:
     target: str  # registry.target_name: softmax[64x1024:float16]
     best_source: str
     best_verdict: dict | None = None
-    history: list[Experiment] = field(default_factory=list)
+    history: list[Experiment] = field(default_factory=list)  # the recent ones, oldest first
     device: dict[str, Any] = field(default_factory=dict)
     peaks: dict[str, Any] = field(default_factory=dict)  # measured: copy_gbps, matmul_tflops
     experiment: int = 1  # the number the next experiment will get
     backend: str = "triton"
+    # proposals made on this target so far, when `history` is only the recent window of them
+    proposal_count: int | None = None
 
     @property
     def best_median_us(self) -> float | None:
@@ -105,6 +110,8 @@ class SearchContext:
     @property
     def proposals(self) -> int:
         """Proposals made on this target so far (the baseline is not one)."""
+        if self.proposal_count is not None:
+            return self.proposal_count
         return sum(1 for e in self.history if e.decision != "BASELINE")
 
 

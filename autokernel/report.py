@@ -44,6 +44,15 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
+def _read_state(run: RunDir) -> dict:
+    """The state as last saved: state.json and its journal (autokernel.journal)."""
+    from autokernel.errors import UserError
+    try:
+        return run.load_state().to_json()
+    except (OSError, UserError):
+        return {}
+
+
 def _on_cpu(run: RunDir) -> bool:
     config = _read_json(run.config_path)
     return config.get("device", {}).get("type", "cpu") != "cuda"
@@ -124,7 +133,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def render(run: RunDir, frame: Any) -> str:
     config, plan = _read_json(run.config_path), _read_json(run.plan_path)
-    state, verified = _read_json(run.state_path), _read_json(run.path / "verify.json")
+    state, verified = _read_state(run), _read_json(run.path / "verify.json")
     model = config.get("model", {})
     lines = [f"# autokernel run {run.run_id}", ""]
     if _on_cpu(run):

@@ -1,25 +1,32 @@
 """A run on disk: runs/<run_id>/ with config.json, plan.json, state.json, the leaderboard, every
 candidate and its verdict, and the best kernel per target.
 
-state.json is what a resume needs and the record the leaderboard is repaired from: it is written
-atomically (a temp file, fsync, os.replace) after every experiment, so kill -9 at any moment leaves
-either the previous state or the new one, never a torn file.
+state.json is what a resume needs and the record the leaderboard is repaired from. It is saved
+after every experiment as one line appended to state.journal (what changed), and compacted into
+state.json now and then (autokernel.journal): kill -9 at any moment leaves either the previous state
+or the new one, and a save costs the same late in a long run as early. Every file the search writes
+into the run is hashed as it is written (`RunDir.written`); an experiment's history entry carries
+the hashes of its verdict, prompt and reply, which `leaderboard --check` and `--resume` check.
 """
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from autokernel.errors import UsageError, UserError
+from autokernel.journal import JournalError, StateJournal
 from autokernel.leaderboard import FILENAME as LEADERBOARD
 from autokernel.proposer import Experiment
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: state.json is a snapshot continued by state.journal; 1 (no journal) still reads
+JOURNAL = "state.journal"
+REBUILT = (LEADERBOARD, "state.json", JOURNAL)  # what RunDir.rewrite_records writes from memory
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.I)
 _UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
@@ -37,6 +44,7 @@ def parse_duration_s(text: str) -> float:
     return sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
+@lru_cache(maxsize=1024)  # asked for every file of every experiment
 def target_slug(target: str) -> str:
     """A folder-safe name for a target: softmax[64x1024:float16] -> softmax-64x1024-float16."""
     return re.sub(r"[^A-Za-z0-9_.=-]+", "-", target).strip("-")
@@ -51,14 +59,12 @@ def new_run_id(runs_dir: Path) -> str:
     return run_id
 
 
-def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:
+def write_json_atomic(path: Path, data: Any, indent: int | None = 1, durable: bool = True) -> str:
+    """`data` as JSON replacing `path` whole or not at all (fsync'd when `durable`); the text."""
+    from autokernel.journal import write_atomic
     text = json.dumps(data, indent=indent, default=str, separators=None if indent else (",", ":"))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, text, durable)
+    return text
 
 
 @dataclass
@@ -92,14 +98,39 @@ class TargetState:
     def slug(self) -> str:
         return target_slug(self.name)
 
-    @property
-    def experiments(self) -> list[Experiment]:
-        names = {f.name for f in fields(Experiment)}
-        return [Experiment.from_json({k: v for k, v in h.items() if k in names}) for h in self.history]
+    def recent(self, count: int) -> list[Experiment]:
+        """The last `count` experiments, oldest first: a window of fixed size, so what the next
+        prompt is built from does not grow with the run."""
+        names = _EXPERIMENT_FIELDS
+        return [Experiment.from_json({k: v for k, v in h.items() if k in names})
+                for h in (self.history[-count:] if count > 0 else [])]
 
     @property
     def proposals(self) -> int:
-        return sum(1 for h in self.history if h.get("decision") != "BASELINE")
+        """Proposals so far (the baseline is not one)."""
+        return self._tally()[0]
+
+    @property
+    def reverts_in_a_row(self) -> int:
+        """REVERTs at the end of the history: how long the search has gone without a faster kernel."""
+        return self._tally()[1]
+
+    def _tally(self) -> tuple[int, int]:
+        """(proposals, REVERTs in a row), kept beside the history: only the entries appended since
+        the last call are read, so asking after every experiment does not grow with the run."""
+        history = self.history
+        seen, last, counted, proposals, streak = self.__dict__.get("_counts", (None, None, 0, 0, 0))
+        if seen is not history or counted > len(history) or (counted and history[counted - 1] is not last):
+            counted, proposals, streak = 0, 0, 0  # another list, or one rewritten: count it all
+        for h in history[counted:]:
+            decision = h.get("decision")
+            proposals += decision != "BASELINE"
+            streak = streak + 1 if decision == "REVERT" else 0
+        self.__dict__["_counts"] = (history, history[-1] if history else None, len(history), proposals, streak)
+        return proposals, streak
+
+    def to_json(self) -> dict:
+        return {name: getattr(self, name) for name in _TARGET_FIELDS}
 
     @property
     def speedup_vs_starter(self) -> float | None:
@@ -127,16 +158,17 @@ class RunState:
     version: int = STATE_VERSION
 
     def to_json(self) -> dict:
-        # shallow on purpose: json.dumps walks the history anyway, and a deep copy of a long
-        # history on every save was most of the loop's own time
-        return {**self.__dict__, "targets": [dict(t.__dict__) for t in self.targets]}
+        # shallow on purpose: the journal writes only what changed, and a copy of a long history
+        # on every save would grow with the run
+        return {**{name: getattr(self, name) for name in _RUN_FIELDS},
+                "targets": [t.to_json() for t in self.targets]}
 
     @staticmethod
     def from_json(d: dict) -> "RunState":
         d = dict(d)
         names = {f.name for f in fields(TargetState)}
         d["targets"] = [TargetState(**{k: v for k, v in t.items() if k in names}) for t in d.get("targets", [])]
-        known = {f.name for f in fields(RunState)}
+        known = {f.name for f in fields(RunState)} - {"version"}  # written back in the current layout
         return RunState(**{k: v for k, v in d.items() if k in known})
 
     @property
@@ -144,11 +176,20 @@ class RunState:
         return max(self.budget_s - self.elapsed_s, 0.0)
 
 
+_EXPERIMENT_FIELDS = frozenset(f.name for f in fields(Experiment))
+_TARGET_FIELDS = tuple(f.name for f in fields(TargetState))
+_RUN_FIELDS = tuple(f.name for f in fields(RunState) if f.name != "targets")
+
+
 class RunDir:
-    """Paths of one run, and reading and writing its JSON files."""
+    """Paths of one run, and reading and writing its files: the one writer of a run writes through
+    here, so the state is journaled and every file it writes is hashed as it is written."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.journal = StateJournal(self.state_path, self.journal_path)
+        # every file written through this object: run-relative path -> sha256 of the bytes written
+        self.written: dict[str, str] = {}
 
     @property
     def run_id(self) -> str:
@@ -157,6 +198,7 @@ class RunDir:
     config_path = property(lambda self: self.path / "config.json")
     plan_path = property(lambda self: self.path / "plan.json")
     state_path = property(lambda self: self.path / "state.json")
+    journal_path = property(lambda self: self.path / JOURNAL)
     leaderboard_path = property(lambda self: self.path / LEADERBOARD)
 
     def kernels(self, target: TargetState) -> Path:
@@ -176,14 +218,59 @@ class RunDir:
         (self.path / "kernels").mkdir()
         (self.path / "best").mkdir()
 
-    def write_json(self, path: Path, data: Any) -> None:
-        write_json_atomic(path, data)
+    # ------------------------------------------------------------------ the writer's files
+    def write_text(self, path: Path, text: str) -> str:
+        """A record written byte for byte from the held text (no newline translation, so its hash
+        is the text's); the sha256, also noted in `written`."""
+        data = text.encode("utf-8")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return self._note(path, data)
 
-    def save_state(self, state: RunState) -> None:
-        write_json_atomic(self.state_path, state.to_json(), indent=None)  # compact: saved every experiment
+    def write_json(self, path: Path, data: Any, durable: bool = True) -> str:
+        """JSON written atomically (fsync'd when `durable`); its sha256, also noted in `written`."""
+        return self._note(path, write_json_atomic(path, data, durable=durable).encode("utf-8"))
+
+    def _note(self, path: Path, data: bytes) -> str:
+        sha = hashlib.sha256(data).hexdigest()
+        self.written[self.relative(path)] = sha
+        return sha
+
+    # ------------------------------------------------------------------ the state
+    def save_state(self, state: RunState, durable: bool = True) -> None:
+        """What changed since the last save, appended to the journal (autokernel.journal); not
+        `durable` (no fsync) for a save that only hands out numbers."""
+        self.journal.save(state, state.to_json(), durable)
+
+    def compact_state(self, state: RunState) -> None:
+        """The whole state into state.json, the journal emptied: a run's state at rest."""
+        self.journal.compact(state, state.to_json())
 
     def load_state(self) -> RunState:
-        return RunState.from_json(self._read(self.state_path))
+        """The state as last saved (state.json and its journal); the next `save_state` of the
+        returned object appends to the journal."""
+        try:
+            data = self.journal.load()
+        except FileNotFoundError:
+            self._read(self.state_path)  # says what is missing and what to do
+            raise
+        except JournalError as e:
+            raise UserError(f"{self.journal_path} is damaged: {e}",
+                            "the run's state cannot be read back; start a new run") from None
+        except ValueError as e:
+            raise UserError(f"{self.state_path} is not valid JSON: {e}",
+                            "the run cannot be resumed; start a new one") from None
+        state = RunState.from_json(data)
+        self.journal.adopt(state, state.to_json())
+        return state
+
+    def rewrite_records(self, state: RunState) -> None:
+        """state.json, its journal and the leaderboard rewritten from the state in memory: how the
+        writer puts them back after something else changed them."""
+        from autokernel.leaderboard import Leaderboard
+        self.compact_state(state)
+        Leaderboard(self.leaderboard_path).rewrite([h["row"] for t in state.targets for h in t.history
+                                                    if h.get("row")])
 
     def load_config(self) -> dict:
         return self._read(self.config_path)
@@ -326,15 +413,16 @@ def resume(runs_dir: Path, run_id: str, overrides: dict | None = None,
             config["options"][key] = value
     state.budget_s = float(config["options"]["budget_s"])
     repair_leaderboard(run, state)
-    check_for_resume(run, log)
+    check_for_resume(run, log, state)
     return run, state, config
 
 
-def check_for_resume(run: RunDir, log: Any = None) -> None:
+def check_for_resume(run: RunDir, log: Any = None, state: RunState | None = None) -> None:
     """Refuse a run whose records were changed outside the search; rows from before rows carried a
-    hash cannot be checked, and are let through with a note."""
+    hash cannot be checked, and are let through with a note. `state`: the one just loaded (not
+    read again)."""
     from autokernel.seal import require_sealed
-    report = require_sealed(run.path, "--resume refused", allow_unsealed=True)
+    report = require_sealed(run.path, "--resume refused", allow_unsealed=True, state=state)
     if report.unsealed and log is not None:
         log(f"note: {len(report.unsealed)} row(s) of {run.path.name} carry no source_sha256 (written before "
             "rows were sealed): their files are taken as they are; new rows are sealed")

@@ -2,9 +2,9 @@
 (or a module target's ModuleSearch), with its proposer, its starter and its share of the time.
 
 `execute` is what `autokernel optimize` runs on a started or resumed run: it sets up the judge slots
-and the judge session, turns SIGTERM into Interrupted, kills the judge's processes on a stop, and
-saves the state whatever happens. BudgetExhausted ends the run as done; Plateau and TargetDone end
-one target and the next one starts.
+and the judge session, turns SIGTERM into Interrupted, kills the judge's processes on a stop, saves
+the state whatever happens, and checks the run's records against their hashes when it is done.
+BudgetExhausted ends the run as done; Plateau and TargetDone end one target and the next one starts.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from autokernel.errors import BudgetExhausted, Interrupted, Plateau
 from autokernel.loop import JudgeFn, SearchSettings, TargetDone, TargetSearch, default_judge, offer
 from autokernel.proposer import Proposer
 from autokernel.run import RunDir, RunState, TargetState
+from autokernel.seal import check_at_end
 from harness.isolation import kill_all
 
 
@@ -154,5 +155,7 @@ def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
         if in_main:
             signal.signal(signal.SIGTERM, previous)
         slots.close()
-        run.save_state(state)
+        run.compact_state(state)  # at rest: state.json whole, its journal empty
+    if state.status == "done":
+        check_at_end(run, state, getattr(display, "line", None))
     return state

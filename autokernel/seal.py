@@ -1,15 +1,17 @@
 """Sealed records: every leaderboard row carries the sha256 of the candidate's source as the search
 held it before judging, and the run's files are checked against those hashes.
 
-A candidate is untrusted code that runs while the run folder exists. Two things keep it from
+A candidate is untrusted code that runs while the run folder exists. Three things keep it from
 rewriting the run's records:
-- `RecordGuard`: the search snapshots the run folder before each judge call and, when the call
-  returns, restores anything that changed (a forged row, an overwritten best/ file, a rewritten
-  experiment) and fails the candidate, naming the files. The OS sandbox keeps a candidate out of the
-  run folder in the first place; this guard catches what gets past it (no sandbox on the machine).
-- `check_run`: what `autokernel leaderboard --check`, verify, export and `--resume` run first. Each
-  row must be backed by kernels/<target>/exp_NNNN.py with the row's hash, best/<target>.py must be
-  the text of the target's best kept row, and state.json must agree with the leaderboard.
+- the OS sandbox (harness/sandbox.py), which denies it any write outside its scratch folder;
+- the record guard (autokernel.guard), for what gets past the sandbox: the parts of the run folder
+  a candidate could change are taken before each judge call and compared after it; whatever
+  changed is put back where it can be and the candidate fails at `integrity`, naming the files;
+- `check_run`: what `autokernel leaderboard --check`, verify, export and `--resume` run first, and
+  the search at the end of a run. Each row must be backed by kernels/<target>/exp_NNNN.py with the
+  row's hash, best/<target>.py must be the text of the target's best kept row, state.json (with
+  its journal) must agree with the leaderboard, and every verdict, prompt and reply must still
+  have the hash the search recorded when it wrote it.
 
 The hash is of the text, not a signature: it ties each file to the row the search wrote, which is
 what a candidate's tampering breaks; keeping a candidate from writing consistent forgeries of every
@@ -18,37 +20,63 @@ record at once is the sandbox's part.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
-import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from autokernel.errors import UserError
+from autokernel.guard import BYTECODE_DIR
 from autokernel.leaderboard import FILENAME as LEADERBOARD
 from autokernel.leaderboard import HASH_COLUMN, read
 
 FIX_ROW = "re-run the experiment, or remove the row from leaderboard.tsv"
-# Python imports a file's cached bytecode instead of its text when the cache's recorded mtime and
-# size match: a planted cache beside a checked file would run unchecked code.
-BYTECODE_DIR = "__pycache__"
-FRESH_NS = 200_000_000  # well above the coarse tick of file times
-MAX_RECORD_BYTES = 64 << 20  # no record is this big: a bigger file is the candidate's, to be removed
+FIX_FILE = "put back the file the search wrote, or re-run the search"
+NAMED = 20  # files named in a verdict's detail; the rest are counted
+MISSING, NOT_PLAIN = "missing", "not a plain file"
+HASH_THREADS = 8
 
 
 def source_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    """The hash of a plain file; a link, pipe or folder in a record's place never matches (and a
-    pipe is never opened: reading it would block)."""
-    if not stat.S_ISREG(os.lstat(path).st_mode):
-        return "not a plain file"
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def file_sha256(path: str | Path) -> str:
+    """The hash of a plain file, or MISSING; a link, pipe or folder in a record's place is
+    NOT_PLAIN, which never matches (and a pipe is never read: that would block)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return MISSING
+    except OSError:  # a link (O_NOFOLLOW), or nothing a record could be
+        return NOT_PLAIN
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return NOT_PLAIN
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def hash_files(paths: list[str]) -> list[str]:
+    """file_sha256 of each path, read by a few threads at once (reading and hashing release the
+    GIL): checking a long run is mostly reading its files."""
+    workers = min(HASH_THREADS, os.cpu_count() or 1)
+    if workers < 2 or len(paths) < 64:
+        return [file_sha256(p) for p in paths]
+    with ThreadPoolExecutor(workers, thread_name_prefix="seal-check") as pool:
+        parts = list(pool.map(lambda part: [file_sha256(p) for p in part], [paths[i::workers] for i in range(workers)]))
+    hashes = [""] * len(paths)
+    for i, part in enumerate(parts):
+        hashes[i::workers] = part
+    return hashes
 
 
 def write_source(path: Path, text: str) -> None:
@@ -58,89 +86,7 @@ def write_source(path: Path, text: str) -> None:
     path.write_bytes(text.encode("utf-8"))
 
 
-# ====================================================================== guarding a judge call
-def _content(path: str, st: os.stat_result) -> bytes:
-    """A file's bytes; for anything else (a link, a pipe that would block a read, a file too big to
-    hold) a stand-in that changes whenever it does."""
-    if stat.S_ISLNK(st.st_mode):
-        return b"link:" + os.fsencode(os.readlink(path))
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORD_BYTES:
-        return f"special:{st.st_mode}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}".encode()
-    try:
-        return Path(path).read_bytes()
-    except OSError as e:
-        return f"unreadable:{e}".encode()
-
-
-class RecordGuard:
-    """The run folder as it was before a judge call; `restore()` undoes whatever the call changed.
-
-    One guard serves a whole search: a file whose stat is unchanged since it was last read is not
-    read again, so a snapshot of a long run costs a walk of its folder, not a read of every file.
-    The change time is part of that stat, and no process can set it back: any write shows."""
-
-    def __init__(self, run: Path):
-        self.run = Path(run)
-        self._cache: dict[str, tuple[tuple, bytes]] = {}
-        self.before: dict[str, bytes] = {}
-        self.folders: set[str] = set()
-        self._fresh_ns = 0
-
-    def snapshot(self) -> "RecordGuard":
-        # file times tick coarsely (a few ms): a file changed since shortly before the snapshot is
-        # read again whatever its stat says, so a write within one tick cannot hide
-        self._fresh_ns = time.time_ns() - FRESH_NS
-        self.before, self.folders = self._walk()
-        return self
-
-    def _walk(self) -> tuple[dict[str, bytes], set[str]]:
-        """Every file of the run folder by path relative to it, and every folder (the judge writes
-        no bytecode there, so a cache that appears while a candidate runs is the candidate's)."""
-        files: dict[str, bytes] = {}
-        folders: set[str] = set()
-        pending = [(str(self.run), "")]
-        while pending:
-            folder, prefix = pending.pop()
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    rel = prefix + entry.name
-                    if entry.is_dir(follow_symlinks=False):
-                        folders.add(rel)
-                        pending.append((entry.path, rel + "/"))
-                    else:
-                        files[rel] = self._read(rel, entry)
-        for rel in set(self._cache) - set(files):
-            del self._cache[rel]
-        return files, folders
-
-    def _read(self, rel: str, entry: os.DirEntry) -> bytes:
-        st = entry.stat(follow_symlinks=False)
-        key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, st.st_mode)
-        cached = self._cache.get(rel)
-        if cached is None or cached[0] != key or st.st_ctime_ns >= self._fresh_ns:
-            cached = (key, _content(entry.path, st))
-            self._cache[rel] = cached
-        return cached[1]
-
-    def restore(self) -> list[str]:
-        """Put back every changed or removed file, remove every added one (and the folders added to
-        hold them); the paths touched."""
-        after, folders = self._walk()
-        touched = sorted(p for p in set(self.before) | set(after) if self.before.get(p) != after.get(p))
-        for rel in touched:
-            path = self.run / rel
-            if path.is_symlink() or path.exists():
-                path.unlink()
-            if rel in self.before:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(self.before[rel])
-        for rel in sorted(folders - self.folders, key=lambda p: p.count("/"), reverse=True):
-            folder = self.run / rel
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-        return touched
-
-
+# ====================================================================== a judge call's verdict
 def tampered_verdict(verdict: dict | None, detail: str) -> dict:
     """The judge's verdict turned into a FAIL at `integrity`: the candidate is rejected, the reason
     named, its timing dropped (a candidate that rewrote the records cannot be believed)."""
@@ -155,8 +101,9 @@ def seal_verdict(verdict: dict | None, held_sha256: str, touched: list[str]) -> 
     """The verdict as the search may use it: a FAIL when the candidate changed the run's records
     while it was judged, or when the judge reports judging other text than the search held."""
     if touched:
+        named = ", ".join(touched[:NAMED]) + (f" and {len(touched) - NAMED} more" if len(touched) > NAMED else "")
         return tampered_verdict(verdict, "the candidate changed the run's records while it was judged: "
-                                         f"{', '.join(touched)} (put back as they were)")
+                                         f"{named} (put back where the search holds them)")
     judged = (verdict or {}).get(HASH_COLUMN)
     if judged and judged != held_sha256:
         return tampered_verdict(verdict, f"the judge judged text with sha256 {judged[:12]}, not the candidate "
@@ -189,19 +136,24 @@ class SealReport:
         return self.errors + [f"{u} (unsealed: no {HASH_COLUMN})" for u in self.unsealed]
 
 
-def expected_candidate(target: str, experiment: int) -> str:
-    from autokernel.run import target_slug
-    return f"kernels/{target_slug(target)}/exp_{experiment:04d}.py"
-
-
-def _row_hash(row: pd.Series) -> str:
+def _row_hash(row: dict) -> str:
     return str(row.get(HASH_COLUMN) or "")
 
 
-def _check_rows(run: Path, frame: pd.DataFrame, report: SealReport) -> None:
-    """Each row against its experiment file; duplicates and KEEPs that did not pass."""
+def _rows(frame: pd.DataFrame) -> list[dict]:
+    """The leaderboard's rows as dicts (a long run's rows are walked several times), built from
+    its columns: much quicker than DataFrame.to_dict."""
+    columns = list(frame.columns)
+    return [dict(zip(columns, values)) for values in zip(*(frame[c].tolist() for c in columns))]
+
+
+def _check_rows(rows: list[dict], report: SealReport) -> list[tuple[str, str, str]]:
+    """Duplicates, KEEPs that did not pass, rows pointing elsewhere; the (file, hash, row name) of
+    each row's experiment file, to be checked against its hash."""
+    files: list[tuple[str, str, str]] = []
+    slugs: dict[str, str] = {}
     seen: set[tuple[str, int]] = set()
-    for _, row in frame.iterrows():
+    for row in rows:
         target, number = str(row["target"]), row["experiment"]
         if pd.isna(number):
             report.errors.append(f"leaderboard.tsv: a row of {target!r} has no experiment number: {FIX_ROW}")
@@ -220,40 +172,45 @@ def _check_rows(run: Path, frame: pd.DataFrame, report: SealReport) -> None:
                 report.errors.append(f"leaderboard.tsv: {name} ({row['decision']} {row['verdict']}) names no "
                                      f"experiment file: {FIX_ROW}")
             continue
-        expected = expected_candidate(target, number)
+        if target not in slugs:
+            from autokernel.run import target_slug
+            slugs[target] = target_slug(target)
+        expected = f"kernels/{slugs[target]}/exp_{number:04d}.py"
         if candidate != expected:
             report.errors.append(f"leaderboard.tsv: {name} points at {candidate}, not {expected}: {FIX_ROW}")
             continue
-        _check_file(run / candidate, candidate, _row_hash(row), name, report)
+        files.append((candidate, _row_hash(row), name))
+    return files
 
 
-def _check_file(path: Path, rel: str, sha: str, name: str, report: SealReport) -> None:
-    if not path.is_file():
-        report.errors.append(f"{rel}: missing, yet {name} of leaderboard.tsv names it: {FIX_ROW}")
-    elif not sha:
-        report.unsealed.append(f"{rel} ({name})")
-    elif (actual := file_sha256(path)) != sha:
-        report.errors.append(f"{rel}: its sha256 {actual[:12]} is not the {sha[:12]} of {name}: "
-                             f"the file was changed after it was judged; {FIX_ROW}")
+def _check_row_files(files: list[tuple[str, str, str]], hashes: list[str], report: SealReport) -> None:
+    for (rel, sha, name), actual in zip(files, hashes):
+        if actual == MISSING:
+            report.errors.append(f"{rel}: missing, yet {name} of leaderboard.tsv names it: {FIX_ROW}")
+        elif not sha:
+            report.unsealed.append(f"{rel} ({name})")
+        elif actual != sha:
+            report.errors.append(f"{rel}: its sha256 {actual[:12]} is not the {sha[:12]} of {name}: "
+                                 f"the file was changed after it was judged; {FIX_ROW}")
 
 
-def best_kept_rows(frame: pd.DataFrame) -> dict[str, dict]:
+def best_kept_rows(frame: pd.DataFrame | list[dict]) -> dict[str, dict]:
     """Per target, the row best/ must hold: the last KEEP, or a passing BASELINE before any KEEP
     (a KEEP is only ever faster than the best before it)."""
+    rows = _rows(frame) if isinstance(frame, pd.DataFrame) else frame
     best: dict[str, dict] = {}
-    frame = frame[frame["experiment"].notna()].sort_values("experiment", kind="stable")
-    for _, row in frame.iterrows():
+    for row in sorted((r for r in rows if not pd.isna(r["experiment"])), key=lambda r: int(r["experiment"])):
         kept = row["decision"] == "KEEP" or (row["decision"] == "BASELINE" and row["verdict"] == "PASS"
-                                             and pd.notna(row["median_us"]))
+                                             and not pd.isna(row["median_us"]))
         if kept:
-            best[str(row["target"])] = row.to_dict()
+            best[str(row["target"])] = row
     return best
 
 
-def _check_best(run: Path, frame: pd.DataFrame, report: SealReport) -> None:
+def _check_best(run: Path, rows: list[dict], report: SealReport) -> None:
     from autokernel.run import target_slug
-    report.best_rows = best_kept_rows(frame)
-    slugs = {target_slug(t): t for t in frame["target"]}
+    report.best_rows = best_kept_rows(rows)
+    slugs = {target_slug(t): t for t in {str(r["target"]) for r in rows}}
     for path in sorted((run / "best").glob("*.py")) if (run / "best").is_dir() else []:
         rel = f"best/{path.name}"
         report.best_files += 1
@@ -276,19 +233,28 @@ def _check_best(run: Path, frame: pd.DataFrame, report: SealReport) -> None:
                                  f"is its best row: copy {row['candidate']} there or re-run the search")
 
 
-def _check_state(run: Path, frame: pd.DataFrame, report: SealReport) -> None:
-    """state.json (the search's own record) against the leaderboard: a row only the leaderboard has,
-    or a best the two disagree on, was not written by the search."""
-    path = run / "state.json"
-    if not path.is_file():
-        return
+def _load_state(run: Path, report: SealReport) -> Any:
+    """The search's own record (state.json and its journal); None when the run has none."""
+    from autokernel.journal import JournalError
+    from autokernel.run import RunDir, RunState
+    if not (run / "state.json").is_file():
+        return None
     try:
-        targets = json.loads(path.read_text(encoding="utf-8")).get("targets", [])
+        return RunState.from_json(RunDir(run).journal.load())
+    except JournalError as e:
+        report.errors.append(f"state.journal: {e}: the records were changed outside the search")
     except ValueError:
         report.errors.append("state.json: not valid JSON")
-        return
-    recorded = {(t.get("name"), h.get("number")): (h.get("row") or {}) for t in targets for h in t.get("history", [])}
-    for _, row in frame[frame["experiment"].notna()].iterrows():
+    return None
+
+
+def _check_state(state: Any, rows: list[dict], report: SealReport) -> None:
+    """The state (the search's own record) against the leaderboard: a row only the leaderboard has,
+    or a best the two disagree on, was not written by the search."""
+    recorded = {(t.name, h.get("number")): (h.get("row") or {}) for t in state.targets for h in t.history}
+    for row in rows:
+        if pd.isna(row["experiment"]):
+            continue
         key = (str(row["target"]), int(row["experiment"]))
         if key not in recorded:
             report.errors.append(f"leaderboard.tsv: row {key[0]} #{key[1]} is not in state.json's history: "
@@ -296,43 +262,80 @@ def _check_state(run: Path, frame: pd.DataFrame, report: SealReport) -> None:
         elif recorded[key].get(HASH_COLUMN, "") != _row_hash(row) and recorded[key].get(HASH_COLUMN):
             report.errors.append(f"leaderboard.tsv: row {key[0]} #{key[1]} has another {HASH_COLUMN} than "
                                  f"state.json records: {FIX_ROW}")
-    for t in targets:
-        best, row = t.get("best_experiment"), report.best_rows.get(t.get("name"))
+    for t in state.targets:
+        best, row = t.best_experiment, report.best_rows.get(t.name)
         if best is not None and (row is None or int(row["experiment"]) != best):
             found = f"#{int(row['experiment'])}" if row is not None else "none"
-            report.errors.append(f"state.json: names experiment #{best} as the best of {t.get('name')}, "
+            report.errors.append(f"state.json: names experiment #{best} as the best of {t.name}, "
                                  f"leaderboard.tsv's best is {found}: the records were changed outside the search")
+
+
+def _written_files(state: Any) -> list[tuple[str, str, str]]:
+    """Each experiment's verdict, prompt and reply with the hash the search recorded when it wrote
+    them (entries from before these hashes were recorded have none)."""
+    return [(rel, sha, f"{t.name} #{h.get('number')}") for t in state.targets for h in t.history
+            for rel, sha in (h.get("files") or {}).items()]
+
+
+def _check_written(files: list[tuple[str, str, str]], hashes: list[str], report: SealReport) -> None:
+    for (rel, sha, name), actual in zip(files, hashes):
+        if actual == MISSING:
+            report.errors.append(f"{rel}: missing, yet the search wrote it for {name}: {FIX_FILE}")
+        elif actual != sha:
+            report.errors.append(f"{rel}: its sha256 {actual[:12]} is not the {sha[:12]} the search wrote for "
+                                 f"{name}: the file was changed after it was written; {FIX_FILE}")
 
 
 def _check_bytecode(run: Path, report: SealReport) -> None:
     for folder in ("kernels", "best"):
-        for cache in sorted((run / folder).rglob(BYTECODE_DIR)) if (run / folder).is_dir() else []:
-            report.errors.append(f"{cache.relative_to(run).as_posix()}/: compiled bytecode beside the records, "
-                                 "which Python may import instead of the checked text: remove the folder")
+        for root, dirs, _ in os.walk(run / folder):
+            for cache in sorted(d for d in dirs if d == BYTECODE_DIR):
+                rel = (Path(root) / cache).relative_to(run).as_posix()
+                report.errors.append(f"{rel}/: compiled bytecode beside the records, "
+                                     "which Python may import instead of the checked text: remove the folder")
 
 
-def check_run(run: str | Path) -> SealReport:
-    """Every record of a run against the hashes its leaderboard rows carry."""
+def check_run(run: str | Path, state: Any = None) -> SealReport:
+    """Every record of a run against the hashes its leaderboard rows and its state carry. `state`:
+    the run's state already loaded (a resume's), else it is read from the run."""
     run = Path(run)
     report = SealReport(run=run)
-    frame = read(run / LEADERBOARD)
-    report.rows = len(frame)
-    _check_rows(run, frame, report)
-    _check_best(run, frame, report)
-    _check_state(run, frame, report)
+    rows = _rows(read(run / LEADERBOARD))
+    report.rows = len(rows)
+    row_files = _check_rows(rows, report)
+    state = state if state is not None else _load_state(run, report)
+    written = _written_files(state) if state is not None else []
+    base = str(run) + os.sep  # plain strings: a Path per file costs more than reading it
+    hashes = hash_files([base + rel for rel, _, _ in row_files + written])  # all at once: the bulk
+    _check_row_files(row_files, hashes[:len(row_files)], report)
+    _check_best(run, rows, report)
+    if state is not None:
+        _check_state(state, rows, report)
+        _check_written(written, hashes[len(row_files):], report)
     _check_bytecode(run, report)
     return report
+
+
+def check_at_end(run: Any, state: Any, log: Any = None) -> None:
+    """The run's records against the hashes the search recorded, once the search is done: what the
+    record guard cannot see while a candidate runs (an old file rewritten in place) is named here,
+    and verify, export and --resume will refuse the run."""
+    errors = check_run(run.path, state).errors
+    if errors and log is not None:
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        log(f"WARNING: records of {run.run_id} changed outside the search: {'; '.join(errors[:5])}{more}; "
+            f"`autokernel leaderboard --check {run.path}` lists them")
 
 
 class SealError(UserError):
     """A run's records do not match the hashes its leaderboard carries."""
 
 
-def require_sealed(run: str | Path, action: str, *, allow_unsealed: bool = False) -> SealReport:
+def require_sealed(run: str | Path, action: str, *, allow_unsealed: bool = False, state: Any = None) -> SealReport:
     """check_run, raising a UserError that names each bad file (`action` opens its message: "verify
     refused"). `allow_unsealed` lets rows without a hash through (a run written before rows were
     sealed can still be resumed)."""
-    report = check_run(run)
+    report = check_run(run, state)
     if report.errors or (report.unsealed and not allow_unsealed):
         shown = report.lines() if not allow_unsealed else report.errors
         listed = "\n  ".join(shown[:20]) + (f"\n  ... and {len(shown) - 20} more" if len(shown) > 20 else "")

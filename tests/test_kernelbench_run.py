@@ -178,3 +178,31 @@ def test_two_workers_judge_two_solutions_at_once_with_one_writer(tmp_path, monke
     assert configs[0] != configs[1]  # the tuner never proposes a configuration already in flight
     summary = json.loads((run.path / "kernelbench.json").read_text())
     assert summary["problems"][0]["experiments"] == 3 and summary["problems"][0]["correct"] is True
+
+
+def test_the_summary_reads_each_best_verdict_once_and_again_when_it_changes(tmp_path, monkeypatch):
+    # kernelbench.json is rewritten after every experiment: reading every problem's best verdict
+    # each time would cost a read per problem per experiment
+    from autokernel.run import RunDir, RunState, TargetState
+    run = RunDir(tmp_path / "run")
+    run.create()
+    targets = [TargetState(name=f"{n}_P", kernel_type="kernelbench", dims={}, dtype="fp32", best_experiment=0)
+               for n in (1, 2)]
+    for t, speedup in zip(targets, (1.5, 2.5)):
+        run.kernels(t).mkdir()
+        run.write_json(run.experiment_file(t, 0, ".json"), {"verdict": "PASS", "correct": True,
+                                                             "speedup_vs_eager": speedup})
+    config = {"level": 1, "options": {"precision": "fp32", "device": "cpu"},
+              "problems": [{"key": t.name, "problem_id": i, "name": t.name, "level": 1} for i, t in enumerate(targets)]}
+    state = RunState(run_id="run", agent="llm", targets=targets)
+    reads = []
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self.name) or read_text(self, *a, **k))
+    for _ in range(5):
+        kb_run.write_summary(run, state, config)
+    assert sorted(reads) == ["exp_0000.json", "exp_0000.json"]  # once per problem, not once per write
+    run.write_json(run.experiment_file(targets[1], 0, ".json"), {"verdict": "PASS", "correct": True,
+                                                                  "speedup_vs_eager": 3.0})
+    kb_run.write_summary(run, state, config)
+    summary = json.loads((run.path / "kernelbench.json").read_text())
+    assert [p["speedup_vs_eager"] for p in summary["problems"]] == [1.5, 3.0]

@@ -215,7 +215,7 @@ def test_plateau_ends_a_target_and_the_state_says_why(tmp_path):
     t = state.targets[0]
     assert t.status == "done" and "3 experiments in a row" in t.stop_reason
     assert [h["decision"] for h in t.history] == ["BASELINE", "REVERT", "REVERT", "REVERT"]
-    assert json.loads(run.state_path.read_text())["targets"][0]["status"] == "done"
+    assert runs.RunDir(run.path).load_state().targets[0].status == "done"  # as saved (snapshot + journal)
 
 
 def test_keeps_follow_the_timing_and_best_file_follows_the_keeps(tmp_path):
@@ -264,6 +264,27 @@ def test_resume_repairs_rows_the_leaderboard_lost(tmp_path):
     _, resumed, _ = runs.resume(tmp_path, "run")
     assert list(board.read(run.leaderboard_path)["experiment"]) == [0, 1, 2]
     assert resumed.targets[0].next_experiment == 3
+
+
+def test_a_proposer_sees_a_window_of_recent_experiments_not_the_whole_run(tmp_path):
+    from autokernel import prompt
+    from autokernel.proposer import HISTORY_WINDOW
+    run, state, settings = new_run(tmp_path, [softmax_target(share=1.0)], plateau=10**6)
+    t = state.targets[0]
+    t.history = [{"number": 0, "description": "starter", "decision": "BASELINE", "verdict": "PASS"}] + [
+        {"number": n, "description": f"idea {n}", "decision": "REVERT", "verdict": "FAIL",
+         "failed_stage": "smoke", "message": f"detail {n}"} for n in range(1, 2000)]
+    search = loop.TargetSearch(run, state, t, run_search.proposer_factory("tune", seed=0)(t, FAST), settings,
+                               starter_source=FAST, judge=config_judge(lambda c: 50.0))
+    ctx = search.context(2000)
+    assert [e.number for e in ctx.history] == list(range(2000 - HISTORY_WINDOW, 2000))
+    assert ctx.proposals == 1999 and ctx.last.number == 1999
+    user = prompt.build_messages(ctx)[1]["content"]
+    assert "detail 1999" in user and "detail 1991" not in user  # the prompt shows the last 8
+    assert t.reverts_in_a_row == 1999
+    with pytest.raises(loop.Plateau, match="1999 experiments in a row"):
+        settings.plateau = 1999
+        search.check_stops()
 
 
 def test_live_display_renders_on_a_terminal():

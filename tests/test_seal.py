@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from fake_openai import API_KEY, MODEL, fake_openai, reply  # noqa: F401  (fixture)
 from loop_kernels import CHEAT, FAST, SOFTMAX_MODEL, reply_with
+from sealed_runs import tuned_run
 
 from autokernel import export as exporter
 from autokernel import leaderboard as board
@@ -23,9 +24,9 @@ from autokernel import run as runs
 from autokernel import seal
 from autokernel import verify as verifier
 from autokernel.errors import UserError
+from autokernel.guard import RecordGuard
 from autokernel.llm import LLMClient
 from autokernel.modelfile import spec_from_options
-from autokernel.run import RunState, TargetState
 
 ROOT = Path(__file__).resolve().parent.parent
 SLUG = "softmax-16x256-float32"
@@ -182,6 +183,26 @@ def test_an_old_leaderboard_is_reported_unsealed_and_can_still_be_resumed(run_co
 
 
 @pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
+def test_a_run_written_before_the_state_journal_is_checked_verified_exported_and_resumed(run_copy):
+    # the layout of earlier runs: state.json whole (version 1, its history without the hashes of
+    # verdicts, prompts and replies) and no state.journal
+    state = runs.RunDir(run_copy).load_state().to_json()
+    state["version"] = 1
+    for h in state["targets"][0]["history"]:
+        del h["files"]
+    (run_copy / "state.json").write_text(json.dumps(state, indent=1))
+    (run_copy / "state.journal").unlink()
+    checked = autokernel("leaderboard", "--check", run_copy, timeout=120)
+    assert checked.returncode == 0, checked.stderr
+    assert verifier.verify(run_copy)["status"] in ("ok", "partial")  # not refused
+    assert exporter.export(run_copy, run_copy.parent.parent / "exported")["kernels"]
+    run, resumed, _ = runs.resume(run_copy.parent, run_copy.name)
+    run.save_state(resumed)  # the first save writes the new layout
+    assert json.loads((run_copy / "state.json").read_text())["version"] == runs.STATE_VERSION
+    assert runs.RunDir(run_copy).load_state().to_json()["targets"] == resumed.to_json()["targets"]
+
+
+@pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_a_hash_stripped_from_a_row_is_refused(run_copy):
     path = run_copy / board.FILENAME
     lines = path.read_text().splitlines(keepends=True)
@@ -209,7 +230,7 @@ def test_the_guard_sees_a_same_size_rewrite_whose_times_were_put_back(tmp_path):
     record = tmp_path / "best" / "k.py"
     record.parent.mkdir()
     record.write_text("original")
-    guard = seal.RecordGuard(tmp_path).snapshot()
+    guard = RecordGuard(tmp_path).snapshot()
     assert guard.restore() == []
     guard.snapshot()
     st = record.stat()
@@ -240,15 +261,8 @@ def judge_stub(median_us=50.0, tamper=None, judged_sha=None):
 
 
 def search(tmp_path, judge, max_experiments=1):
-    run = runs.RunDir(tmp_path / "run")
-    run.create()
-    target = TargetState(name="softmax[8x128:float32]", kernel_type="softmax", dims={"M": 8, "N": 128},
-                         dtype="float32", share=1.0)
-    state = RunState(run_id="run", agent="tune", budget_s=3600.0, targets=[target])
-    settings = loop.SearchSettings(max_experiments=max_experiments, plateau=99)
-    run_search.search_all(run, state, settings, run_search.proposer_factory("tune", seed=0),
-                          starter_source=run_search.starter_sources(run), judge=judge)
-    return run, target
+    run, state = tuned_run(tmp_path, judge, max_experiments)
+    return run, state.targets[0]
 
 
 def faster_after_baseline(kernel_file):
@@ -297,10 +311,10 @@ def test_a_verdict_for_other_text_than_the_search_held_fails(tmp_path):
 def test_best_is_written_from_the_held_text_not_from_the_file_on_disk(tmp_path, monkeypatch):
     # with the guard off, a file that changes on disk during judging must still not reach best/
     class NoGuard:
-        def __init__(self, run):
+        def __init__(self, *args, **kwargs):
             pass
 
-        def snapshot(self):
+        def snapshot(self, held=None):
             return self
 
         def restore(self):

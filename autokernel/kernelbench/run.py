@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +30,7 @@ from autokernel.run_search import replay_into_tuner, stopped_mid_search
 from autokernel.run import (DEFAULT_LLM, RunDir, RunState, TargetState, check_for_resume, new_run_id,
                             open_for_resume, repair_leaderboard, write_json_atomic)
 from autokernel.slots import local_slots, make_slots
+from autokernel.seal import check_at_end
 
 RUN_KIND = "kernelbench"
 
@@ -108,7 +110,7 @@ def resume(runs_dir: str | Path, run_id: str, overrides: dict | None = None,
             config["options"][key] = value
     state.budget_s = float(config["options"]["budget_per_problem_s"]) * len(state.targets)
     repair_leaderboard(run, state)
-    check_for_resume(run, log)
+    check_for_resume(run, log, state)
     return run, state, config
 
 
@@ -226,8 +228,10 @@ def execute(run: RunDir, state: RunState, config: dict, *, client: Any = None,
         kill_all()
         state.status, state.stop_reason = "interrupted", str(stop) or "stopped by Ctrl-C"
     finally:
-        run.save_state(state)
+        run.compact_state(state)  # at rest: state.json whole, its journal empty
         write_summary(run, state, config)
+    if state.status == "done":
+        check_at_end(run, state, log)
     return state
 
 
@@ -263,6 +267,21 @@ def _search_problem(run, state, config, target, problem, options, opts, settings
     log(f"{target.name}: {target.stop_reason}")
 
 
+def _best_verdict(path: Path) -> dict | None:
+    """A best experiment's verdict, read once while the file is unchanged (kernelbench.json is
+    rewritten after every experiment: its cost stays with the number of problems)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return _read_verdict(str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@lru_cache(maxsize=4096)
+def _read_verdict(path: str, size: int, mtime_ns: int, ctime_ns: int) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
 def write_summary(run: RunDir, state: RunState, config: dict) -> None:
     """kernelbench.json: each problem's best (correct by construction: only a PASS becomes best)."""
     by_key = {t.name: t for t in state.targets}
@@ -273,15 +292,16 @@ def write_summary(run: RunDir, state: RunState, config: dict) -> None:
                "speedup_vs_compile": None, "median_us": None, "flags": [], "experiments": len(t.history),
                "status": t.status, "stop_reason": t.stop_reason}
         verdict_path = run.experiment_file(t, t.best_experiment, ".json") if t.best_experiment is not None else None
-        if verdict_path is not None and verdict_path.exists():
-            v = json.loads(verdict_path.read_text(encoding="utf-8"))
+        v = _best_verdict(verdict_path) if verdict_path is not None else None
+        if v is not None:
             row.update(solution=run.relative(run.best_file(t)), correct=bool(v.get("correct")),
                        verdict=v.get("verdict"), speedup_vs_eager=v.get("speedup_vs_eager"),
                        speedup_vs_compile=v.get("speedup_vs_compile"),
                        median_us=(v.get("timing") or {}).get("median_us"), flags=v.get("flags") or [])
         rows.append(row)
     options = config["options"]
+    # rewritten from the state after every experiment: a crash of the machine loses nothing it holds
     write_json_atomic(run.path / SUMMARY_FILE, {
         "kind": SUMMARY_KIND, "version": 1, "run_id": run.run_id, "level": config.get("level"),
         "precision": options.get("precision"), "device": options.get("device"), "agent": state.agent,
-        "problems": rows})
+        "problems": rows}, durable=False)
