@@ -67,7 +67,7 @@ def bench(
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Judge without the OS sandbox (the verdict says so)."),
 ) -> None:
     """Judge a kernel file: correctness stages, integrity checks, then timing."""
-    from autokernel import bench as bench_cmd
+    from autokernel.judging import bench as bench_cmd
     code = bench_cmd.run(file, json_out=json_out, timeout_s=timeout, device=device, arch=arch, suite=suite,
                          backend=backend, dtype=dtype, jsonl=jsonl,
                          types=None if types is None else [t.strip() for t in types.split(",") if t.strip()],
@@ -88,10 +88,10 @@ def leaderboard(
     """Show a run's experiments, or the best kernel per target across all runs."""
     from rich.console import Console as _Console
 
-    from autokernel import leaderboard as board
+    from autokernel.search import leaderboard as board
     out = _Console()
     if check:
-        from autokernel import seal
+        from autokernel.search import seal
         from autokernel.errors import UsageError
         if run is None:
             raise UsageError("--check needs a RUN", "e.g. autokernel leaderboard --check RUN_ID")
@@ -118,7 +118,7 @@ def leaderboard(
 
 
 # ---- profile --------------------------------------------------------------------------------
-from autokernel.modelfile import ModelOptions, model_options  # noqa: E402  (shared by model commands)
+from autokernel.profile.modelfile import ModelOptions, model_options  # noqa: E402  (shared by model commands)
 
 
 @app.command()
@@ -136,9 +136,9 @@ def profile(
     """Where the model's time goes, by kernel type, and what each bottleneck could be worth."""
     import json as _json
 
-    from autokernel import plan as plan_mod
-    from autokernel.modelfile import load_model
-    from autokernel.profiler import profile_model
+    from autokernel.profile import plan as plan_mod
+    from autokernel.profile.modelfile import load_model
+    from autokernel.profile.profiler import profile_model
     from harness.peaks import measured_peaks
 
     spec = model_opts.spec(model)
@@ -165,8 +165,8 @@ def profile(
 
 
 # ---- optimize -------------------------------------------------------------------------------
-from autokernel.modelfile import ModelOptions as _ModelOptions  # noqa: E402
-from autokernel.modelfile import model_options as _model_options  # noqa: E402
+from autokernel.profile.modelfile import ModelOptions as _ModelOptions  # noqa: E402
+from autokernel.profile.modelfile import model_options as _model_options  # noqa: E402
 
 
 @app.command()
@@ -193,10 +193,10 @@ def optimize(
 ) -> None:
     """Profile MODEL, then search faster kernels for its top bottlenecks, judging every candidate."""
     from autokernel import display as shown
-    from autokernel import run_search
-    from autokernel import run as runs
+    from autokernel.search import run_search
+    from autokernel.search import run as runs
     from autokernel.errors import UsageError
-    from autokernel.slots import parse_devices
+    from autokernel.search.slots import parse_devices
     budget_s = runs.parse_duration_s(budget) if budget is not None else None
     scale = {"workers": workers, "devices": parse_devices(devices), "concurrency": concurrency, "ray": ray}
     if resume is not None:
@@ -213,7 +213,7 @@ def optimize(
                                        **{k: v for k, v in scale.items() if v is not None})
         spec = model_opts.spec(model)
         if ray is None:  # a bad --workers/--devices fails before minutes of profiling
-            from autokernel.slots import local_slots
+            from autokernel.search.slots import local_slots
             local_slots(spec.device, options.workers, options.devices)
         run, state, config = runs.start(spec, options, runs_dir,
                                         log=lambda m: err.print(m, highlight=False))
@@ -234,7 +234,7 @@ def _after_search(run, state, config: dict, runs_dir: Path) -> int:
     Console(width=max(Console().width, 120)).print(shown.summary_table(state, cpu_figures))
     verified = 0
     if state.status == "done":  # the winners inside the model; a failure is the command's, the run is kept
-        from autokernel.verify_report import after_optimize
+        from autokernel.deploy.verify_report import after_optimize
         verified = after_optimize(run.path, log=lambda m: err.print(m, highlight=False))
     if state.status == "interrupted":
         err.print(f"resume with: autokernel optimize --resume {run.run_id} --runs-dir {runs_dir}", highlight=False)
@@ -262,10 +262,10 @@ def verify(
                                                                 "(only when you trust every winner)."),
 ) -> None:
     """Plug the run's winners into the unmodified model: same outputs? how much faster end to end?"""
-    from autokernel import verify as verifier
+    from autokernel.deploy import verify as verifier
     from autokernel.errors import UsageError
-    from autokernel.verify_child import verify_confined
-    from autokernel.verify_report import render
+    from autokernel.deploy.verify_child import verify_confined
+    from autokernel.deploy.verify_report import render
     if device not in (None, "cpu", "cuda"):
         raise UsageError(f"--device {device!r} is not supported", "use cuda or cpu")
     folder = verifier.run_folder(run, runs_dir)
@@ -285,8 +285,8 @@ def report(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
 ) -> None:
     """Write report.md and progress.png in the run: the plan, each target's search, the end-to-end result."""
-    from autokernel import report as reporter
-    from autokernel.verify import run_folder
+    from autokernel.deploy import report as reporter
+    from autokernel.deploy.verify import run_folder
     folder = run_folder(run, runs_dir)
     for path in reporter.write_report(folder):
         err.print(f"wrote {path}", highlight=False)
@@ -304,11 +304,11 @@ def export(
                                                            "whose layers kernels.kernelize binds."),
 ) -> None:
     """Write a self-contained package (torch + triton only) with the run's verified winners and patch(model)."""
-    from autokernel import export as exporter
-    from autokernel.verify import run_folder
+    from autokernel.deploy import export as exporter
+    from autokernel.deploy.verify import run_folder
     exporter.check_format(format)
     if format == "hf-kernels":
-        from autokernel.hf_kernels import export_repository
+        from autokernel.deploy.hf_kernels import export_repository
         manifest = export_repository(run_folder(run, runs_dir), out)
     else:
         manifest = exporter.export(run_folder(run, runs_dir), out)
@@ -329,7 +329,7 @@ def export(
         err.print(f"wrote {manifest['package']} with {len(manifest['kernels'])} kernel(s); "
                   f"use: with autokernel_kernels.patch(model): model(x)", highlight=False)
     if selftest:
-        from autokernel.export_check import selftest_confined
+        from autokernel.deploy.export_check import selftest_confined
         package = Path(manifest["package"])
         result = selftest_confined(package.parent, package=package.name)
         err.print(f"selftest (sandbox: {result['sandbox'].get('kind')}): "

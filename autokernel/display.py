@@ -15,8 +15,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from autokernel.proposer import Experiment
-from autokernel.run import RunState, TargetState
+from autokernel.search.proposer import Experiment
+from autokernel.search.run import RunState, TargetState
 
 RECENT_LINES = 6
 

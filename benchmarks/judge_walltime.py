@@ -46,7 +46,7 @@ def jobs(device: str, paths: list[Path], types: list[str] | None,
         return [(p.name, p, None) for p in paths]
     if device == "cpu":
         return [(p.name, p, None) for p in DEFAULT]
-    from autokernel.suite import suite_targets
+    from autokernel.judging.suite import suite_targets
     from starter_kernels import starter_path
     out = []
     for case in suite_targets("cuda"):

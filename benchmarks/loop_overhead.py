@@ -32,11 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autokernel import loop, parallel, run_search  # noqa: E402
-from autokernel import run as runs  # noqa: E402
-from autokernel.llm import Reply  # noqa: E402
-from autokernel.run import RunDir, RunState, TargetState  # noqa: E402
-from autokernel.slots import LocalSlots, local_slots  # noqa: E402
+from autokernel.search import loop, parallel, run_search  # noqa: E402
+from autokernel.search import run as runs  # noqa: E402
+from autokernel.search.llm import Reply  # noqa: E402
+from autokernel.search.run import RunDir, RunState, TargetState  # noqa: E402
+from autokernel.search.slots import LocalSlots, local_slots  # noqa: E402
 from starter_kernels import starter_path  # noqa: E402
 
 WINDOW = 1000
@@ -174,7 +174,7 @@ def run_night(agent: str, experiments: int, slots: int | None, delay_s: float, f
 def resume_s(run: RunDir, agent: str) -> tuple[float, float]:
     """(seconds until the resumed run is ready to judge, of which the records check): reopen, repair,
     check every record, and build the search up to the next experiment's context."""
-    from autokernel import seal
+    from autokernel.search import seal
     checked = []
     check = seal.check_run
 

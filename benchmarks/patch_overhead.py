@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from autokernel import routing  # noqa: E402
+from autokernel.deploy import routing  # noqa: E402
 
 TARGET_PCT = 5.0
 ARGS = (2048, 64, 4, 4, 128)  # vocab, dim, layers, heads, ffn: head dim 16

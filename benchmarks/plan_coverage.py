@@ -24,9 +24,9 @@ DEFAULT_MODELS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").gl
 
 
 def measure(path: str, iters: int, peaks: dict) -> dict:
-    from autokernel import plan as planner
-    from autokernel.modelfile import load_model, spec_from_options
-    from autokernel.profiler import profile_model
+    from autokernel.profile import plan as planner
+    from autokernel.profile.modelfile import load_model, spec_from_options
+    from autokernel.profile.profiler import profile_model
     prof = profile_model(load_model(spec_from_options(ROOT / path, device="cpu")), iters=iters, warmup=1)
     result = planner.make_plan(prof, peaks)
     rows = [{k: e.get(k) for k in ("target", "share", "flops", "bytes", "ceiling_speedup", "projected_e2e_speedup",

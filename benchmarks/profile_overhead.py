@@ -27,9 +27,9 @@ import torch  # noqa: E402
 
 from torch.autograd.profiler import record_function  # noqa: E402
 
-from autokernel import profiler  # noqa: E402
-from autokernel.modelfile import load_model, spec_from_options  # noqa: E402
-from autokernel.profiler import profile_model  # noqa: E402
+from autokernel.profile import profiler  # noqa: E402
+from autokernel.profile.modelfile import load_model, spec_from_options  # noqa: E402
+from autokernel.profile.profiler import profile_model  # noqa: E402
 
 
 class Clocks:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autokernel import loop, run_search  # noqa: E402
-from autokernel.run import RunDir, RunState, TargetState  # noqa: E402
-from autokernel.slots import LocalSlots, local_slots  # noqa: E402
+from autokernel.search import loop, run_search  # noqa: E402
+from autokernel.search.run import RunDir, RunState, TargetState  # noqa: E402
+from autokernel.search.slots import LocalSlots, local_slots  # noqa: E402
 
 TARGET = dict(name="softmax[16x256:float32]", kernel_type="softmax", dims={"M": 16, "N": 256},
               dtype="float32", share=1.0)

@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-from autokernel.kernel_source import check_constraints
+from autokernel.search.kernel_source import check_constraints
 from harness import registry
 from harness.launches import LaunchMonitor
 from harness.registry import Case

@@ -25,7 +25,7 @@ from pathlib import Path
 from harness.registry import Case
 
 # the dims of each kernel type that vary between calls of one model; the last one is halved,
-# doubled and set to 1 around a target (autokernel/routing/serving.py holds the same table)
+# doubled and set to 1 around a target (autokernel/deploy/routing/serving.py holds the same table)
 FREE_DIMS: dict[str, tuple[str, ...]] = {
     "matmul": ("M",), "fused_mlp": ("M",), "softmax": ("M",), "layernorm": ("M",), "rmsnorm": ("M",),
     "reduce": ("M",), "cross_entropy": ("N",), "flash_attention": ("B", "S"), "rotary_embedding": ("B", "S"),

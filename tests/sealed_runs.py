@@ -3,10 +3,10 @@ an experiment file, a leaderboard row carrying its sha256, a state history entry
 real tuner search with the judge replaced at its seam."""
 from __future__ import annotations
 
-from autokernel import loop, run_search
-from autokernel.leaderboard import Leaderboard, make_row
-from autokernel.run import RunDir, RunState, TargetState
-from autokernel.seal import source_sha256, write_source
+from autokernel.search import loop, run_search
+from autokernel.search.leaderboard import Leaderboard, make_row
+from autokernel.search.run import RunDir, RunState, TargetState
+from autokernel.search.seal import source_sha256, write_source
 
 
 def record_baseline(run: RunDir, target: TargetState, source: str, median_us: float = 100.0) -> None:
@@ -26,7 +26,7 @@ def record_baseline(run: RunDir, target: TargetState, source: str, median_us: fl
 def write_run(root, spec, targets, name: str = "run", dtype: str = "float32") -> RunDir:
     """A finished run of the model `spec` (a ModelSpec) whose winners are given as sources:
     targets are (target, kernel type, dims, kwargs, route, modules, source), in plan order."""
-    from autokernel.run import RunState
+    from autokernel.search.run import RunState
     run = RunDir(root / name)
     run.create()
     state = RunState(run_id=run.run_id, agent="tune", status="done")

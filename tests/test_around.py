@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from autokernel import loop, run_search
-from autokernel import run as runs
-from autokernel.run import RunState, TargetState
+from autokernel.search import loop, run_search
+from autokernel.search import run as runs
+from autokernel.search.run import RunState, TargetState
 from harness import around
 from harness.registry import Case
 from judge_kernels import source, wrap

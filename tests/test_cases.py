@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.leaderboard import COLUMNS, make_row
+from autokernel.search.leaderboard import COLUMNS, make_row
 from harness import registry
 from harness.cases import Capabilities, build_plan
 from harness.registry import Case

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autokernel import leaderboard as board
+from autokernel.search import leaderboard as board
 from autokernel.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +91,7 @@ def test_report_and_export_then_the_package_patches_the_unmodified_model_in_a_fr
     exported = runner.invoke(app, ["export", str(run), "--out", str(out)])
     assert exported.exit_code == 0, exported.output
     package = out / "autokernel_kernels"
-    assert (package / "routing" / "router.py").read_text() == (ROOT / "autokernel" / "routing" / "router.py").read_text()
+    assert (package / "routing" / "router.py").read_text() == (ROOT / "autokernel" / "deploy" / "routing" / "router.py").read_text()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     env.update({"PYTHONPATH": str(out), "TRITON_INTERPRET": "1"})
     proc = subprocess.run([sys.executable, "-c", USE_PACKAGE, str(LLAMA)], cwd=tmp_path, env=env,

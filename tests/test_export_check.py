@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autokernel.export_check import selftest_confined
+from autokernel.deploy.export_check import selftest_confined
 from harness.sandbox import abi_version
 
 LANDLOCK = pytest.mark.skipif(abi_version() < 1, reason="Landlock is not available here")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import export as exporter
-from autokernel.modelfile import ModelSpec
+from autokernel.deploy import export as exporter
+from autokernel.profile.modelfile import ModelSpec
 from harness.cuda_build import nvcc_path
 from sealed_runs import write_run
 from starter_kernels import starter_path

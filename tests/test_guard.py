@@ -13,11 +13,11 @@ import pytest
 from loop_kernels import CHEAT
 from sealed_runs import tuned_run
 
-from autokernel import guard as guards
-from autokernel import leaderboard as board
-from autokernel import run as runs
-from autokernel.guard import RecordGuard
-from autokernel.seal import SealError, check_at_end, check_run
+from autokernel.search import guard as guards
+from autokernel.search import leaderboard as board
+from autokernel.search import run as runs
+from autokernel.search.guard import RecordGuard
+from autokernel.search.seal import SealError, check_at_end, check_run
 
 SLUG = "softmax-8x128-float32"
 

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autokernel.cli import app
-from autokernel.modelfile import ModelSpec
+from autokernel.profile.modelfile import ModelSpec
 from sealed_runs import write_run
 
 kernels = pytest.importorskip("kernels")
@@ -136,9 +136,9 @@ def test_the_repository_has_the_layout_kernels_loads(repository):
         assert str(metadata.name) == repo.name and metadata.license == "MIT"
         assert str(metadata.backend.backend_type) == backend and metadata.python_depends == []
         package = repo / "build" / variant / metadata.name.python_name
-        assert (package / "layers.py").read_text() == (ROOT / "autokernel" / "kernel_layers.py").read_text()
+        assert (package / "layers.py").read_text() == (ROOT / "autokernel" / "deploy" / "kernel_layers.py").read_text()
         router = package / "routing" / "router.py"
-        assert router.read_text() == (ROOT / "autokernel" / "routing" / "router.py").read_text()
+        assert router.read_text() == (ROOT / "autokernel" / "deploy" / "routing" / "router.py").read_text()
     assert "kernelize(model, mode=Mode.INFERENCE" in (repo / "README.md").read_text()
 
 

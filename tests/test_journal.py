@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from autokernel import journal
-from autokernel import run as runs
+from autokernel.search import journal
+from autokernel.search import run as runs
 from autokernel.errors import UserError
-from autokernel.run import RunState, TargetState
-from autokernel.seal import check_run
+from autokernel.search.run import RunState, TargetState
+from autokernel.search.seal import check_run
 
 
 def target(name="softmax[8x128:float32]"):

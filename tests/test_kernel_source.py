@@ -1,6 +1,6 @@
 import pytest
 
-from autokernel.kernel_source import (apply_config, check_constraints, description_of,
+from autokernel.search.kernel_source import (apply_config, check_constraints, description_of,
                                       extract_last_python_block, read_literals)
 
 KERNEL = '''"""A softmax — one program per row."""

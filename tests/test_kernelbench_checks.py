@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from autokernel.kernelbench import checks
-from autokernel.kernelbench.evaluate import EvalOptions, Reference, Verdict, _judge_integrity, ChildRun
+from autokernel.judging import kb_checks as checks
+from autokernel.judging.kb_evaluate import EvalOptions, Reference, Verdict, _judge_integrity, ChildRun
 from pathlib import Path
 
 RELU = Path(__file__).parent / "kernelbench" / "level1" / "19_ReLU.py"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.kernelbench.evaluate import EvalOptions, RefCache, evaluate
+from autokernel.judging.kb_evaluate import EvalOptions, RefCache, evaluate
 
 HERE = Path(__file__).parent / "kernelbench"
 RELU = HERE / "level1" / "19_ReLU.py"

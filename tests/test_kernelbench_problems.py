@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autokernel.errors import UsageError, UserError
-from autokernel.kernelbench import problems as kb
+from autokernel.judging import kb_problems as kb
 
 HERE = Path(__file__).parent / "kernelbench"
 

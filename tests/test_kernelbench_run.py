@@ -183,7 +183,7 @@ def test_two_workers_judge_two_solutions_at_once_with_one_writer(tmp_path, monke
 def test_the_summary_reads_each_best_verdict_once_and_again_when_it_changes(tmp_path, monkeypatch):
     # kernelbench.json is rewritten after every experiment: reading every problem's best verdict
     # each time would cost a read per problem per experiment
-    from autokernel.run import RunDir, RunState, TargetState
+    from autokernel.search.run import RunDir, RunState, TargetState
     run = RunDir(tmp_path / "run")
     run.create()
     targets = [TargetState(name=f"{n}_P", kernel_type="kernelbench", dims={}, dtype="fp32", best_experiment=0)

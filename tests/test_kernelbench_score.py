@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from autokernel.cli import app
 from autokernel.kernelbench.score import ProblemResult, fast_p, geomean_speedup, score
-from autokernel.run import RunDir, TargetState
+from autokernel.search.run import RunDir, TargetState
 
 # five problems: four correct (one without a torch.compile baseline), one wrong but fast
 ROWS = [

@@ -2,7 +2,7 @@
 import pytest
 from typer.testing import CliRunner
 
-from autokernel import leaderboard as board
+from autokernel.search import leaderboard as board
 from autokernel.cli import app
 from autokernel.errors import UserError
 

@@ -5,7 +5,7 @@ import pytest
 from fake_openai import API_KEY, MODEL, error, fake_openai, reply  # noqa: F401  (fixture)
 
 from autokernel.errors import UserError
-from autokernel.llm import LLMClient, RetryPolicy
+from autokernel.search.llm import LLMClient, RetryPolicy
 
 
 class FakeClock:
@@ -136,14 +136,14 @@ def test_timeout_is_retried(fake_openai, client_for, monkeypatch):
 
 # ------------------------------------------------------------------ LLMProposer
 def _ctx():
-    from autokernel.proposer import SearchContext
+    from autokernel.search.proposer import SearchContext
     source = "KERNEL_TYPE = \"softmax\"\n"
     return SearchContext("softmax", {"M": 8, "N": 128}, "float32", "softmax[8x128:float32]", source,
                          device={"type": "cpu"}, experiment=1)
 
 
 def test_llm_proposer_takes_the_last_python_block(fake_openai, client_for):
-    from autokernel.proposer import LLMProposer, Proposer
+    from autokernel.search.proposer import LLMProposer, Proposer
     fake_openai.script(reply("Use **one block** per row.\n```python\nA = 1\n```\n```python\nB = 2\n```",
                              prompt_tokens=900, completion_tokens=40),
                        reply("I am not sure what to change."))
@@ -162,7 +162,7 @@ def test_llm_proposer_takes_the_last_python_block(fake_openai, client_for):
 
 
 def test_llm_proposer_with_messages_of_another_task(fake_openai, client_for):
-    from autokernel.proposer import LLMProposer
+    from autokernel.search.proposer import LLMProposer
     fake_openai.script(reply("Done.\n```python\nclass ModelNew: pass\n```"))
     client, _, _ = client_for(fake_openai)
     ask = [{"role": "user", "content": "write ModelNew for problem 19"}]

@@ -9,14 +9,14 @@ from fake_openai import API_KEY, MODEL, error, fake_openai, reply  # noqa: F401 
 from loop_kernels import CHEAT, FAST, SOFTMAX_MODEL, WRONG, reply_with
 from rich.console import Console
 
-from autokernel import leaderboard as board
-from autokernel import loop, run_search
-from autokernel import run as runs
+from autokernel.search import leaderboard as board
+from autokernel.search import loop, run_search
+from autokernel.search import run as runs
 from autokernel.display import LogDisplay, summary_table
 from autokernel.errors import UsageError
-from autokernel.llm import LLMClient
-from autokernel.modelfile import spec_from_options
-from autokernel.run import RunState, TargetState
+from autokernel.search.llm import LLMClient
+from autokernel.profile.modelfile import spec_from_options
+from autokernel.search.run import RunState, TargetState
 
 
 # ------------------------------------------------------------------ decision rules
@@ -180,7 +180,7 @@ def test_llm_agent_end_to_end(tmp_path, fake_openai, monkeypatch):
 # of (kernel file, target, device) -> verdict) with verdicts computed from each file's CONFIG, so
 # the stopping rules are checked in milliseconds; the real judge runs in the end-to-end tests.
 def config_judge(cost_us):
-    from autokernel.kernel_source import read_literals
+    from autokernel.search.kernel_source import read_literals
 
     def judge(kernel_file, *, target, device, arch, timeout_s):
         config = read_literals(kernel_file.read_text())["CONFIG"]
@@ -267,8 +267,8 @@ def test_resume_repairs_rows_the_leaderboard_lost(tmp_path):
 
 
 def test_a_proposer_sees_a_window_of_recent_experiments_not_the_whole_run(tmp_path):
-    from autokernel import prompt
-    from autokernel.proposer import HISTORY_WINDOW
+    from autokernel.search import prompt
+    from autokernel.search.proposer import HISTORY_WINDOW
     run, state, settings = new_run(tmp_path, [softmax_target(share=1.0)], plateau=10**6)
     t = state.targets[0]
     t.history = [{"number": 0, "description": "starter", "decision": "BASELINE", "verdict": "PASS"}] + [

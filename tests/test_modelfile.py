@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from autokernel.errors import UsageError, UserError
-from autokernel.modelfile import (LoadedModel, ModelOptions, ModelSpec, load_model, model_options,
+from autokernel.profile.modelfile import (LoadedModel, ModelOptions, ModelSpec, load_model, model_options,
                                   parse_init_args, spec_from_options)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

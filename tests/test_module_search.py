@@ -37,15 +37,15 @@ print(json.dumps({"err": (patched - eager).abs().max().item(), "tally": router.t
 
 
 def start_run(tmp_path, agent, **options):
-    from autokernel import run as runs
-    from autokernel.modelfile import spec_from_options
+    from autokernel.search import run as runs
+    from autokernel.profile.modelfile import spec_from_options
     opts = runs.OptimizeOptions(agent=agent, llm=MODEL, top=1, only=["module[MLP.act"], **options)
     return runs.start(spec_from_options(EXAMPLES / "gelu_mlp.py", device="cpu"), opts, tmp_path / "runs")
 
 
 def test_gelu_module_target_searched_judged_and_served(tmp_path, fake_openai, monkeypatch):  # noqa: F811
-    from autokernel import run_search
-    from autokernel.verify import verify
+    from autokernel.search import run_search
+    from autokernel.deploy.verify import verify
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     fake_openai.script(reply(kernel_reply(TORCH_TANH_GELU, "tanh GELU in PyTorch ops.")),
                        reply(kernel_reply(TRITON_GELU, "tanh GELU as one Triton pass.")))
@@ -77,7 +77,7 @@ def test_gelu_module_target_searched_judged_and_served(tmp_path, fake_openai, mo
     assert all(why.startswith("shape [") and "not the problem's" in why for why in served["fallback_reasons"])
 
     # the exported package serves it too, in a fresh process with only torch and triton
-    from autokernel.export import export
+    from autokernel.deploy.export import export
     export(run.path, tmp_path / "exported")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update({"PYTHONPATH": str(tmp_path / "exported"), "TRITON_INTERPRET": "1"})
@@ -89,8 +89,8 @@ def test_gelu_module_target_searched_judged_and_served(tmp_path, fake_openai, mo
 
 
 def test_the_tuner_skips_module_targets_and_says_so(tmp_path):
-    from autokernel import run_search
-    from autokernel.module_search import TUNER_SKIP
+    from autokernel.search import run_search
+    from autokernel.search.module_search import TUNER_SKIP
     run, state, config = start_run(tmp_path, "tune")
     state = run_search.execute(run, state, config)
     (target,) = state.targets
@@ -99,8 +99,8 @@ def test_the_tuner_skips_module_targets_and_says_so(tmp_path):
 
 def test_a_module_winner_falls_back_on_a_call_unlike_its_problem():
     import torch
-    from autokernel import routing
-    from autokernel.routing.modules import KERNEL_TYPE
+    from autokernel.deploy import routing
+    from autokernel.deploy.routing.modules import KERNEL_TYPE
     namespace: dict = {}
     exec(compile(TORCH_TANH_GELU, "gelu.py", "exec"), namespace)  # serving does not judge: any ModelNew
     call = {"args": [{"tensor": {"shape": [4, 8], "dtype": "float32"}}], "kwargs": {}}
@@ -135,8 +135,8 @@ def test_optimize_on_the_gpt2_example_ends_with_a_verified_module_winner(tmp_pat
 
 def test_a_module_winner_gets_the_instance_weights_in_the_model_dtype():
     import torch
-    from autokernel import routing
-    from autokernel.routing.modules import KERNEL_TYPE
+    from autokernel.deploy import routing
+    from autokernel.deploy.routing.modules import KERNEL_TYPE
 
     class ModelNew(torch.nn.Module):  # the module's parameter names: the judge copied its weights by them
         def __init__(self):
@@ -172,7 +172,7 @@ def test_a_module_winner_gets_the_instance_weights_in_the_model_dtype():
 def test_the_prompt_offers_an_expert_loop_as_one_grouped_gemm(tmp_path):
     """A module target whose products ran on rows the data chose: the brief says how its work was
     counted and asks for one grouped GEMM over all experts, with the M each weight shape ran at."""
-    from autokernel.module_search import _problem_brief, module_state
+    from autokernel.search.module_search import _problem_brief, module_state
     entry = {"kernel_type": "module", "target": "module[Moe.experts:128x256:float32]", "dtype": "float32",
              "share": 0.7, "calls": 2, "modules": [{"name": "layers.0.mlp.experts", "class": "Experts"}],
              "module": {"qualname": "layers.0.mlp.experts", "class": "Experts", "label": "Moe.experts"},

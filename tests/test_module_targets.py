@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import plan, profiler
-from autokernel.modelfile import load_model, spec_from_options
+from autokernel.profile import plan, profiler
+from autokernel.profile.modelfile import load_model, spec_from_options
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -69,7 +69,7 @@ def _load(path):
 
 def test_a_module_target_is_a_problem_made_from_the_module_instance(tmp_path):
     import torch
-    from autokernel import module_problem
+    from autokernel.search import module_problem
     loaded = load_model(spec_from_options(DATA / "llama_complex.py", device="cpu"))
     prof = profiler.profile_model(loaded, iters=1, warmup=0)
     attn = modules_of(prof)["Model.attn"]
@@ -97,7 +97,7 @@ def test_a_module_target_is_a_problem_made_from_the_module_instance(tmp_path):
 
 def test_a_module_holding_an_object_is_refused_with_the_reason():
     import torch
-    from autokernel import module_problem
+    from autokernel.search import module_problem
 
     class Holder(torch.nn.Module):
         def __init__(self):
@@ -109,7 +109,7 @@ def test_a_module_holding_an_object_is_refused_with_the_reason():
 
 
 def test_module_targets_are_picked_in_plan_order_and_the_tuner_does_not_spend_places_on_them():
-    from autokernel.run import pick_targets
+    from autokernel.search.run import pick_targets
     inputs = {"args": [{"tensor": {"shape": [4, 8], "dtype": "float32", "kind": "float", "mean": 0.0, "std": 1.0}}],
               "kwargs": {}}
     module = {"kernel_type": "module", "target": "module[MLP.act:4x8:float32]", "dtype": "float32", "dims": {},
@@ -250,7 +250,7 @@ def get_inputs():
 def test_a_target_whose_work_could_not_be_counted_has_no_ceiling_and_says_why(tmp_path):
     from rich.console import Console
 
-    from autokernel.report import _plan
+    from autokernel.deploy.report import _plan
     path = tmp_path / "floor.py"
     path.write_text(FLOOR_MODEL)
     result = plan.make_plan(run_profile(path, iters=1), PEAKS)

@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from autokernel import module_targets, op_work
-from autokernel.forms import Node
-from autokernel.profiler import ROOT
-from autokernel.records import from_kineto, op_trees
+from autokernel.profile import module_targets, op_work
+from autokernel.profile.forms import Node
+from autokernel.profile.profiler import ROOT
+from autokernel.profile.records import from_kineto, op_trees
 
 
 def recorded(fn) -> list[Node]:

@@ -7,8 +7,8 @@ import pytest
 from loop_kernels import SOFTMAX_MODEL
 from processes import WAIT_S, end_orphans, judge_workers, judging, start, wait_for
 
-from autokernel import leaderboard as board
-from autokernel.kernel_source import read_literals
+from autokernel.search import leaderboard as board
+from autokernel.search.kernel_source import read_literals
 
 
 @pytest.mark.slow

@@ -12,14 +12,14 @@ import threading
 import pytest
 from fake_openai import fake_openai  # noqa: F401  (fixture)
 
-from autokernel import leaderboard as board
-from autokernel import loop, run_search
-from autokernel import run as runs
+from autokernel.search import leaderboard as board
+from autokernel.search import loop, run_search
+from autokernel.search import run as runs
 from autokernel.errors import UsageError, UserError
-from autokernel.kernel_source import read_literals
-from autokernel.run import RunState, TargetState
-from autokernel.seal import check_run
-from autokernel.slots import LocalSlots, local_slots, make_slots, parse_devices
+from autokernel.search.kernel_source import read_literals
+from autokernel.search.run import RunState, TargetState
+from autokernel.search.seal import check_run
+from autokernel.search.slots import LocalSlots, local_slots, make_slots, parse_devices
 
 TARGET = dict(name="softmax[8x128:float32]", kernel_type="softmax", dims={"M": 8, "N": 128},
               dtype="float32", share=1.0)
@@ -198,7 +198,7 @@ def test_a_cuda_slot_pins_the_judges_child_to_its_gpu():
     assert child_env("cuda", "3")["CUDA_VISIBLE_DEVICES"] == "3"
     seen = {}
     slots = LocalSlots(lambda path, **kw: seen.update(kw) or {}, local_slots("cuda", 1, ["5"]))
-    from autokernel.slots import JudgeJob
+    from autokernel.search.slots import JudgeJob
     slots.submit(JudgeJob(path=None, source="", case=None, arch="sm_90", timeout_s=1)).result(timeout=GATE_S)
     slots.close()
     assert seen["visible_devices"] == "5" and seen["device"] == "cuda"
@@ -302,7 +302,7 @@ def test_llm_requests_in_flight_at_once(tmp_path, fake_openai, monkeypatch):
     from fake_openai import API_KEY, MODEL, reply
     from loop_kernels import FAST, WRONG, reply_with
 
-    from autokernel.llm import LLMClient
+    from autokernel.search.llm import LLMClient
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     fake_openai.script(reply(reply_with("Pack rows.", FAST)), reply(reply_with("Skip the division.", WRONG)),
                        reply("No code this time."), reply(reply_with("Pack rows again.", FAST)))

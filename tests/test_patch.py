@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 import pytest
 
-from autokernel import routing
-from autokernel.routing import sites
+from autokernel.deploy import routing
+from autokernel.deploy.routing import sites
 from tests.test_verify import TARGETS, llama, winners
 
 
@@ -170,5 +170,5 @@ class _Wrapped(torch.nn.Module):
 
 
 def test_the_functions_a_wrapped_forward_calls_are_found_through_the_wrapper():
-    from autokernel.routing.binding import _callees
+    from autokernel.deploy.routing.binding import _callees
     assert [name for _, name in _callees(_Wrapped())] == ["_rotate"]

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from autokernel import plan
-from autokernel.profiler import Profile
+from autokernel.profile import plan
+from autokernel.profile.profiler import Profile
 
 PEAKS = {"device": "test device", "copy_gbps": 100.0, "matmul_tflops": {"float32": 1.0}}  # ridge: 10 FLOP/B
 
@@ -136,8 +136,8 @@ def test_a_bf16_model_on_an_h200_is_planned_against_the_bf16_peaks():
     import json
     from pathlib import Path
 
-    from autokernel.profiler import attribute
-    from autokernel.records import Records
+    from autokernel.profile.profiler import attribute
+    from autokernel.profile.records import Records
     data = Path(__file__).parent / "data"
     peaks = json.loads((data / "h200_peaks.json").read_text())
     groups = attribute(Records.load(data / "cuda_profile_llama_tiny_bf16.json"), {})
@@ -216,8 +216,8 @@ def test_a_plan_written_before_work_was_counted_still_reads(tmp_path):
 
     from rich.console import Console
 
-    from autokernel.report import _plan
-    from autokernel.run import pick_targets
+    from autokernel.deploy.report import _plan
+    from autokernel.search.run import pick_targets
     old = json.loads((Path(__file__).parent / "data" / "h200_plan_llama_tiny_bf16.json").read_text())
     console = Console(width=200, record=True)
     console.print(plan.table(old))
@@ -236,8 +236,8 @@ def test_module_targets_of_recorded_gpu_records_without_the_models_calls_claim_n
     import json
     from pathlib import Path
 
-    from autokernel.profiler import attribute
-    from autokernel.records import Records
+    from autokernel.profile.profiler import attribute
+    from autokernel.profile.records import Records
     data = Path(__file__).parent / "data"
     groups = attribute(Records.load(data / "cuda_profile_llama_tiny_bf16.json"), {})
     total = sum(g["time_ms"] for g in groups)

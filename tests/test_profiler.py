@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel import profiler
-from autokernel.modelfile import load_model, spec_from_options
+from autokernel.profile import profiler
+from autokernel.profile.modelfile import load_model, spec_from_options
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -271,7 +271,7 @@ def test_profile_command_plain_module_options(seeded_peaks, tmp_path):
                        "--vocab-size", "2048", "--input-shape", "1,64", "--iters", "1", "--warmup", "0",
                        "--json", str(out), "--records", str(tmp_path / "records.json")], seeded_peaks)
     assert done.returncode == 0, done.stderr
-    from autokernel.records import Records
+    from autokernel.profile.records import Records
     assert any(op.name == profiler.ROOT for op in Records.load(tmp_path / "records.json").ops)
     plan = json.loads(out.read_text())
     assert plan["model"]["class_name"] == "GPT2Tiny" and plan["model"]["input_shape"] == [1, 64]
@@ -297,7 +297,7 @@ H200_TARGETS = {"rotary_embedding[4x16x512x128:]", "rmsnorm[2048x2048:]", "fused
 
 
 def cuda_records():
-    from autokernel.records import Records
+    from autokernel.profile.records import Records
     return Records.load(DATA / "cuda_profile_llama_tiny_bf16.json")
 
 
@@ -371,7 +371,7 @@ def test_a_target_whose_dtype_was_not_recorded_is_an_error(llama_modules):
 
 def test_cpu_profiles_record_and_reattribute_the_same(tmp_path):
     """The records a CPU profile keeps give the same groups when attributed again."""
-    from autokernel.records import Records
+    from autokernel.profile.records import Records
     path = tmp_path / "records.json"
     loaded = load_model(spec_from_options(EXAMPLES / "llama_tiny.py", device="cpu", dtype="bfloat16"))
     prof = profiler.profile_model(loaded, iters=1, warmup=0, records_path=str(path))

@@ -2,8 +2,8 @@
 import pytest
 
 import playbook
-from autokernel import prompt
-from autokernel.proposer import Candidate, Experiment, SearchContext
+from autokernel.search import prompt
+from autokernel.search.proposer import Candidate, Experiment, SearchContext
 from harness import registry
 
 BEST_SOURCE = '''KERNEL_TYPE = "rmsnorm"

@@ -5,9 +5,9 @@ import json
 import matplotlib.image
 import pytest
 
-from autokernel import leaderboard as board
-from autokernel.report import CPU_BANNER, plot_progress, write_report
-from autokernel.run import RunDir, RunState, TargetState
+from autokernel.search import leaderboard as board
+from autokernel.deploy.report import CPU_BANNER, plot_progress, write_report
+from autokernel.search.run import RunDir, RunState, TargetState
 
 SOFTMAX, NORM = "softmax[64x1024:float16]", "rmsnorm[128x384:float32]"
 

@@ -135,7 +135,7 @@ def test_candidate_opening_a_socket_to_localhost_fails_and_connects_nowhere(tmp_
 
 @LANDLOCK
 def test_kernelbench_solution_writing_into_the_run_folder_fails(tmp_path):
-    from autokernel.kernelbench.evaluate import EvalOptions, evaluate
+    from autokernel.judging.kb_evaluate import EvalOptions, evaluate
     kb = Path(__file__).parent / "kernelbench"
     run, board = _run_folder(tmp_path)
     before = board.read_bytes()
@@ -171,8 +171,8 @@ def test_torch_is_untouched_by_the_tests():
 
 @LANDLOCK
 def test_verify_runs_winners_confined_and_only_the_parent_writes_the_run(tmp_path):
-    from autokernel.run import RunDir
-    from autokernel.verify_child import verify_confined
+    from autokernel.search.run import RunDir
+    from autokernel.deploy.verify_child import verify_confined
     from test_verify import make_run, rewrite_winner
     run = make_run(tmp_path)
     board = run / "leaderboard.tsv"

@@ -17,16 +17,16 @@ from fake_openai import API_KEY, MODEL, fake_openai, reply  # noqa: F401  (fixtu
 from loop_kernels import CHEAT, FAST, SOFTMAX_MODEL, reply_with
 from sealed_runs import tuned_run
 
-from autokernel import export as exporter
-from autokernel import leaderboard as board
-from autokernel import loop, run_search
-from autokernel import run as runs
-from autokernel import seal
-from autokernel import verify as verifier
+from autokernel.deploy import export as exporter
+from autokernel.search import leaderboard as board
+from autokernel.search import loop, run_search
+from autokernel.search import run as runs
+from autokernel.search import seal
+from autokernel.deploy import verify as verifier
 from autokernel.errors import UserError
-from autokernel.guard import RecordGuard
-from autokernel.llm import LLMClient
-from autokernel.modelfile import spec_from_options
+from autokernel.search.guard import RecordGuard
+from autokernel.search.llm import LLMClient
+from autokernel.profile.modelfile import spec_from_options
 
 ROOT = Path(__file__).resolve().parent.parent
 SLUG = "softmax-16x256-float32"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from autokernel import routing
-from autokernel.routing.serving import FREE_DIMS, ServingRange, Shape, only_for_speed, words
-from autokernel.winners import OLD_RECORD, serving_range
+from autokernel.deploy import routing
+from autokernel.deploy.routing.serving import FREE_DIMS, ServingRange, Shape, only_for_speed, words
+from autokernel.deploy.winners import OLD_RECORD, serving_range
 from harness import around
 from tests.test_verify import TARGETS, llama, pytorch_kernel
 

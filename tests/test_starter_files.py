@@ -6,7 +6,7 @@ import ast
 
 import pytest
 
-from autokernel.kernel_source import apply_config, check_constraints, read_literals
+from autokernel.search.kernel_source import apply_config, check_constraints, read_literals
 from harness import registry
 from starter_configs import SECOND_CONFIGS, source
 from starter_kernels import BACKENDS, KERNEL_TYPES

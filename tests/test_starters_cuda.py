@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autokernel.kernel_source import apply_config
+from autokernel.search.kernel_source import apply_config
 from harness import cuda_build, registry
 from harness.target_compile import compile_cuda
 from starter_configs import CUDA as SECOND_CONFIGS

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.kernel_source import apply_config
+from autokernel.search.kernel_source import apply_config
 from harness import registry
 from harness.judge import judge
 from harness.judge_session import judge_session

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from autokernel.errors import UsageError
-from autokernel.suite import judge_suite, run_suite
+from autokernel.judging.suite import judge_suite, run_suite
 
 
 def test_suite_judges_both_backends_with_both_baselines():

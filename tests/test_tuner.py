@@ -2,9 +2,9 @@
 import pytest
 
 from autokernel.errors import Plateau, UserError
-from autokernel.kernel_source import check_constraints, read_literals
-from autokernel.proposer import Candidate, Proposer
-from autokernel.tuner import Tuner
+from autokernel.search.kernel_source import check_constraints, read_literals
+from autokernel.search.proposer import Candidate, Proposer
+from autokernel.search.tuner import Tuner
 from starter_kernels import starter_path
 
 STARTER = '''"""toy"""

@@ -16,9 +16,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autokernel import routing
-from autokernel import verify as verifier
-from autokernel.run import RunDir, RunState, TargetState
+from autokernel.deploy import routing
+from autokernel.deploy import verify as verifier
+from autokernel.search.run import RunDir, RunState, TargetState
 from harness import registry
 from harness.registry import Case
 from sealed_runs import record_baseline
@@ -209,7 +209,7 @@ def make_run(root: Path, targets=TARGETS, dtype: str = "float32", model_dtype=No
     targets' dtype `dtype`; the model cast to `model_dtype` when given). Each winner's verdict says
     the judge proved it at the shapes around its target, except those named in `exact`: records from
     before serving ranges, their target alone."""
-    from autokernel.modelfile import ModelSpec
+    from autokernel.profile.modelfile import ModelSpec
     from starter_kernels import starter_path
     run = RunDir(root / name)
     run.create()
@@ -317,7 +317,7 @@ def rewrite_winner(run: RunDir, target: str, source: str) -> None:
 
 
 def test_a_wrong_winner_fails_verify_is_named_and_left_out_of_the_export(starter_run, tmp_path):
-    from autokernel import export as exporter
+    from autokernel.deploy import export as exporter
     run = tmp_path / "run-wrong"
     shutil.copytree(starter_run, run)
     (run / "verify.json").unlink(missing_ok=True)

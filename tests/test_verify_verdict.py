@@ -10,10 +10,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from autokernel import accuracy
-from autokernel import verify as verifier
+from autokernel.deploy import accuracy
+from autokernel.deploy import verify as verifier
 from autokernel.cli import app
-from autokernel.run import OptimizeOptions, RunDir
+from autokernel.search.run import OptimizeOptions, RunDir
 from tests.test_verify import TARGETS, WRONG_RMSNORM, make_run, rewrite_winner
 
 NORMS = [t for t in TARGETS if t[1] == "rmsnorm"]

@@ -5,9 +5,9 @@ import textwrap
 import pytest
 import torch
 
-from autokernel import workload
+from autokernel.deploy import workload
 from autokernel.errors import UserError
-from autokernel.modelfile import ModelSpec, load_model
+from autokernel.profile.modelfile import ModelSpec, load_model
 
 MODEL = '''
 import torch

@@ -28,7 +28,7 @@ def kernelbench_eval(
 ) -> None:
     """Judge a ModelNew file against a problem's Model: correctness, integrity, timing."""
     import json
-    from autokernel.kernelbench import evaluate as kb_evaluate
+    from autokernel.judging import kb_evaluate
     from autokernel.kernelbench.render import verdict_text
     opts = kb_evaluate.EvalOptions(device=device, precision=precision, timeout_s=timeout, reps=reps,
                                    compile_baseline=not no_compile, compile_timeout_s=compile_timeout,
@@ -85,7 +85,7 @@ def kernelbench_run(
     from autokernel.kernelbench import run as kb_run
     from autokernel.kernelbench import score as kb_score
     from autokernel.kernelbench.render import score_text
-    from autokernel.run import parse_duration_s
+    from autokernel.search.run import parse_duration_s
     budget_s = parse_duration_s(budget_per_problem)
     if resume is not None:
         run, state, config = kb_run.resume(runs_dir, resume, {"budget_per_problem_s": budget_s,

@@ -1,7 +1,7 @@
 """`autokernel kernelbench run`: the search loop over KernelBench problems, a ModelNew file as the
 candidate.
 
-Each problem is a target of the generic loop (autokernel.loop.TargetSearch), named by its file stem
+Each problem is a target of the generic loop (autokernel.search.loop.TargetSearch), named by its file stem
 (19_ReLU): the same leaderboard rows, state.json, kernels/<problem>/exp_NNNN.py and .json, and
 best/<problem>.py as `autokernel optimize`, so `--resume` and `autokernel leaderboard` work the same
 way. The judge is kernelbench.evaluate, with one reference per problem kept in memory. Where the
@@ -22,15 +22,15 @@ from typing import Any, Callable
 
 from autokernel.errors import BudgetExhausted, Interrupted, Plateau, UsageError, UserError
 from autokernel.kernelbench.adapters import match_problem, wrap_starter
-from autokernel.kernelbench.evaluate import EvalOptions, RefCache, evaluate, resolve
-from autokernel.kernelbench.problems import Problem, check_solution_file, find_problems
+from autokernel.judging.kb_evaluate import EvalOptions, RefCache, evaluate, resolve
+from autokernel.judging.kb_problems import Problem, check_solution_file, find_problems
 from autokernel.kernelbench.score import SUMMARY_FILE, SUMMARY_KIND
-from autokernel.loop import SearchSettings, TargetDone, TargetSearch
-from autokernel.run_search import replay_into_tuner, stopped_mid_search
-from autokernel.run import (DEFAULT_LLM, RunDir, RunState, TargetState, check_for_resume, new_run_id,
+from autokernel.search.loop import SearchSettings, TargetDone, TargetSearch
+from autokernel.search.run_search import replay_into_tuner, stopped_mid_search
+from autokernel.search.run import (DEFAULT_LLM, RunDir, RunState, TargetState, check_for_resume, new_run_id,
                             open_for_resume, repair_leaderboard, write_json_atomic)
-from autokernel.slots import local_slots, make_slots
-from autokernel.seal import check_at_end
+from autokernel.search.slots import local_slots, make_slots
+from autokernel.search.seal import check_at_end
 
 RUN_KIND = "kernelbench"
 
@@ -51,14 +51,14 @@ class KBRunOptions:
     reps: int | None = None
     warmup: int = 3
     compile_baseline: bool = True
-    workers: int = 1  # judge slots (autokernel.slots): one per GPU, or CPU slots on the CPU
+    workers: int = 1  # judge slots (autokernel.search.slots): one per GPU, or CPU slots on the CPU
 
     def eval_options(self) -> EvalOptions:
         return EvalOptions(device=self.device, precision=self.precision, reps=self.reps, warmup=self.warmup,
                            timeout_s=self.timeout_s, compile_baseline=self.compile_baseline)
 
     def resolved_agent(self) -> str:
-        from autokernel.llm import api_key_from_env
+        from autokernel.search.llm import api_key_from_env
         if self.agent is None:
             return "llm" if api_key_from_env(self.api_key_env) else "tune"
         if self.agent not in ("llm", "tune"):
@@ -115,7 +115,7 @@ def resume(runs_dir: str | Path, run_id: str, overrides: dict | None = None,
 
 
 def llm_client(options: KBRunOptions):
-    from autokernel.llm import LLMClient
+    from autokernel.search.llm import LLMClient
     return LLMClient(options.llm, base_url=options.base_url, api_key_env=options.api_key_env)
 
 
@@ -134,8 +134,8 @@ class ProblemSearch(TargetSearch):
             self.experiment(self._starter_candidate())
             if t.best_median_us is None and self.proposer.name == "tune":
                 raise TargetDone(f"the wrapped starter did not pass: {t.history[-1].get('message', '')}")
-        if self.concurrent:  # --workers: several solutions judged at once, one writer (autokernel.parallel)
-            from autokernel.parallel import ConcurrentSearch
+        if self.concurrent:  # --workers: several solutions judged at once, one writer (autokernel.search.parallel)
+            from autokernel.search.parallel import ConcurrentSearch
             ConcurrentSearch(self).run()  # ends by raising a stop
         t.pending = []
         while True:
@@ -179,10 +179,10 @@ def starter_source(run: RunDir, target: TargetState, problem: Problem) -> str:
 def make_proposer(agent: str, target: TargetState, starter: str, problem: Problem, options: KBRunOptions,
                   client: Any, tolerance: float):
     if agent == "llm":
-        from autokernel.kernelbench.agent import kernelbench_proposer
+        from autokernel.search.modelnew_agent import kernelbench_proposer
         return kernelbench_proposer(client, problem.source(), tolerance)
-    from autokernel.kernel_source import read_literals
-    from autokernel.tuner import Tuner
+    from autokernel.search.kernel_source import read_literals
+    from autokernel.search.tuner import Tuner
     tuner = Tuner(starter, seed=options.seed + target.rank, dims={})
     replay_into_tuner(tuner, target, read_literals(starter).get("CONFIG"))
     return tuner

@@ -103,7 +103,7 @@ def export(results: list[ProblemResult], run_dir: Path, out_dir: Path) -> tuple[
     """The best correct ModelNew of each problem as KernelBench's evaluation reads a run:
     level_{L}_problem_{id}_sample_0_kernel.py. Returns (files written, problems skipped and why).
     The run's records are checked first: only what was judged is exported."""
-    from autokernel.seal import require_sealed
+    from autokernel.search.seal import require_sealed
     require_sealed(run_dir, "kernelbench score --export refused")
     out_dir.mkdir(parents=True, exist_ok=True)
     written, skipped = [], []

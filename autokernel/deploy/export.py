@@ -1,0 +1,189 @@
+"""`autokernel export RUN --out DIR`: the run's winners as a package that needs only torch and triton.
+
+    DIR/autokernel_kernels/
+      __init__.py          autokernel/deploy/kernel_package.py, verbatim: patch(model), KERNELS, selftest()
+      routing/             autokernel/deploy/routing/, verbatim: the binding `verify` used, so they cannot drift
+      kernels/<target>.py  each winner's file, as judged
+      vendor/harness/      with CUDA C++ winners only: harness/cuda_launcher.py and cuda_build.py,
+                           verbatim, which build a CUDA winner's launch library with nvcc where the
+                           package runs and call it through ctypes
+      manifest.json        target, kernel type, backend, dims, dtype, source file, route, modules,
+                           serving range, figures
+      tests/test_kernels.py  pytest: selftest() (each kernel against PyTorch at its target shape)
+
+`--format hf-kernels` writes the same package as a Hugging Face kernel repository instead
+(autokernel/deploy/hf_kernels.py, which builds on this module). Left out, with the reason in the
+manifest: kernels verify.json names guilty, and any kernel file that imports autokernel, harness
+or starter_kernels beyond the CUDA launcher the package carries.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from autokernel.errors import UsageError, UserError
+from autokernel.search.run import RunDir
+from autokernel.deploy.verify import FILENAME as VERIFY_FILE
+from autokernel.deploy.winners import WinnerFile, winner_files
+
+PACKAGE = "autokernel_kernels"
+FORMATS = ("package", "hf-kernels")
+OWN_PACKAGES = ("autokernel", "harness", "starter_kernels")
+# what a CUDA C++ kernel file imports of the judge: the package carries these files (vendor/harness/)
+VENDORED = {"harness.cuda_launcher": ("cuda_launcher.py", "cuda_build.py")}
+VENDOR_INIT = '"""The files of autokernel\'s judge a CUDA C++ winner needs, copied verbatim."""\n'
+TEST_FILE = '''"""Each exported kernel against PyTorch at its target shape (no GPU: TRITON_INTERPRET=1)."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the folder that holds the package
+
+import autokernel_kernels  # noqa: E402
+
+
+def test_kernels_match_pytorch():
+    errors = autokernel_kernels.selftest()
+    # a CUDA C++ kernel cannot run without a GPU and nvcc: UNAVAILABLE says why
+    assert set(errors) == {k["target"] for k in autokernel_kernels.KERNELS} - set(autokernel_kernels.UNAVAILABLE)
+'''
+
+
+@dataclass
+class Exported:
+    """The winners that go into a package: their files and manifest, and what was left out."""
+
+    run: RunDir
+    manifest: dict
+    sources: dict[str, Path]  # module name under kernels/ -> the winner's file in the run
+
+    @property
+    def cuda(self) -> bool:
+        return any(k["backend"] == "cuda" for k in self.manifest["kernels"])
+
+
+def export(run_path: str | Path, out_dir: str | Path) -> dict:
+    """Write DIR/autokernel_kernels; the manifest written, plus "package": its folder."""
+    exported = collect(run_path)
+    package = Path(out_dir) / PACKAGE
+    prepare(package, package / "manifest.json")
+    write_package(exported, package)
+    (package / "tests").mkdir()
+    (package / "tests" / "test_kernels.py").write_text(TEST_FILE, encoding="utf-8")
+    return {**exported.manifest, "package": str(package)}
+
+
+def check_format(format: str) -> None:
+    """--format: this module's package, or autokernel.deploy.hf_kernels' repository."""
+    if format not in FORMATS:
+        raise UsageError(f"unknown --format {format!r}", f"use one of: {', '.join(FORMATS)}")
+
+
+def collect(run_path: str | Path) -> Exported:
+    """The run's exportable winners, after checking its records."""
+    from autokernel.search.seal import require_sealed
+    run = RunDir(run_path)
+    require_sealed(run.path, "export refused")  # never package a winner that is not the text that was judged
+    verified = _read_verify(run)
+    kernels, left_out, sources = [], [], {}
+    for f in winner_files(run):
+        reason = leave_out_reason(f, verified)
+        if reason:
+            left_out.append({"target": f.target, "reason": reason})
+            continue
+        module = module_name(f.target)
+        sources[module] = f.path
+        kernels.append(_entry(f, module, verified))
+    manifest = {"run_id": run.run_id, "exported": datetime.now().isoformat(timespec="seconds"),
+                "verified": bool(verified), "outputs_match": verified.get("outputs_match"),
+                "e2e_speedup": verified.get("e2e_speedup"), "device": verified.get("device"),
+                "cpu_figures": verified.get("cpu_figures"), "kernels": kernels, "left_out": left_out}
+    return Exported(run, manifest, sources)
+
+
+def write_package(exported: Exported, package: Path, manifest_extra: dict | None = None) -> None:
+    """The package's files in an empty folder `package`: __init__, routing/, kernels/, vendor/ for
+    CUDA C++ winners, manifest.json (with `manifest_extra` added)."""
+    here = Path(__file__).resolve().parent
+    shutil.copytree(here / "routing", package / "routing", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copyfile(here / "kernel_package.py", package / "__init__.py")
+    (package / "kernels").mkdir()
+    (package / "kernels" / "__init__.py").write_text('"""The exported kernel files, as judged."""\n', encoding="utf-8")
+    for module, path in exported.sources.items():
+        shutil.copyfile(path, package / "kernels" / f"{module}.py")
+    if exported.cuda:
+        vendor = package / "vendor" / "harness"
+        vendor.mkdir(parents=True)
+        (vendor / "__init__.py").write_text(VENDOR_INIT, encoding="utf-8")
+        judge = Path(importlib.util.find_spec("harness").origin).parent
+        for name in sorted({n for files in VENDORED.values() for n in files}):
+            shutil.copyfile(judge / name, vendor / name)
+    manifest = {**exported.manifest, **(manifest_extra or {})}
+    (package / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+
+
+def _read_verify(run: RunDir) -> dict:
+    path = run.path / VERIFY_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise UserError(f"{path} is not valid JSON: {e}", f"rerun `autokernel verify {run.path}`") from None
+
+
+def prepare(folder: Path, marker: Path) -> None:
+    """An empty folder; a previous export (it has `marker`) is replaced, anything else is never touched."""
+    if folder.exists():
+        if not marker.is_file():
+            raise UserError(f"{folder} exists and is not an earlier export",
+                            "choose another --out folder, or remove it yourself")
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+
+
+def module_name(target: str) -> str:
+    """A Python module name for a target: rmsnorm[128x384:float32] -> rmsnorm_128x384_float32."""
+    name = re.sub(r"\W+", "_", target).strip("_")
+    return name if name[:1].isalpha() else f"k_{name}"
+
+
+def backend_of(tree: ast.Module) -> str:
+    return next((n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                 and any(isinstance(t, ast.Name) and t.id == "BACKEND" for t in n.targets)), "triton")
+
+
+def leave_out_reason(f: WinnerFile, verified: dict) -> str:
+    """Why a winner cannot go into the package ('' when it can)."""
+    if f.target in verified.get("guilty", []):
+        why = verified.get("per_kernel", {}).get(f.target, {}).get("guilty_reason") or "its outputs differ"
+        return f"guilty in verify.json: {why}"
+    source = f.path.read_text(encoding="utf-8")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        return f"{f.path.name} does not parse: {e}"
+    carried = set(VENDORED) if backend_of(tree) == "cuda" else set()
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        own = [n for n in names if n.split(".")[0] in OWN_PACKAGES and n not in carried]
+        if own:
+            return f"it imports {own[0]}, which the package does not carry"
+    return ""
+
+
+def _entry(f: WinnerFile, module: str, verified: dict) -> dict:
+    checked = verified.get("per_kernel", {}).get(f.target, {})
+    backend = backend_of(ast.parse(f.path.read_text(encoding="utf-8")))
+    return {"target": f.target, "kernel_type": f.kernel_type, "backend": backend, "dims": f.dims, "dtype": f.dtype,
+            "kwargs": f.kwargs, "source": f"kernels/{module}.py", "route": f.route, "modules": f.modules,
+            "serving": f.serving, "experiment": f.experiment, "speedup_vs_eager": f.speedup_vs_eager,
+            "calls_served_in_verify": checked.get("calls_served"),
+            "verified": bool(checked) and not checked.get("guilty", False) and not checked.get("not_run"),
+            "not_run_in_verify": checked.get("not_run")}

@@ -1,0 +1,178 @@
+"""A run's winners: each target's best kernel on disk with what routing needs to know of it (its
+plan entry's route and modules, its serving range), and the kernels imported to run.
+
+`verify` and `export` read the winners from here. A winner's serving range (autokernel/deploy/routing/
+serving.py) is read from its best experiment's verdict: the target's timing and the shapes around
+it the judge checked and timed when the kernel was kept (the verdict's "timing_around"). A verdict
+from before serving ranges has none: its winner serves its target's shape alone, and every other
+call falls back saying so.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from autokernel.search.run import RunDir, target_slug
+
+STAND_IN = "fp16 stood in for bf16: the Triton interpreter cannot run bf16 dot products"
+OLD_RECORD = "a record from before serving ranges: the target's shape alone"
+
+
+@dataclass
+class WinnerFile:
+    """A target's best kernel on disk, with what routing and the projection need to know of it."""
+
+    target: str
+    kernel_type: str
+    dims: dict
+    dtype: str
+    path: Path
+    kwargs: dict = field(default_factory=dict)
+    route: str = "op"
+    modules: list = field(default_factory=list)
+    share: float = 0.0
+    speedup_vs_eager: Optional[float] = None
+    experiment: Optional[int] = None
+    serving: Optional[dict] = None  # ServingRange.to_json(); None for a module target
+
+    @property
+    def module_name(self) -> str:
+        return "autokernel_winner_" + target_slug(self.target).replace("-", "_").replace(".", "_").replace("=", "_")
+
+
+def winner_files(run: RunDir) -> list[WinnerFile]:
+    """Every target with a best kernel, in plan order, joined with its plan entry (route, modules)."""
+    state, plan = run.load_state(), _read_json(run.plan_path)
+    by_rank = {e.get("rank"): e for e in plan.get("entries", [])}
+    by_name = {e.get("target"): e for e in plan.get("entries", [])}
+    found = []
+    for t in state.targets:
+        path = run.best_file(t)
+        if t.best_experiment is None or not path.is_file():
+            continue
+        entry = by_rank.get(t.rank) or by_name.get(t.name.split("#")[0].replace(",causal]", "]"), {})
+        verdict = _read_json(run.experiment_file(t, t.best_experiment, ".json"))
+        found.append(WinnerFile(target=t.name, kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype,
+                                path=path, kwargs=_serving_kwargs(run, t), route=entry.get("route") or "op",
+                                modules=list(entry.get("modules", [])), share=t.share,
+                                speedup_vs_eager=t.speedup_vs_eager, experiment=t.best_experiment,
+                                serving=serving_range(t, verdict)))
+    return found
+
+
+def serving_range(target: Any, verdict: dict) -> Optional[dict]:
+    """The winner's serving range (as JSON) from its best verdict; None for a module target. Its
+    target's own timing counts as a measured shape too: on a GPU a winner slower than PyTorch there
+    does not serve there."""
+    from autokernel.deploy.routing.serving import FREE_DIMS, ServingRange, Shape
+    if target.kernel_type not in FREE_DIMS:
+        return None
+    timing = verdict.get("timing") or {}
+    representative = bool(timing.get("representative_of_gpu"))
+    shapes = [Shape(dict(target.dims), True, timing.get("median_us"), timing.get("baseline_median_us"),
+                    _not_slower(timing, representative), "the target")]
+    around = verdict.get("timing_around") or {}
+    for row in around.get("shapes") or []:
+        if row.get("ok") or row.get("failed"):  # neither: not checked, so it proves nothing either way
+            shapes.append(Shape(dict(row["dims"]), bool(row.get("ok")), row.get("median_us"),
+                                row.get("baseline_median_us"), _not_slower(row, representative) if row.get("ok")
+                                else None, row.get("detail", "")))
+    where = "on a GPU" if representative else "in the Triton interpreter (correctness only: its times say nothing)"
+    if len(shapes) > 1:
+        note = f"judged at the target and {len(shapes) - 1} shape(s) around it {where}"
+    elif around.get("skipped"):
+        note = f"the target's shape alone: the shapes around it were not timed ({around['skipped']})"
+    else:
+        note = OLD_RECORD
+    return ServingRange(target.kernel_type, target.dtype, dict(target.dims), target.kwargs.get("causal"), shapes,
+                        representative, note).to_json()
+
+
+def _not_slower(figures: dict, representative: bool) -> Optional[bool]:
+    """Whether the kernel was not slower than PyTorch's op there beyond the noise of both medians
+    (None where the times say nothing: the interpreter's)."""
+    from autokernel.search.loop import notch_us
+    median, base = figures.get("median_us"), figures.get("baseline_median_us")
+    if not representative or not median or not base:
+        return None
+    reps = figures.get("reps")
+    low = median - notch_us(median, figures.get("iqr_us"), reps)
+    high = base + notch_us(base, figures.get("baseline_iqr_us"), figures.get("baseline_reps", reps))
+    return low <= high
+
+
+def _serving_kwargs(run: RunDir, target: Any) -> dict:
+    """The target's options; a module target's also carry the call its problem was made from."""
+    kwargs = dict(target.kwargs)
+    if target.kernel_type == "module" and kwargs.get("problem"):
+        facts = (run.path / kwargs["problem"]).with_suffix(".json")
+        kwargs["call"] = json.loads(facts.read_text(encoding="utf-8"))["call"] if facts.is_file() else None
+    return kwargs
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+# ---------------------------------------------------------------- what this machine can run
+def not_runnable(f: WinnerFile, device: str) -> str:
+    """Why this machine cannot run a winner at all ('' when it can)."""
+    if device.startswith("cuda"):
+        return ""
+    source = f.path.read_text(encoding="utf-8")
+    if re.search(r"""^BACKEND\s*=\s*["']cuda["']""", source, re.M):
+        return "not run: a CUDA C++ kernel needs a GPU"
+    if f.kernel_type == "module" and f.dtype == "bfloat16" and "tl.dot" in source:
+        return "not run: the Triton interpreter cannot run bf16 dot products"  # no stand-in for a whole module
+    return ""
+
+
+def stand_in(f: WinnerFile, device: str) -> str:
+    """Why a winner runs here in another dtype than its own ('' when it runs in its own), as the
+    judge ran it: bf16 dot products in the Triton interpreter run in fp16 (same exponent rules for
+    these magnitudes, more mantissa), the result rounded back to bf16."""
+    if device.startswith("cuda") or f.dtype != "bfloat16" or f.kernel_type == "module":
+        return ""
+    return STAND_IN if "tl.dot" in f.path.read_text(encoding="utf-8") else ""
+
+
+def fp16_for_bf16(kernel_fn: Callable) -> Callable:
+    """kernel_fn with its bf16 tensors given as fp16 and its fp16 output returned as bf16."""
+    import torch
+
+    def cast(value: Any, to: Any, what: Any) -> Any:
+        return value.to(to) if isinstance(value, torch.Tensor) and value.dtype == what else value
+
+    def standing_in(*args: Any, **kwargs: Any) -> Any:
+        out = kernel_fn(*[cast(a, torch.float16, torch.bfloat16) for a in args],
+                        **{k: cast(v, torch.float16, torch.bfloat16) for k, v in kwargs.items()})
+        return cast(out, torch.bfloat16, torch.float16)
+    return standing_in
+
+
+def load_winners(files: list[WinnerFile], stand_ins: Optional[dict[str, str]] = None) -> tuple[list, dict[str, str]]:
+    """The kernels imported in this process, and why any failed to import (it is then guilty).
+    A winner in `stand_ins` runs in the dtype that stood in for its own (see stand_in)."""
+    from autokernel.deploy import routing
+    from autokernel.deploy.routing.serving import ServingRange
+    winners, failed = [], {}
+    for f in files:
+        try:
+            module = routing.load_kernel(f.path, f.module_name, "ModelNew" if f.kernel_type == "module" else "kernel_fn")
+        except Exception as e:  # noqa: BLE001 (a judged file should import; report whatever it raised)
+            failed[f.target] = f"importing {f.path.name} raised {type(e).__name__}: {e}"
+            continue
+        if f.kernel_type == "module":  # a module winner is its ModelNew class, built per recorded instance
+            kernel_fn = module.ModelNew
+        else:
+            kernel_fn = fp16_for_bf16(module.kernel_fn) if (stand_ins or {}).get(f.target) else module.kernel_fn
+        winners.append(routing.Winner(target=f.target, kernel_type=f.kernel_type, dims=f.dims, dtype=f.dtype,
+                                      kernel_fn=kernel_fn, kwargs=f.kwargs, route=f.route, modules=f.modules,
+                                      serving=ServingRange.from_json(f.serving) if f.serving else None))
+    return winners, failed

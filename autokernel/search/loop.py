@@ -1,0 +1,316 @@
+"""The search loop over one target: baseline, then propose -> judge -> keep or revert -> log.
+
+`TargetSearch` drives one target with any Proposer (the LLM or the tuner; it does not know which)
+and the judge's subprocess boundary. Every experiment leaves its candidate, verdict (and for the LLM
+its prompt and response) under kernels/<target>/, one leaderboard row, and state.json saved in a
+`finally:`. A target stops through a small exception vocabulary: Plateau (no progress, or the
+proposer has nothing new), TargetDone (its experiment or time share is spent, or the next target
+offers more), BudgetExhausted (the run's time is spent) and Interrupted (Ctrl-C, SIGTERM).
+The run over every target, which catches them, is autokernel/search/run_search.py.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from autokernel.errors import BudgetExhausted, Plateau, StopSearch, UserError
+from autokernel.search.guard import RecordGuard
+from autokernel.search.leaderboard import Leaderboard, make_row
+from autokernel.search.proposer import HISTORY_WINDOW, NO_CODE_MESSAGE, Candidate, Experiment, Proposer, SearchContext
+from autokernel.search.run import REBUILT, RunDir, RunState, TargetState
+from autokernel.search.seal import seal_verdict, source_sha256
+
+STARTER_DESCRIPTION = "starter kernel (baseline)"
+# McGill, Tukey & Larsen (1978) notches: median +- 1.57 * IQR / sqrt(n); two medians whose notches
+# do not overlap differ at roughly 95% confidence. A speedup smaller than that is noise.
+NOTCH = 1.57
+
+JudgeFn = Callable[..., dict]
+
+
+class TargetDone(StopSearch):
+    """This target's search is over for a reason other than a plateau; the run goes on."""
+
+
+@dataclass
+class SearchSettings:
+    max_experiments: int | None = None  # proposals per target, the baseline not counted
+    plateau: int = 8  # consecutive non-keeps that end a target
+    device: str = "cpu"
+    timeout_s: float | None = None
+    arch: str = "sm_90"
+    concurrency: int = 1  # proposals in flight at once (LLM requests); the tuner proposes instantly
+    # a candidate that may be kept is also checked and timed at the shapes around the target
+    # (harness/around.py), so that its record says which other shapes it may serve
+    time_around: bool = False
+
+
+def default_judge(kernel_file: Path, *, target, device: str, arch: str, timeout_s: float | None,
+                  visible_devices: str | None = None, **around: Any) -> dict:
+    """The judge; `around` (time_around, around_below_us) asks for the shapes around the target."""
+    from harness.judge import JudgeUsageError, judge
+    try:
+        return judge(kernel_file, target=target, device=device, arch=arch, timeout_s=timeout_s,
+                     visible_devices=visible_devices, **around)
+    except JudgeUsageError as e:  # the run's own settings, not the candidate: nothing can be judged
+        raise UserError(f"the judge cannot run: {e}", "check --device and --timeout, then --resume") from None
+
+
+def notch_us(median_us: float, iqr_us: float | None, reps: int | None) -> float:
+    return NOTCH * (iqr_us or 0.0) / math.sqrt(max(reps or 1, 1))
+
+
+def faster_beyond_noise(new: dict, best_median_us: float, best_iqr_us: float | None,
+                        best_reps: int | None) -> bool:
+    """True when the new timing's median beats the best by more than both medians' uncertainty."""
+    new_high = new["median_us"] + notch_us(new["median_us"], new.get("iqr_us"), new.get("reps"))
+    best_low = best_median_us - notch_us(best_median_us, best_iqr_us, best_reps)
+    return new_high < best_low
+
+
+def decide(verdict: dict | None, target: TargetState) -> str:
+    """KEEP when every stage passed and the candidate is faster than the best beyond noise."""
+    if not verdict or verdict.get("verdict") != "PASS" or not (verdict.get("timing") or {}).get("median_us"):
+        return "REVERT"
+    if target.best_median_us is None:
+        return "KEEP"
+    return "KEEP" if faster_beyond_noise(verdict["timing"], target.best_median_us, target.best_iqr_us,
+                                         target.best_reps) else "REVERT"
+
+
+def left_to_win(target: TargetState) -> float:
+    """Share of the model's time still to be won on this target if it reached its ceiling
+    (inf when unknown: keep searching)."""
+    speedup = target.speedup_vs_eager
+    if not speedup or not target.ceiling_speedup:
+        return math.inf
+    return target.share * max(1.0 / speedup - 1.0 / target.ceiling_speedup, 0.0)
+
+
+def offer(target: TargetState) -> float:
+    """Share of the model's time a target could win from eager to its ceiling."""
+    return target.share * (1.0 - 1.0 / target.ceiling_speedup) if target.ceiling_speedup else 0.0
+
+
+class TargetSearch:
+    """One target's experiments, from the baseline to a stop."""
+
+    def __init__(self, run: RunDir, state: RunState, target: TargetState, proposer: Proposer,
+                 settings: SearchSettings, *, starter_source: str, judge: JudgeFn = default_judge,
+                 display: Any = None, peaks: dict | None = None, next_offer: float = 0.0,
+                 time_cap_s: float = math.inf, paused_s: Callable[[], float] = lambda: 0.0,
+                 slots: Any = None):
+        self.run, self.state, self.target = run, state, target
+        self.slots = slots  # autokernel.search.slots: judge slots for experiments in flight at once
+        self.proposer, self.settings, self.judge = proposer, settings, judge
+        self.starter_source = starter_source
+        self.display, self.peaks = display, peaks or {}
+        self.next_offer, self.time_cap_s = next_offer, time_cap_s
+        self._paused_s = paused_s  # LLM outage time so far: not charged to the budget
+        self.leaderboard = Leaderboard(run.leaderboard_path)
+        self.guard = RecordGuard(run.path, run.written, rebuilt=REBUILT)
+        self._clock: tuple[float, float] | None = None  # (start, LLM pause so far) of the experiment
+        self.best_source, self.best_verdict = self._load_best()
+
+    # ------------------------------------------------------------------ driving
+    def search(self) -> None:
+        """Run until this target stops; TargetDone/Plateau end the target, other StopSearch the run."""
+        t = self.target
+        t.status, t.stop_reason = "searching", ""
+        if t.next_experiment == 0:
+            self.experiment(self._starter_candidate())
+            if t.best_median_us is None:
+                raise TargetDone(f"the starter did not pass at this target: {t.history[-1].get('message', '')}")
+        if self.concurrent:
+            from autokernel.search.parallel import ConcurrentSearch
+            ConcurrentSearch(self).run()  # ends, like this loop, by raising a stop
+        t.pending = []  # left by a concurrent session: their numbers stay unused
+        while True:
+            self.check_stops()
+            self.experiment(None)
+
+    @property
+    def concurrent(self) -> bool:
+        """Several experiments in flight at once (or some left in flight by a killed session)."""
+        return self.slots is not None and (self.slots.width > 1 or self.settings.concurrency > 1
+                                           or bool(self.target.pending))
+
+    def check_stops(self) -> None:
+        t, s = self.target, self.settings
+        if self.state.budget_left_s <= 0:
+            raise BudgetExhausted(f"the time budget of {self.state.budget_s / 3600:.2f} h is spent")
+        if s.max_experiments is not None and t.proposals >= s.max_experiments:
+            raise TargetDone(f"experiment budget spent ({s.max_experiments} per target)")
+        if t.seconds >= self.time_cap_s:
+            raise TargetDone(f"its share of the time budget ({self.time_cap_s / 60:.1f} min) is spent")
+        streak = t.reverts_in_a_row
+        if streak >= s.plateau:
+            raise Plateau(f"{streak} experiments in a row without a faster kernel")
+        if left_to_win(t) < self.next_offer:
+            raise TargetDone("the next target offers more than is left to win here")
+
+    def experiment(self, candidate: Candidate | None) -> Experiment:
+        """One experiment: propose (unless given), judge, decide, record. State is saved whatever
+        happens, so an interrupt or a crash loses this experiment at most."""
+        t = self.target
+        number = t.next_experiment
+        self._clock = (time.monotonic(), self._paused_s())
+        try:
+            baseline = candidate is not None
+            if candidate is None:
+                self._show("status", f"experiment {number}: asking the {self.proposer.name} agent")
+                candidate = self.proposer.propose(self.context(number))
+            verdict = self._judge(number, candidate)
+            decision = "BASELINE" if baseline else decide(verdict, t)
+            self.proposer.observe(candidate, verdict)  # the tuner learns the starter's config too
+            return self._record(number, candidate, verdict, decision)
+        finally:
+            if self._clock is not None:  # stopped before _record saved: charge and save here
+                self._charge()
+                self.run.save_state(self.state)
+
+    def _charge(self) -> None:
+        """Charge the experiment's time to the target and the run, less any LLM outage."""
+        start, paused_before = self._clock
+        charged = max(time.monotonic() - start - (self._paused_s() - paused_before), 0.0)
+        self.target.seconds += charged
+        self.state.elapsed_s += charged
+        self._clock = None
+
+    # ------------------------------------------------------------------ one experiment's parts
+    def context(self, number: int) -> SearchContext:
+        t = self.target
+        return SearchContext(kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype, target=t.name,
+                             best_source=self.best_source, best_verdict=self.best_verdict,
+                             history=t.recent(HISTORY_WINDOW), device=(self.best_verdict or {}).get("device", {}),
+                             peaks=self.peaks, experiment=number, proposal_count=t.proposals)
+
+    def _starter_candidate(self) -> Candidate:
+        return Candidate(source=self.starter_source, description=STARTER_DESCRIPTION)
+
+    def _judge(self, number: int, candidate: Candidate) -> dict | None:
+        path = self.write_candidate(number, candidate)
+        if path is None:
+            return self.write_verdict(number, candidate, None, [])
+        self._show("status", f"experiment {number}: judging {candidate.description[:60]}")
+        # the candidate runs while the run folder exists: whatever it changes there is put
+        # back, and it fails, before anything of it is recorded
+        self.guard.snapshot(self.held_files(number, candidate))
+        try:
+            if getattr(self.slots, "remote", False):  # a Ray cluster judges even the baseline
+                from autokernel.search.slots import JudgeJob
+                job = JudgeJob(path, candidate.source, self.case(), self.settings.arch, self.settings.timeout_s,
+                               **self.around())
+                verdict = self.slots.submit(job).result()
+            else:
+                verdict = self.judge(path, target=self.case(), device=self.settings.device,
+                                     arch=self.settings.arch, timeout_s=self.settings.timeout_s, **self.around())
+        finally:
+            touched = self.restore_records()
+        return self.write_verdict(number, candidate, verdict, touched)
+
+    def held_files(self, number: int, candidate: Candidate) -> dict[str, str]:
+        """An experiment's files before it is judged, run-relative, with the text the search holds."""
+        texts = {".py": candidate.source, ".prompt.md": candidate.prompt, ".response.md": candidate.response}
+        return {self.run.relative(self.run.experiment_file(self.target, number, suffix)): text
+                for suffix, text in texts.items() if text is not None}
+
+    def restore_records(self) -> list[str]:
+        """What changed in the run since the guard's snapshot, put back; the records the writer
+        holds in memory (state, leaderboard) are rewritten from it."""
+        touched = self.guard.restore()
+        if any(rel in REBUILT for rel in touched):
+            self.run.rewrite_records(self.state)
+        return touched
+
+    def write_candidate(self, number: int, candidate: Candidate) -> Path | None:
+        """The experiment's files before judging; the candidate's path (None: nothing to judge)."""
+        for suffix, text in ((".prompt.md", candidate.prompt), (".response.md", candidate.response)):
+            if text is not None:
+                self.run.write_text(self.run.experiment_file(self.target, number, suffix), text)
+        if candidate.source is None:
+            self.run.kernels(self.target).mkdir(parents=True, exist_ok=True)
+            return None
+        path = self.run.experiment_file(self.target, number)
+        self.run.write_text(path, candidate.source)
+        return path
+
+    def write_verdict(self, number: int, candidate: Candidate, verdict: dict | None,
+                      touched: list[str]) -> dict | None:
+        """The verdict sealed against the text the search held (a FAIL if the run's records were
+        touched while it was judged), written beside the candidate."""
+        if candidate.source is None:
+            verdict = None
+            record = {"verdict": "FAIL", "failed_stage": "parse", "detail": NO_CODE_MESSAGE}
+        else:
+            verdict = record = seal_verdict(verdict, source_sha256(candidate.source), touched)
+        # made durable by the state's next save, which records it (autokernel.search.journal)
+        self.run.write_json(self.run.experiment_file(self.target, number, ".json"), record, durable=False)
+        return verdict
+
+    def around(self) -> dict:
+        """The judge's options for the shapes around the target: asked of every candidate, done by
+        the judge only for one faster at the target than the best so far (the one that may be kept)."""
+        if not self.settings.time_around or self.target.kernel_type == "module":
+            return {}
+        return {"time_around": True, "around_below_us": self.target.best_median_us}
+
+    def case(self):
+        from harness.registry import Case
+        t = self.target
+        return Case.make(t.kernel_type, dict(t.dims), t.dtype, **t.kwargs)
+
+    def _record(self, number: int, candidate: Candidate, verdict: dict | None, decision: str) -> Experiment:
+        t = self.target
+        best_before = t.best_median_us
+        experiment = Experiment.from_verdict(number, candidate, verdict, decision, best_before)
+        candidate_path = "" if candidate.source is None else self.run.relative(self.run.experiment_file(t, number))
+        row = make_row(experiment=number, target=t.name, kernel_type=t.kernel_type, agent=self.proposer.name,
+                       decision=decision, verdict=verdict, candidate=candidate_path,
+                       description=candidate.description, best_median_us=best_before,
+                       prompt_tokens=candidate.prompt_tokens, completion_tokens=candidate.completion_tokens,
+                       source_sha256="" if candidate.source is None else source_sha256(candidate.source))
+        timing = (verdict or {}).get("timing") or {}
+        if decision == "BASELINE":
+            t.baseline_median_us = timing.get("median_us")
+            t.eager_median_us = timing.get("baseline_median_us")
+        if decision == "KEEP" or (decision == "BASELINE" and verdict and verdict.get("verdict") == "PASS"
+                                  and timing.get("median_us")):
+            self._new_best(number, candidate, verdict)
+        # the hashes of the verdict, prompt and reply as written: checked at the end and on resume
+        files = {rel: self.run.written[rel] for rel in (self.run.relative(self.run.experiment_file(t, number, suffix))
+                                                         for suffix in (".json", ".prompt.md", ".response.md"))
+                 if rel in self.run.written}
+        t.history.append({**experiment.to_json(), "row": row, "files": files})
+        t.next_experiment = max(t.next_experiment, number + 1)  # numbers in flight stay handed out
+        t.pending = [p for p in t.pending if p.get("number") != number]
+        self._charge()
+        self.run.save_state(self.state)  # the state first: a resume re-appends a row it lacks
+        self.leaderboard.append(row)
+        self._show("experiment", t, experiment)
+        return experiment
+
+    def _new_best(self, number: int, candidate: Candidate, verdict: dict) -> None:
+        t, timing = self.target, verdict["timing"]
+        t.best_experiment, t.best_median_us = number, timing["median_us"]
+        t.best_iqr_us, t.best_reps = timing.get("iqr_us"), timing.get("reps")
+        self.best_source, self.best_verdict = candidate.source, verdict
+        # from the text the search held and judged, never copied from disk afterwards
+        self.run.write_text(self.run.best_file(t), candidate.source)
+
+    def _load_best(self) -> tuple[str, dict | None]:
+        """The best kernel so far, from disk (a resumed run) or the starter."""
+        t = self.target
+        if t.best_experiment is None:
+            return self.starter_source, None
+        source = self.run.experiment_file(t, t.best_experiment).read_text(encoding="utf-8")
+        verdict = json.loads(self.run.experiment_file(t, t.best_experiment, ".json").read_text(encoding="utf-8"))
+        return source, verdict
+
+    def _show(self, what: str, *args: Any) -> None:
+        if self.display is not None:
+            getattr(self.display, what)(*args)

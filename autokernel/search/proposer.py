@@ -1,0 +1,154 @@
+"""The search loop's seam: a `Proposer` turns where a search stands into the next candidate kernel.
+
+Two implementations: `LLMProposer` (below: prompt -> chat completion -> the last python block of the
+reply) and the offline tuner (autokernel.search.tuner). The loop holds a Proposer and does not know which.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, runtime_checkable
+
+NO_CODE_MESSAGE = "the reply held no complete ```python block with the kernel file; nothing was judged"
+# The experiments a proposer is shown: the last few, never the whole run (prompt.py shows the last
+# 8), so building the next prompt costs the same at experiment 25,000 as at experiment 10.
+HISTORY_WINDOW = 16
+
+
+@dataclass
+class Candidate:
+    """One proposal. `source` is None when an LLM reply held no kernel (a parse error)."""
+
+    source: str | None
+    description: str
+    prompt: str | None = None
+    response: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    config: dict[str, Any] | None = None  # the tuner's configuration, when it made the candidate
+    llm_seconds: float | None = None
+
+    @property
+    def parse_error(self) -> bool:
+        return self.source is None
+
+
+def failure_message(verdict: dict | None) -> str:
+    """What went wrong, in the judge's words: the failed stage's detail (or the usage error)."""
+    if not verdict or verdict.get("verdict") in ("PASS", "COMPILE_ONLY"):
+        return ""
+    if verdict.get("usage_error"):
+        return str(verdict["usage_error"])
+    failed = verdict.get("failed_stage")
+    for stage in verdict.get("stages") or []:
+        if stage.get("status") == "fail" and (failed is None or stage.get("name") == failed):
+            return str(stage.get("detail") or "")
+    return f"{verdict.get('verdict')} during {failed}" if failed else str(verdict.get("verdict", ""))
+
+
+@dataclass
+class Experiment:
+    """One judged (or unparseable) proposal, as later prompts and decisions need it."""
+
+    number: int
+    description: str
+    decision: str  # BASELINE, KEEP or REVERT
+    verdict: str  # the judge's verdict, or FAIL with failed_stage "parse"
+    failed_stage: str | None = None
+    message: str = ""  # the failed stage's detail
+    median_us: float | None = None
+    iqr_us: float | None = None
+    speedup_vs_best: float | None = None  # best median before this experiment / this median
+    config: dict[str, Any] | None = None
+
+    @staticmethod
+    def from_verdict(number: int, candidate: Candidate, verdict: dict | None, decision: str,
+                     best_median_us: float | None = None) -> "Experiment":
+        if verdict is None:  # nothing to judge: the reply held no kernel
+            return Experiment(number, candidate.description, decision, "FAIL", "parse",
+                              NO_CODE_MESSAGE, config=candidate.config)
+        timing = verdict.get("timing") or {}
+        median_us = timing.get("median_us")
+        speedup = best_median_us / median_us if (median_us and best_median_us) else None
+        return Experiment(number, candidate.description, decision, verdict.get("verdict", "FAIL"),
+                          verdict.get("failed_stage"), failure_message(verdict), median_us,
+                          timing.get("iqr_us"), speedup, candidate.config)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "Experiment":
+        return Experiment(**d)
+
+
+@dataclass
+class SearchContext:
+    """Everything a proposer may look at for the next experiment on one target."""
+
+    kernel_type: str
+    dims: dict[str, int]
+    dtype: str
+    target: str  # registry.target_name: softmax[64x1024:float16]
+    best_source: str
+    best_verdict: dict | None = None
+    history: list[Experiment] = field(default_factory=list)  # the recent ones, oldest first
+    device: dict[str, Any] = field(default_factory=dict)
+    peaks: dict[str, Any] = field(default_factory=dict)  # measured: copy_gbps, matmul_tflops
+    experiment: int = 1  # the number the next experiment will get
+    backend: str = "triton"
+    # proposals made on this target so far, when `history` is only the recent window of them
+    proposal_count: int | None = None
+
+    @property
+    def best_median_us(self) -> float | None:
+        return ((self.best_verdict or {}).get("timing") or {}).get("median_us")
+
+    @property
+    def last(self) -> Experiment | None:
+        return self.history[-1] if self.history else None
+
+    @property
+    def proposals(self) -> int:
+        """Proposals made on this target so far (the baseline is not one)."""
+        if self.proposal_count is not None:
+            return self.proposal_count
+        return sum(1 for e in self.history if e.decision != "BASELINE")
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    name: str  # "llm" or "tune": the leaderboard's agent column
+
+    def propose(self, ctx: SearchContext) -> Candidate:
+        """The next candidate; raises autokernel.errors.Plateau when it has nothing new to offer."""
+        ...
+
+    def observe(self, candidate: Candidate, verdict: dict | None) -> None:
+        """The judge's verdict on a candidate this proposer made (None: it was not judged)."""
+        ...
+
+
+class LLMProposer:
+    """Asks an LLM for the next kernel: prompt.py builds the messages, llm.py sends them,
+    kernel_source.py takes the last python block of the reply."""
+
+    name = "llm"
+
+    def __init__(self, client, messages_for: Callable[[SearchContext], list[dict]] | None = None) -> None:
+        self.client = client  # an autokernel.search.llm.LLMClient (or anything with its query())
+        # what to ask: prompt.build_messages by default; another task (KernelBench) passes its own
+        self.messages_for = messages_for
+
+    def propose(self, ctx: SearchContext) -> Candidate:
+        from autokernel.search import prompt
+        from autokernel.search.kernel_source import description_of, extract_last_python_block
+        messages = (self.messages_for or prompt.build_messages)(ctx)
+        reply = self.client.query(messages)
+        source = extract_last_python_block(reply.text)
+        description = description_of(reply.text) or ("LLM proposal" if source else "reply without a kernel")
+        return Candidate(source=source, description=description, prompt=prompt.render(messages),
+                         response=reply.text, prompt_tokens=reply.prompt_tokens,
+                         completion_tokens=reply.completion_tokens, llm_seconds=reply.seconds)
+
+    def observe(self, candidate: Candidate, verdict: dict | None) -> None:
+        pass  # the next prompt reads the history from the context
