@@ -195,18 +195,19 @@ def optimize(
     from autokernel import display as shown
     from autokernel.search import run_search
     from autokernel.search import run as runs
+    from autokernel.search import start as run_start
     from autokernel.errors import UsageError
     from autokernel.search.slots import parse_devices
     budget_s = runs.parse_duration_s(budget) if budget is not None else None
     scale = {"workers": workers, "devices": parse_devices(devices), "concurrency": concurrency, "ray": ray}
     if resume is not None:
-        run, state, config = runs.resume(runs_dir, resume, {"budget_s": budget_s, "timeout_s": timeout,
+        run, state, config = run_start.resume(runs_dir, resume, {"budget_s": budget_s, "timeout_s": timeout,
                                                              "max_experiments": max_experiments, **scale},
                                          log=lambda m: err.print(m, highlight=False))
     elif model is None:
         raise UsageError("give a MODEL file to optimize, or --resume RUN_ID", "e.g. autokernel optimize model.py --budget 2h")
     else:
-        options = runs.OptimizeOptions(agent=agent, llm=llm or runs.DEFAULT_LLM, base_url=base_url,
+        options = run_start.OptimizeOptions(agent=agent, llm=llm or run_start.DEFAULT_LLM, base_url=base_url,
                                        api_key_env=api_key_env, budget_s=budget_s or 8 * 3600.0,
                                        max_experiments=max_experiments, top=top, timeout_s=timeout,
                                        only=list(only) if only else None,
@@ -215,7 +216,7 @@ def optimize(
         if ray is None:  # a bad --workers/--devices fails before minutes of profiling
             from autokernel.search.slots import local_slots
             local_slots(spec.device, options.workers, options.devices)
-        run, state, config = runs.start(spec, options, runs_dir,
+        run, state, config = run_start.start(spec, options, runs_dir,
                                         log=lambda m: err.print(m, highlight=False))
     err.print(f"run {run.run_id} in {run.path} ({state.agent} agent)", highlight=False)
     view = shown.make_display(state, live=False if plain else None)

@@ -41,3 +41,7 @@ class Plateau(StopSearch):
 
 class Interrupted(StopSearch):
     pass
+
+
+class TargetDone(StopSearch):
+    """This target's search is over for a reason other than a plateau; the run goes on."""

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autokernel.search import loop, parallel, run_search  # noqa: E402
-from autokernel.search import run as runs  # noqa: E402
+from autokernel.search import start as run_start  # noqa: E402
 from autokernel.search.llm import Reply  # noqa: E402
 from autokernel.search.run import RunDir, RunState, TargetState  # noqa: E402
 from autokernel.search.slots import LocalSlots, local_slots  # noqa: E402
@@ -188,7 +188,7 @@ def resume_s(run: RunDir, agent: str) -> tuple[float, float]:
     source = starter_path("softmax").read_text()
     begin = time.perf_counter()
     try:
-        _, state, _ = runs.resume(run.path.parent, run.run_id)
+        _, state, _ = run_start.resume(run.path.parent, run.run_id)
         target = state.targets[0]
         make = run_search.proposer_factory(agent, seed=0, client=InstantLLM(source))
         search = loop.TargetSearch(run, state, target, make(target, source), loop.SearchSettings(),

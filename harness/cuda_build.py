@@ -339,7 +339,6 @@ def build_hash(source: str, arch: str | None) -> str:
 def _arch_flags(arch: str | None) -> list[str]:
     if arch is None:
         return []  # torch picks: TORCH_CUDA_ARCH_LIST, else the visible GPUs
-    from harness.target_compile import parse_arch
     cc = parse_arch(arch)
     return [f"-gencode=arch=compute_{cc},code=sm_{cc}"]
 
@@ -391,3 +390,11 @@ def load_cuda(name: str, cuda_kernels: str, cuda_host: str, functions: list[str]
     if entry.loader is not loader:
         entry.loader, entry.wrapped = loader, loader(**entry.kwargs)
     return entry.wrapped
+
+def parse_arch(arch: str | int) -> int:
+    """"sm_90", "sm90", "90", "sm_90a" -> 90."""
+    match = re.fullmatch(r"(?:sm_?)?(\d{2,3})a?", str(arch).strip().lower())
+    if not match:
+        raise ValueError(f"unknown GPU architecture {arch!r}: write it as sm_90, sm90 or 90 "
+                         "(compute capability 9.0)")
+    return int(match.group(1))

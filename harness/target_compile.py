@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import cuda_build
+from harness.cuda_build import parse_arch
 from harness.triton_specialization import compiled_mode, is_autotuned, specialize
 
 # Opt-in maximum shared memory per thread block, in bytes, by compute capability: the row "Maximum
@@ -75,14 +76,6 @@ class TargetCompile:
     resources: dict | None = None
     kernels: list[KernelResources] = field(default_factory=list)
 
-
-def parse_arch(arch: str | int) -> int:
-    """"sm_90", "sm90", "90", "sm_90a" -> 90."""
-    match = re.fullmatch(r"(?:sm_?)?(\d{2,3})a?", str(arch).strip().lower())
-    if not match:
-        raise ValueError(f"unknown GPU architecture {arch!r}: write it as sm_90, sm90 or 90 "
-                         "(compute capability 9.0)")
-    return int(match.group(1))
 
 
 def shared_limit(cc: int) -> int | None:

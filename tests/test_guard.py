@@ -16,6 +16,7 @@ from sealed_runs import tuned_run
 from autokernel.search import guard as guards
 from autokernel.search import leaderboard as board
 from autokernel.search import run as runs
+from autokernel.search import start as run_start
 from autokernel.search.guard import RecordGuard
 from autokernel.search.seal import SealError, check_at_end, check_run
 
@@ -126,7 +127,7 @@ def test_an_old_file_rewritten_in_place_is_refused_at_check_time(tmp_path):
     check_at_end(run, state, lines.append)
     assert "exp_0001.json" in lines[0] and "leaderboard --check" in lines[0]
     with pytest.raises(SealError, match="--resume refused") as refused:
-        runs.resume(run.path.parent, run.run_id)
+        run_start.resume(run.path.parent, run.run_id)
     assert f"kernels/{SLUG}/exp_0001.json" in refused.value.message
 
 

@@ -10,9 +10,9 @@ import textwrap
 import threading
 from pathlib import Path
 
-import pytest
 from fake_openai import API_KEY, MODEL, fake_openai, reply  # noqa: F401  (fixture)
 
+from autokernel.judging import kb_evaluate
 from autokernel.kernelbench import run as kb_run
 from autokernel.kernelbench.adapters import match_problem, wrap_starter
 from autokernel.kernelbench.score import fast_p, load_results
@@ -153,7 +153,7 @@ def test_two_workers_judge_two_solutions_at_once_with_one_writer(tmp_path, monke
     # at a barrier for the other (one slot at a time would break it), so the test does not depend on
     # how long a judgement takes.
     meeting, slot_calls = threading.Barrier(2, timeout=300), []
-    real = kb_run.evaluate
+    real = kb_evaluate.evaluate
 
     def evaluate(*args, **kwargs):
         if threading.current_thread().name.startswith("judge-slot"):
@@ -161,7 +161,7 @@ def test_two_workers_judge_two_solutions_at_once_with_one_writer(tmp_path, monke
             if len(slot_calls) <= 2:
                 meeting.wait()
         return real(*args, **kwargs)
-    monkeypatch.setattr(kb_run, "evaluate", evaluate)
+    monkeypatch.setattr(kb_evaluate, "evaluate", evaluate)
     kb = _kb_dir(tmp_path, "23_Softmax.py")
     options = kb_run.KBRunOptions(agent="tune", max_experiments=2, workers=2, **FAST)
     run, state, config = kb_run.start(kb, 1, None, options, tmp_path / "runs")

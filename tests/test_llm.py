@@ -143,7 +143,8 @@ def _ctx():
 
 
 def test_llm_proposer_takes_the_last_python_block(fake_openai, client_for):
-    from autokernel.search.proposer import LLMProposer, Proposer
+    from autokernel.search.llm_agent import LLMProposer
+    from autokernel.search.proposer import Proposer
     fake_openai.script(reply("Use **one block** per row.\n```python\nA = 1\n```\n```python\nB = 2\n```",
                              prompt_tokens=900, completion_tokens=40),
                        reply("I am not sure what to change."))
@@ -162,7 +163,7 @@ def test_llm_proposer_takes_the_last_python_block(fake_openai, client_for):
 
 
 def test_llm_proposer_with_messages_of_another_task(fake_openai, client_for):
-    from autokernel.search.proposer import LLMProposer
+    from autokernel.search.llm_agent import LLMProposer
     fake_openai.script(reply("Done.\n```python\nclass ModelNew: pass\n```"))
     client, _, _ = client_for(fake_openai)
     ask = [{"role": "user", "content": "write ModelNew for problem 19"}]

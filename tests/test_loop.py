@@ -10,8 +10,9 @@ from loop_kernels import CHEAT, FAST, SOFTMAX_MODEL, WRONG, reply_with
 from rich.console import Console
 
 from autokernel.search import leaderboard as board
-from autokernel.search import loop, run_search
+from autokernel.search import decision, loop, run_search
 from autokernel.search import run as runs
+from autokernel.search import start as run_start
 from autokernel.display import LogDisplay, summary_table
 from autokernel.errors import UsageError
 from autokernel.search.llm import LLMClient
@@ -33,22 +34,22 @@ def passed(median_us, iqr_us=0.0, reps=25):
 def test_keep_needs_a_pass_and_a_win_beyond_the_noise():
     t = target(best_median_us=100.0, best_iqr_us=10.0, best_reps=25)
     # notches: 100 - 1.57*10/5 = 96.86 ; candidate 95 + 1.57*10/5 = 98.14 -> overlap: noise
-    assert loop.decide(passed(95.0, 10.0), t) == "REVERT"
-    assert loop.decide(passed(90.0, 10.0), t) == "KEEP"
+    assert decision.decide(passed(95.0, 10.0), t) == "REVERT"
+    assert decision.decide(passed(90.0, 10.0), t) == "KEEP"
     # a tight candidate against a noisy best needs a bigger win than against a tight best
-    assert loop.decide(passed(97.0, 0.0), target(best_median_us=100.0, best_iqr_us=0.0, best_reps=25)) == "KEEP"
-    assert loop.decide(passed(97.0, 0.0), target(best_median_us=100.0, best_iqr_us=20.0, best_reps=25)) == "REVERT"
-    assert loop.decide({"verdict": "FAIL", "timing": None}, t) == "REVERT"
-    assert loop.decide(None, t) == "REVERT"
-    assert loop.decide({"verdict": "COMPILE_ONLY", "timing": None}, t) == "REVERT"
-    assert loop.decide(passed(1000.0), target()) == "KEEP"  # nothing to beat yet
+    assert decision.decide(passed(97.0, 0.0), target(best_median_us=100.0, best_iqr_us=0.0, best_reps=25)) == "KEEP"
+    assert decision.decide(passed(97.0, 0.0), target(best_median_us=100.0, best_iqr_us=20.0, best_reps=25)) == "REVERT"
+    assert decision.decide({"verdict": "FAIL", "timing": None}, t) == "REVERT"
+    assert decision.decide(None, t) == "REVERT"
+    assert decision.decide({"verdict": "COMPILE_ONLY", "timing": None}, t) == "REVERT"
+    assert decision.decide(passed(1000.0), target()) == "KEEP"  # nothing to beat yet
 
 
 def test_what_is_left_to_win_and_what_the_next_target_offers():
     t = target(share=0.4, ceiling_speedup=2.0, eager_median_us=100.0, best_median_us=80.0)
-    assert loop.left_to_win(t) == pytest.approx(0.4 * (0.8 - 0.5))
-    assert loop.offer(target(share=0.3, ceiling_speedup=4.0)) == pytest.approx(0.3 * 0.75)
-    assert loop.left_to_win(target(share=0.4)) == math.inf  # nothing measured: keep going
+    assert decision.left_to_win(t) == pytest.approx(0.4 * (0.8 - 0.5))
+    assert decision.offer(target(share=0.3, ceiling_speedup=4.0)) == pytest.approx(0.3 * 0.75)
+    assert decision.left_to_win(target(share=0.4)) == math.inf  # nothing measured: keep going
 
 
 def test_time_share_follows_the_model_share():
@@ -81,22 +82,22 @@ def test_targets_from_the_plan():
          "dtype": "float32", "share": 0.05},
         {"rank": 5, "kernel_type": "conv2d", "dims": {"N": 1}, "target": "conv2d[1:float32]", "dtype": "float32"},
     ]}
-    targets = runs.pick_targets(plan, top=5)
+    targets = run_start.pick_targets(plan, top=5)
     assert [t.name for t in targets] == ["flash_attention[1x2x64x32:float32,causal]", "softmax[8x128:float32]",
                                          "softmax[8x128:float32]#2"]
     assert targets[0].kwargs == {"causal": True} and targets[0].ceiling_speedup == 3.0
     assert len({t.slug for t in targets}) == 3
-    assert [t.name for t in runs.pick_targets(plan, top=1)] == ["flash_attention[1x2x64x32:float32,causal]"]
+    assert [t.name for t in run_start.pick_targets(plan, top=1)] == ["flash_attention[1x2x64x32:float32,causal]"]
 
 
 def test_agent_defaults_to_llm_only_with_a_key(monkeypatch):
     monkeypatch.delenv("MY_KEY", raising=False)
-    assert runs.OptimizeOptions(api_key_env="MY_KEY").resolved_agent() == "tune"
+    assert run_start.OptimizeOptions(api_key_env="MY_KEY").resolved_agent() == "tune"
     monkeypatch.setenv("MY_KEY", "  ")
-    assert runs.OptimizeOptions(api_key_env="MY_KEY").resolved_agent() == "tune"
+    assert run_start.OptimizeOptions(api_key_env="MY_KEY").resolved_agent() == "tune"
     monkeypatch.setenv("MY_KEY", "sk-1")
-    assert runs.OptimizeOptions(api_key_env="MY_KEY").resolved_agent() == "llm"
-    assert runs.OptimizeOptions(agent="tune", api_key_env="MY_KEY").resolved_agent() == "tune"
+    assert run_start.OptimizeOptions(api_key_env="MY_KEY").resolved_agent() == "llm"
+    assert run_start.OptimizeOptions(agent="tune", api_key_env="MY_KEY").resolved_agent() == "tune"
 
 
 # ------------------------------------------------------------------ the LLM agent end to end
@@ -125,9 +126,9 @@ def test_llm_agent_end_to_end(tmp_path, fake_openai, monkeypatch):
         error(500), error(502), error(500),
         reply("I would try a persistent kernel next, but I have no code for it yet."),
     )
-    options = runs.OptimizeOptions(llm=MODEL, base_url=fake_openai.base_url, max_experiments=4, top=1,
+    options = run_start.OptimizeOptions(llm=MODEL, base_url=fake_openai.base_url, max_experiments=4, top=1,
                                    timeout_s=300)
-    run, state, config = runs.start(spec_from_options(model, device="cpu"), options, tmp_path / "runs")
+    run, state, config = run_start.start(spec_from_options(model, device="cpu"), options, tmp_path / "runs")
     assert state.agent == "llm"  # the key is set: the LLM is the default agent
     clock, lines = FakeClock(), []
     client = LLMClient(MODEL, base_url=fake_openai.base_url, sleep=clock.sleep, clock=clock, log=lines.append)
@@ -261,7 +262,7 @@ def test_resume_repairs_rows_the_leaderboard_lost(tmp_path):
     run.write_json(run.config_path, {"options": {"budget_s": 3600.0}})
     lines = run.leaderboard_path.read_text().splitlines(keepends=True)
     run.leaderboard_path.write_text("".join(lines[:-1]))  # a crash between state and leaderboard
-    _, resumed, _ = runs.resume(tmp_path, "run")
+    _, resumed, _ = run_start.resume(tmp_path, "run")
     assert list(board.read(run.leaderboard_path)["experiment"]) == [0, 1, 2]
     assert resumed.targets[0].next_experiment == 3
 

@@ -37,10 +37,10 @@ print(json.dumps({"err": (patched - eager).abs().max().item(), "tally": router.t
 
 
 def start_run(tmp_path, agent, **options):
-    from autokernel.search import run as runs
+    from autokernel.search import start as run_start
     from autokernel.profile.modelfile import spec_from_options
-    opts = runs.OptimizeOptions(agent=agent, llm=MODEL, top=1, only=["module[MLP.act"], **options)
-    return runs.start(spec_from_options(EXAMPLES / "gelu_mlp.py", device="cpu"), opts, tmp_path / "runs")
+    opts = run_start.OptimizeOptions(agent=agent, llm=MODEL, top=1, only=["module[MLP.act"], **options)
+    return run_start.start(spec_from_options(EXAMPLES / "gelu_mlp.py", device="cpu"), opts, tmp_path / "runs")
 
 
 def test_gelu_module_target_searched_judged_and_served(tmp_path, fake_openai, monkeypatch):  # noqa: F811

@@ -109,7 +109,7 @@ def test_a_module_holding_an_object_is_refused_with_the_reason():
 
 
 def test_module_targets_are_picked_in_plan_order_and_the_tuner_does_not_spend_places_on_them():
-    from autokernel.search.run import pick_targets
+    from autokernel.search.start import pick_targets
     inputs = {"args": [{"tensor": {"shape": [4, 8], "dtype": "float32", "kind": "float", "mean": 0.0, "std": 1.0}}],
               "kwargs": {}}
     module = {"kernel_type": "module", "target": "module[MLP.act:4x8:float32]", "dtype": "float32", "dims": {},

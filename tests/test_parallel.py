@@ -15,6 +15,7 @@ from fake_openai import fake_openai  # noqa: F401  (fixture)
 from autokernel.search import leaderboard as board
 from autokernel.search import loop, run_search
 from autokernel.search import run as runs
+from autokernel.search import start as run_start
 from autokernel.errors import UsageError, UserError
 from autokernel.search.kernel_source import read_literals
 from autokernel.search.run import RunState, TargetState
@@ -153,7 +154,7 @@ def test_resume_judges_what_was_in_flight_under_its_own_numbers(tmp_path):
     before = rows(run)
 
     run.write_json(run.config_path, {"options": {"budget_s": 3600.0}})
-    _, resumed, _ = runs.resume(tmp_path, "run")
+    _, resumed, _ = run_start.resume(tmp_path, "run")
     search(run, resumed, StubJudge(), workers=2, max_experiments=6)
     after = rows(run)
     assert after[:3] == before  # no recorded row lost or changed

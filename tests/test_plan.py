@@ -217,7 +217,7 @@ def test_a_plan_written_before_work_was_counted_still_reads(tmp_path):
     from rich.console import Console
 
     from autokernel.deploy.report import _plan
-    from autokernel.search.run import pick_targets
+    from autokernel.search.start import pick_targets
     old = json.loads((Path(__file__).parent / "data" / "h200_plan_llama_tiny_bf16.json").read_text())
     console = Console(width=200, record=True)
     console.print(plan.table(old))

@@ -21,6 +21,7 @@ from autokernel.deploy import export as exporter
 from autokernel.search import leaderboard as board
 from autokernel.search import loop, run_search
 from autokernel.search import run as runs
+from autokernel.search import start as run_start
 from autokernel.search import seal
 from autokernel.deploy import verify as verifier
 from autokernel.errors import UserError
@@ -83,7 +84,7 @@ def refused_everywhere(run, named):
         exporter.export(run, run.parent.parent / "exported")
     assert named in refused.value.message and not (run.parent.parent / "exported").exists()
     with pytest.raises(seal.SealError, match="--resume refused") as refused:
-        runs.resume(run.parent, run.name)
+        run_start.resume(run.parent, run.name)
     assert named in refused.value.message
 
 
@@ -174,7 +175,7 @@ def test_an_old_leaderboard_is_reported_unsealed_and_can_still_be_resumed(run_co
     with pytest.raises(seal.SealError, match="verify refused"):
         verifier.verify(run_copy)
     notes = []
-    runs.resume(run_copy.parent, run_copy.name, log=notes.append)
+    run_start.resume(run_copy.parent, run_copy.name, log=notes.append)
     assert "2 row(s)" in notes[0] and "no source_sha256" in notes[0]
     # the next row a resumed search appends upgrades the header; the old rows stay unsealed
     forged_row(run_copy, sha256="ab" * 32)
@@ -196,7 +197,7 @@ def test_a_run_written_before_the_state_journal_is_checked_verified_exported_and
     assert checked.returncode == 0, checked.stderr
     assert verifier.verify(run_copy)["status"] in ("ok", "partial")  # not refused
     assert exporter.export(run_copy, run_copy.parent.parent / "exported")["kernels"]
-    run, resumed, _ = runs.resume(run_copy.parent, run_copy.name)
+    run, resumed, _ = run_start.resume(run_copy.parent, run_copy.name)
     run.save_state(resumed)  # the first save writes the new layout
     assert json.loads((run_copy / "state.json").read_text())["version"] == runs.STATE_VERSION
     assert runs.RunDir(run_copy).load_state().to_json()["targets"] == resumed.to_json()["targets"]
@@ -378,9 +379,9 @@ def test_the_probe_as_an_llm_candidate_fails_and_leaves_the_records_sealed(tmp_p
     runs_dir = tmp_path / "runs"
     candidate = forging(FAST, runs_dir, TARGET)
     fake_openai.script(reply(reply_with("Pack rows.", candidate)))
-    options = runs.OptimizeOptions(llm=MODEL, base_url=fake_openai.base_url, max_experiments=1, top=1,
+    options = run_start.OptimizeOptions(llm=MODEL, base_url=fake_openai.base_url, max_experiments=1, top=1,
                                    timeout_s=300)
-    run, state, config = runs.start(spec_from_options(model, device="cpu"), options, runs_dir)
+    run, state, config = run_start.start(spec_from_options(model, device="cpu"), options, runs_dir)
     run_search.execute(run, state, config, client=LLMClient(MODEL, base_url=fake_openai.base_url))
     assert_probe_failed(run, SLUG, candidate)
 

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from autokernel.deploy import accuracy
 from autokernel.deploy import verify as verifier
 from autokernel.cli import app
-from autokernel.search.run import OptimizeOptions, RunDir
+from autokernel.search.run import RunDir
+from autokernel.search.start import OptimizeOptions
 from tests.test_verify import TARGETS, WRONG_RMSNORM, make_run, rewrite_winner
 
 NORMS = [t for t in TARGETS if t[1] == "rmsnorm"]

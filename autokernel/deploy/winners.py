@@ -94,7 +94,7 @@ def serving_range(target: Any, verdict: dict) -> Optional[dict]:
 def _not_slower(figures: dict, representative: bool) -> Optional[bool]:
     """Whether the kernel was not slower than PyTorch's op there beyond the noise of both medians
     (None where the times say nothing: the interpreter's)."""
-    from autokernel.search.loop import notch_us
+    from autokernel.search.decision import notch_us
     median, base = figures.get("median_us"), figures.get("baseline_median_us")
     if not representative or not median or not base:
         return None

@@ -397,3 +397,16 @@ def _speedups(v: Verdict, ref: Reference, timed: ChildRun, opts: EvalOptions, co
                                f"({roof['bound_us']:.2f} us): faster than the device can be")
     if not mine["representative_of_gpu"]:
         v.data["notes"].append("CPU timings (Triton interpreter): not representative of a GPU")
+
+def judge_file(kernel_file: Path, *, problem: Path, opts: EvalOptions, cache: RefCache,
+               visible_devices: str | None = None, **_: Any) -> dict:
+    """The loop's judge: a candidate without ModelNew is its failure, not the run's. A judge slot
+    on one GPU of several passes `visible_devices`: the solution's children run on that GPU."""
+    try:
+        check_solution_file(kernel_file)
+    except UsageError as e:
+        return {"verdict": "FAIL", "failed_stage": "load", "correct": False, "usage_error": e.message,
+                "stages": [{"name": "load", "status": "fail", "detail": e.message}], "timing": None}
+    if visible_devices is not None:
+        opts = replace(opts, visible_devices=str(visible_devices))
+    return evaluate(problem, kernel_file, opts, cache)

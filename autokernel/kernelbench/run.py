@@ -14,21 +14,22 @@ After every experiment kernelbench.json is rewritten with each problem's best: w
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from autokernel.errors import BudgetExhausted, Interrupted, Plateau, UsageError, UserError
+from autokernel.errors import BudgetExhausted, Interrupted, Plateau, TargetDone, UsageError, UserError
 from autokernel.kernelbench.adapters import match_problem, wrap_starter
-from autokernel.judging.kb_evaluate import EvalOptions, RefCache, evaluate, resolve
-from autokernel.judging.kb_problems import Problem, check_solution_file, find_problems
+from autokernel.judging.kb_evaluate import EvalOptions, RefCache, judge_file, resolve
+from autokernel.judging.kb_problems import Problem, find_problems
 from autokernel.kernelbench.score import SUMMARY_FILE, SUMMARY_KIND
-from autokernel.search.loop import SearchSettings, TargetDone, TargetSearch
+from autokernel.search.loop import SearchSettings, TargetSearch
 from autokernel.search.run_search import replay_into_tuner, stopped_mid_search
-from autokernel.search.run import (DEFAULT_LLM, RunDir, RunState, TargetState, check_for_resume, new_run_id,
-                            open_for_resume, repair_leaderboard, write_json_atomic)
+from autokernel.search.run import (RunDir, RunState, TargetState, new_run_id, open_for_resume, repair_leaderboard,
+                                   write_json_atomic)
+from autokernel.search.start import DEFAULT_LLM, check_for_resume
 from autokernel.search.slots import local_slots, make_slots
 from autokernel.search.seal import check_at_end
 
@@ -149,19 +150,6 @@ class ProblemSearch(TargetSearch):
         finally:
             self._after_each()
 
-
-def judge_file(kernel_file: Path, *, problem: Path, opts: EvalOptions, cache: RefCache,
-               visible_devices: str | None = None, **_: Any) -> dict:
-    """The loop's judge: a candidate without ModelNew is its failure, not the run's. A judge slot
-    on one GPU of several passes `visible_devices`: the solution's children run on that GPU."""
-    try:
-        check_solution_file(kernel_file)
-    except UsageError as e:
-        return {"verdict": "FAIL", "failed_stage": "load", "correct": False, "usage_error": e.message,
-                "stages": [{"name": "load", "status": "fail", "detail": e.message}], "timing": None}
-    if visible_devices is not None:
-        opts = replace(opts, visible_devices=str(visible_devices))
-    return evaluate(problem, kernel_file, opts, cache)
 
 
 def starter_source(run: RunDir, target: TargetState, problem: Problem) -> str:

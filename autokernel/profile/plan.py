@@ -190,7 +190,6 @@ def table(plan: dict, max_rows: int = 20) -> Any:
     for name in ("#", "target", "where", "calls", "ms", "share", "bound", "ceiling", "e2e"):
         t.add_column(name, justify="left" if name in ("target", "where", "bound") else "right")
     for row in plan["entries"][:max_rows]:
-        other = row["kernel_type"] == "other"
         # targets look like markup ("softmax[64x1024:fp32]"): escape them
         t.add_row(str(row["rank"]), escape(_what(row)), escape(_where(row)), f"{row['calls']:g}", f"{row['time_ms']:.3f}",
                   f"{row['share']:.1%}", row["bound"] or "", *ceiling_cells(row, "{:.1f}x", "{:.3f}x"))

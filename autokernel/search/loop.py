@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from autokernel.errors import BudgetExhausted, Plateau, StopSearch, UserError
+from autokernel.errors import BudgetExhausted, Plateau, TargetDone, UserError
+from autokernel.search.decision import decide, left_to_win
 from autokernel.search.guard import RecordGuard
 from autokernel.search.leaderboard import Leaderboard, make_row
 from autokernel.search.proposer import HISTORY_WINDOW, NO_CODE_MESSAGE, Candidate, Experiment, Proposer, SearchContext
@@ -25,15 +26,8 @@ from autokernel.search.run import REBUILT, RunDir, RunState, TargetState
 from autokernel.search.seal import seal_verdict, source_sha256
 
 STARTER_DESCRIPTION = "starter kernel (baseline)"
-# McGill, Tukey & Larsen (1978) notches: median +- 1.57 * IQR / sqrt(n); two medians whose notches
-# do not overlap differ at roughly 95% confidence. A speedup smaller than that is noise.
-NOTCH = 1.57
 
 JudgeFn = Callable[..., dict]
-
-
-class TargetDone(StopSearch):
-    """This target's search is over for a reason other than a plateau; the run goes on."""
 
 
 @dataclass
@@ -58,42 +52,6 @@ def default_judge(kernel_file: Path, *, target, device: str, arch: str, timeout_
                      visible_devices=visible_devices, **around)
     except JudgeUsageError as e:  # the run's own settings, not the candidate: nothing can be judged
         raise UserError(f"the judge cannot run: {e}", "check --device and --timeout, then --resume") from None
-
-
-def notch_us(median_us: float, iqr_us: float | None, reps: int | None) -> float:
-    return NOTCH * (iqr_us or 0.0) / math.sqrt(max(reps or 1, 1))
-
-
-def faster_beyond_noise(new: dict, best_median_us: float, best_iqr_us: float | None,
-                        best_reps: int | None) -> bool:
-    """True when the new timing's median beats the best by more than both medians' uncertainty."""
-    new_high = new["median_us"] + notch_us(new["median_us"], new.get("iqr_us"), new.get("reps"))
-    best_low = best_median_us - notch_us(best_median_us, best_iqr_us, best_reps)
-    return new_high < best_low
-
-
-def decide(verdict: dict | None, target: TargetState) -> str:
-    """KEEP when every stage passed and the candidate is faster than the best beyond noise."""
-    if not verdict or verdict.get("verdict") != "PASS" or not (verdict.get("timing") or {}).get("median_us"):
-        return "REVERT"
-    if target.best_median_us is None:
-        return "KEEP"
-    return "KEEP" if faster_beyond_noise(verdict["timing"], target.best_median_us, target.best_iqr_us,
-                                         target.best_reps) else "REVERT"
-
-
-def left_to_win(target: TargetState) -> float:
-    """Share of the model's time still to be won on this target if it reached its ceiling
-    (inf when unknown: keep searching)."""
-    speedup = target.speedup_vs_eager
-    if not speedup or not target.ceiling_speedup:
-        return math.inf
-    return target.share * max(1.0 / speedup - 1.0 / target.ceiling_speedup, 0.0)
-
-
-def offer(target: TargetState) -> float:
-    """Share of the model's time a target could win from eager to its ceiling."""
-    return target.share * (1.0 - 1.0 / target.ceiling_speedup) if target.ceiling_speedup else 0.0
 
 
 class TargetSearch:

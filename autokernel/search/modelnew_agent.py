@@ -72,5 +72,5 @@ def build_messages(ctx: SearchContext, problem_source: str, tolerance: float) ->
 
 def kernelbench_proposer(client, problem_source: str, tolerance: float):
     """The LLM proposer (name "llm") for one problem: the generic one, asking KernelBench's prompt."""
-    from autokernel.search.proposer import LLMProposer
+    from autokernel.search.llm_agent import LLMProposer
     return LLMProposer(client, messages_for=lambda ctx: build_messages(ctx, problem_source, tolerance))

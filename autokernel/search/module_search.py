@@ -12,9 +12,9 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from autokernel.errors import UserError
-from autokernel.judging.kb_evaluate import EvalOptions, RefCache, resolve
-from autokernel.search.loop import TargetDone, TargetSearch
+from autokernel.errors import TargetDone, UserError
+from autokernel.judging.kb_evaluate import EvalOptions, RefCache, judge_file, resolve
+from autokernel.search.loop import TargetSearch
 from autokernel.search.proposer import SearchContext
 from autokernel.search.run import RunDir, TargetState, target_slug
 
@@ -113,7 +113,6 @@ class ModuleSearch(TargetSearch):
         super()._new_best(number, candidate, verdict)
 
     def _judge_module(self, kernel_file: Path, **_: Any) -> dict:
-        from autokernel.kernelbench.run import judge_file
         return judge_file(kernel_file, problem=self.problem, opts=self.opts, cache=self.cache)
 
     def context(self, number: int) -> SearchContext:
@@ -125,7 +124,7 @@ class ModuleSearch(TargetSearch):
 def module_proposer(client: Any, run: RunDir, target: TargetState, tolerance: float):
     """The LLM proposer for a module target: KernelBench's prompt with the module's own source,
     recorded shapes and dtypes, and its share of the model's time."""
-    from autokernel.search.proposer import LLMProposer
+    from autokernel.search.llm_agent import LLMProposer
     problem = run.path / target.kwargs["problem"]
 
     def messages(ctx: SearchContext) -> list[dict[str, str]]:

@@ -31,7 +31,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from autokernel.errors import StopSearch
+from autokernel.errors import StopSearch, TargetDone
+from autokernel.search.decision import decide
 from autokernel.search.proposer import Candidate
 from autokernel.search.seal import source_sha256
 from autokernel.search.slots import JudgeJob
@@ -142,7 +143,6 @@ class ConcurrentSearch:
         s, t = self.search, self.target
         limit = s.settings.max_experiments
         if limit is not None and t.proposals + len(self.flights) >= limit:
-            from autokernel.search.loop import TargetDone
             raise TargetDone(f"experiment budget spent ({limit} per target)")
         s.check_stops()
 
@@ -212,7 +212,6 @@ class ConcurrentSearch:
     def record_ready(self) -> None:
         """Record, in number order, every experiment whose verdict is in and whose predecessors
         are recorded: the decision is taken against the best recorded so far."""
-        from autokernel.search.loop import decide
         s = self.search
         while self.flights:
             number = min(self.flights)

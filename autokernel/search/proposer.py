@@ -1,12 +1,13 @@
 """The search loop's seam: a `Proposer` turns where a search stands into the next candidate kernel.
 
-Two implementations: `LLMProposer` (below: prompt -> chat completion -> the last python block of the
-reply) and the offline tuner (autokernel.search.tuner). The loop holds a Proposer and does not know which.
+Two implementations: the LLM agent (autokernel.search.llm_agent: prompt -> chat completion -> the
+last python block of the reply) and the offline tuner (autokernel.search.tuner). The loop holds a
+Proposer and does not know which.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 NO_CODE_MESSAGE = "the reply held no complete ```python block with the kernel file; nothing was judged"
 # The experiments a proposer is shown: the last few, never the whole run (prompt.py shows the last
@@ -126,29 +127,3 @@ class Proposer(Protocol):
     def observe(self, candidate: Candidate, verdict: dict | None) -> None:
         """The judge's verdict on a candidate this proposer made (None: it was not judged)."""
         ...
-
-
-class LLMProposer:
-    """Asks an LLM for the next kernel: prompt.py builds the messages, llm.py sends them,
-    kernel_source.py takes the last python block of the reply."""
-
-    name = "llm"
-
-    def __init__(self, client, messages_for: Callable[[SearchContext], list[dict]] | None = None) -> None:
-        self.client = client  # an autokernel.search.llm.LLMClient (or anything with its query())
-        # what to ask: prompt.build_messages by default; another task (KernelBench) passes its own
-        self.messages_for = messages_for
-
-    def propose(self, ctx: SearchContext) -> Candidate:
-        from autokernel.search import prompt
-        from autokernel.search.kernel_source import description_of, extract_last_python_block
-        messages = (self.messages_for or prompt.build_messages)(ctx)
-        reply = self.client.query(messages)
-        source = extract_last_python_block(reply.text)
-        description = description_of(reply.text) or ("LLM proposal" if source else "reply without a kernel")
-        return Candidate(source=source, description=description, prompt=prompt.render(messages),
-                         response=reply.text, prompt_tokens=reply.prompt_tokens,
-                         completion_tokens=reply.completion_tokens, llm_seconds=reply.seconds)
-
-    def observe(self, candidate: Candidate, verdict: dict | None) -> None:
-        pass  # the next prompt reads the history from the context

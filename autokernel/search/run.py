@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -294,140 +294,6 @@ def open_for_resume(runs_dir: Path, run_id: str) -> RunDir:
     return RunDir(folder)
 
 
-# ====================================================================== starting, resuming, running
-DEFAULT_LLM = "gpt-4.1"
-
-
-@dataclass
-class OptimizeOptions:
-    agent: str | None = None  # "llm" or "tune"; None: llm when an API key is configured
-    llm: str = DEFAULT_LLM
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    budget_s: float = 8 * 3600.0
-    max_experiments: int | None = None  # proposals per target after the baseline
-    top: int = 3
-    only: list[str] | None = None  # only targets of these kernel types ("module") or names' prefixes
-    timeout_s: float | None = None  # per judge call
-    plateau: int = 8
-    seed: int = 0
-    workers: int = 1  # judge slots: one per device (CPU slots on the CPU)
-    devices: list[str] | None = None  # CUDA device indices, one slot each
-    concurrency: int = 1  # LLM requests in flight
-    ray: str | None = None  # a Ray cluster address (or "auto"): judge slots are Ray actors
-
-    def resolved_agent(self) -> str:
-        from autokernel.search.llm import choose_agent
-        return choose_agent(self.agent, self.api_key_env)
-
-
-def pick_targets(plan: dict, top: int, only: list[str] | None = None, count_modules: bool = True) -> list[TargetState]:
-    """The top `top` entries of the plan that a starter kernel exists for, or that are module
-    targets, in plan (Amdahl) order; `only`: of these kernel types, or targets named so (a prefix:
-    "module[MLP.gelu"), alone. Without `count_modules` (the tuner, which skips them) module targets
-    are listed where they rank but take none of the `top` places."""
-    from starter_kernels import KERNEL_TYPES
-    targets, names = [], set()
-    for e in plan.get("entries", []):
-        if sum(1 for t in targets if count_modules or t.kernel_type != "module") >= top:
-            break
-        if only and e.get("kernel_type") not in only and not any(str(e.get("target")).startswith(o) for o in only):
-            continue
-        if e.get("kernel_type") == "module" and e.get("module") and e.get("target") and e["target"] not in names:
-            # a module target: the module's KernelBench problem, searched by the LLM agent
-            from autokernel.search.module_search import module_state
-            names.add(e["target"])
-            targets.append(module_state(e, e["target"]))
-            continue
-        if e.get("kernel_type") not in KERNEL_TYPES or not e.get("dims") or not e.get("target"):
-            continue
-        name = e["target"]
-        kwargs = {"causal": True} if e.get("causal") else {}
-        if kwargs:
-            name = name[:-1] + ",causal]"
-        unique, n = name, 1
-        while unique in names:  # two groups with one name (other modules): keep folders apart
-            n += 1
-            unique = f"{name}#{n}"
-        name = unique
-        names.add(name)
-        targets.append(TargetState(name=name, kernel_type=e["kernel_type"], dims=dict(e["dims"]),
-                                   dtype=e["dtype"], rank=e.get("rank", 0), share=e.get("share", 0.0),
-                                   ceiling_speedup=e.get("ceiling_speedup"), kwargs=kwargs))
-    return targets
-
-
-def llm_client(options: OptimizeOptions):
-    from autokernel.search.llm import LLMClient
-    return LLMClient(options.llm, base_url=options.base_url, api_key_env=options.api_key_env)
-
-
-def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) -> tuple[RunDir, RunState, dict]:
-    """Profile the model, plan, and write a new run's folder; the LLM endpoint is checked first so a
-    missing key fails before minutes of profiling."""
-    from autokernel.profile import plan as planner
-    from autokernel.profile.modelfile import load_model
-    from autokernel.profile.profiler import profile_model
-    from harness.judge import versions
-    from harness.peaks import device_name, measured_peaks
-    from harness.sandbox import host_support
-    agent = options.resolved_agent()
-    if agent == "llm":
-        llm_client(options).check()
-    loaded = load_model(spec)
-    (log or (lambda m: None))(f"profiling {spec.path} on {spec.device}")
-    profile = profile_model(loaded)
-    peaks = measured_peaks(spec.device, at_least=planner.achieved_tflops(profile))
-    plan = planner.make_plan(profile, peaks, model=spec.to_json())
-    targets = pick_targets(plan, options.top, options.only, count_modules=agent == "llm")
-    if not targets:
-        raise UserError(f"the profile of {spec.path} has no kernel type autokernel can search for",
-                        "run `autokernel profile` on it to see where its time goes")
-    run = RunDir(Path(runs_dir) / new_run_id(Path(runs_dir)))
-    run.create()
-    # absolute, so verify and resume find the model from any working directory
-    model = {**spec.to_json(), "path": str(Path(spec.path).resolve())}
-    config = {"run_id": run.run_id, "created": datetime.now().isoformat(timespec="seconds"),
-              "model": model, "options": {**asdict(options), "agent": agent},
-              "device": {"type": spec.device, "name": device_name(spec.device)}, "peaks": peaks,
-              "versions": versions(), "sandbox": host_support()}  # what every candidate will run under
-    if config["sandbox"]["kind"] == "none":
-        (log or (lambda m: None))(f"WARNING: no sandbox for candidates on this machine: {config['sandbox']['reason']}")
-    run.write_json(run.plan_path, plan)
-    run.write_json(run.config_path, config)
-    from autokernel.search.module_search import prepare
-    prepare(run, targets, loaded.model, plan, log)
-    state = RunState(run_id=run.run_id, agent=agent, budget_s=options.budget_s, targets=targets)
-    run.save_state(state)
-    return run, state, config
-
-
-def resume(runs_dir: Path, run_id: str, overrides: dict | None = None,
-           log: Any = None) -> tuple[RunDir, RunState, dict]:
-    """Reopen a run (also one killed with -9): its saved options, with `overrides` applied. Its
-    records are checked first: a resume never builds on a file that is not what was judged."""
-    run = open_for_resume(Path(runs_dir), run_id)
-    config, state = run.load_config(), run.load_state()
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            config["options"][key] = value
-    state.budget_s = float(config["options"]["budget_s"])
-    repair_leaderboard(run, state)
-    check_for_resume(run, log, state)
-    return run, state, config
-
-
-def check_for_resume(run: RunDir, log: Any = None, state: RunState | None = None) -> None:
-    """Refuse a run whose records were changed outside the search; rows from before rows carried a
-    hash cannot be checked, and are let through with a note. `state`: the one just loaded (not
-    read again)."""
-    from autokernel.search.seal import require_sealed
-    report = require_sealed(run.path, "--resume refused", allow_unsealed=True, state=state)
-    if report.unsealed and log is not None:
-        log(f"note: {len(report.unsealed)} row(s) of {run.path.name} carry no source_sha256 (written before "
-            "rows were sealed): their files are taken as they are; new rows are sealed")
-
-
 def repair_leaderboard(run: RunDir, state: RunState) -> None:
     """Append the rows state.json has and the leaderboard lacks (a crash between the two writes)."""
     import pandas as pd
@@ -441,8 +307,3 @@ def repair_leaderboard(run: RunDir, state: RunState) -> None:
         for h in target.history:
             if (target.name, h["number"]) not in present and h.get("row"):
                 writer.append(h["row"])
-
-
-def options_of(config: dict) -> OptimizeOptions:
-    known = {f.name for f in fields(OptimizeOptions)}
-    return OptimizeOptions(**{k: v for k, v in config["options"].items() if k in known})

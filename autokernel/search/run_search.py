@@ -12,8 +12,9 @@ import signal
 import threading
 from typing import Any, Callable
 
-from autokernel.errors import BudgetExhausted, Interrupted, Plateau
-from autokernel.search.loop import JudgeFn, SearchSettings, TargetDone, TargetSearch, default_judge, offer
+from autokernel.errors import BudgetExhausted, Interrupted, Plateau, TargetDone
+from autokernel.search.decision import offer
+from autokernel.search.loop import JudgeFn, SearchSettings, TargetSearch, default_judge
 from autokernel.search.proposer import Proposer
 from autokernel.search.run import RunDir, RunState, TargetState
 from autokernel.search.seal import check_at_end
@@ -87,7 +88,7 @@ def proposer_factory(agent: str, seed: int, client: Any = None) -> Callable[[Tar
     remembers what a resumed run already tried."""
     def make(target: TargetState, starter_source: str) -> Proposer:
         if agent == "llm":
-            from autokernel.search.proposer import LLMProposer
+            from autokernel.search.llm_agent import LLMProposer
             return LLMProposer(client)
         if target.kernel_type == "module":  # nothing to tune: ModuleSearch skips it and says why
             from autokernel.search.module_search import NoTuning
@@ -120,7 +121,7 @@ def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
             judge: JudgeFn = default_judge, client: Any = None) -> RunState:
     """Search every target of a started or resumed run until done, out of budget or interrupted.
     Ctrl-C and SIGTERM kill the judge's processes and leave a resumable state."""
-    from autokernel.search.run import llm_client, options_of
+    from autokernel.search.start import llm_client, options_of
     from autokernel.search.slots import make_slots
     from harness.judge_session import judge_session
     options = options_of(config)

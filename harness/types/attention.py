@@ -4,8 +4,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from harness.registry import Case, KernelType, register
+from harness.kernel_type import Case, KernelType
 from harness.types.common import activation, cast, randn
+
+TYPES: list[KernelType] = []  # registered by harness.registry on first use
 
 
 # ---------------------------------------------------------------- flash_attention
@@ -26,7 +28,7 @@ def _attn_eager(q, k, v, causal=False, sm_scale=None):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
 
 
-register(KernelType(
+TYPES.append(KernelType(
     name="flash_attention",
     dot_products=True,
     params=("q", "k", "v", "causal", "sm_scale"),
@@ -79,7 +81,7 @@ def _rotate_half(x):
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-register(KernelType(
+TYPES.append(KernelType(
     name="rotary_embedding",
     params=("x", "cos", "sin"),
     defaults={},

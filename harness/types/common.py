@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from harness.registry import Case
+from harness.kernel_type import Case
 
 
 def randn(gen: torch.Generator, shape, std: float = 1.0, mean: float = 0.0) -> torch.Tensor:

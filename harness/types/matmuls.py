@@ -6,8 +6,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from harness.registry import Case, KernelType, register
+from harness.kernel_type import Case, KernelType
 from harness.types.common import activation, cast, randn
+
+TYPES: list[KernelType] = []  # registered by harness.registry on first use
 
 
 # ---------------------------------------------------------------- matmul
@@ -18,7 +20,7 @@ def _matmul_inputs(case: Case, gen: torch.Generator):
     return [cast(a, case), cast(b, case)], {}
 
 
-register(KernelType(
+TYPES.append(KernelType(
     name="matmul",
     dot_products=True,
     params=("a", "b"),
@@ -66,7 +68,7 @@ def _mlp_eager(x, w_gate, w_up, w_down):
     return F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)
 
 
-register(KernelType(
+TYPES.append(KernelType(
     name="fused_mlp",
     dot_products=True,
     params=("x", "w_gate", "w_up", "w_down"),

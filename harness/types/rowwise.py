@@ -8,8 +8,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from harness.registry import Case, KernelType, register
+from harness.kernel_type import Case, KernelType
 from harness.types.common import activation, cast, randn, row_dims, rows_cols
+
+TYPES: list[KernelType] = []  # registered by harness.registry on first use
 
 # Row counts stay small: the Triton interpreter pays per program (row), and more rows of the same
 # width test nothing new. Widths carry the coverage.
@@ -32,7 +34,7 @@ def _softmax_inputs(case: Case, gen: torch.Generator):
     return [cast(activation(case, gen), case)], {}
 
 
-register(KernelType(
+TYPES.append(KernelType(
     name="softmax",
     params=("x",),
     defaults={},
@@ -67,7 +69,7 @@ def _layernorm_inputs(case: Case, gen: torch.Generator):
     return [cast(x, case), cast(weight, case), cast(bias, case)], kwargs
 
 
-register(KernelType(
+TYPES.append(KernelType(
     name="layernorm",
     params=("x", "weight", "bias", "eps"),
     defaults={"eps": 1e-5},
@@ -112,7 +114,7 @@ def _rmsnorm_eager(x, weight, eps=1e-6):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
 
 
-register(KernelType(
+TYPES.append(KernelType(
     name="rmsnorm",
     params=("x", "weight", "eps"),
     defaults={"eps": 1e-6},
@@ -151,7 +153,7 @@ def _row_norm_scale(args, ref: torch.Tensor) -> torch.Tensor:
     return x.pow(2).sum(-1).sqrt().expand_as(ref)
 
 
-register(KernelType(
+TYPES.append(KernelType(
     name="reduce",
     params=("x",),
     defaults={},
@@ -184,7 +186,7 @@ def _ce_inputs(case: Case, gen: torch.Generator):
     return [cast(logits, case), targets], {}
 
 
-register(KernelType(
+TYPES.append(KernelType(
     name="cross_entropy",
     params=("logits", "targets"),
     defaults={},

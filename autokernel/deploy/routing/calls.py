@@ -350,3 +350,26 @@ FORMS: dict[str, tuple] = {
 
 def reference(requests: list[Request], assemble: Callable) -> Any:
     return assemble([r.finish(REFERENCES[r.kernel_type](*r.kernel_args(), **r.kwargs)) for r in requests])
+
+
+AUTOGRAD = "autograd: the kernel has no backward (run under torch.no_grad or inference_mode)"
+
+
+def unsafe(args: tuple) -> str:
+    """Why a call a winner matches must still run in PyTorch (a loop, not sets: it runs per call)."""
+    grad, device, dtype = torch.is_grad_enabled(), None, None
+    for t in args:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if grad and t.requires_grad:
+            return AUTOGRAD
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            return "tensors on different devices"
+        if t.is_floating_point():
+            if dtype is None:
+                dtype = t.dtype
+            elif t.dtype != dtype:
+                return "mixed dtypes"
+    return ""

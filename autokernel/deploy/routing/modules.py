@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from .calls import unsafe
 from .sites import Site
 
 KERNEL_TYPE = "module"
@@ -28,10 +29,9 @@ class ModuleSite(Site):
         self.call = winner.kwargs.get("call") or {"args": [], "kwargs": {}}
 
     def stand_in(self, *args: Any, **kwargs: Any) -> Any:
-        from .router import _unsafe
         target = self.winner.target
         tensors, why = self.tensors(args, kwargs)
-        why = why or _unsafe(tuple(tensors))
+        why = why or unsafe(tuple(tensors))
         if why:
             self.fell(why, target)
             return self.original(*args, **kwargs)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .calls import DIMS, Request, label
+from .calls import DIMS, Request, label, unsafe
 from .outputs import dtype_name
 from .serving import ServingRange, words
 from .sites import NOTHING, compiling
@@ -119,29 +119,6 @@ def reason_text(reason: Any) -> str:
     return f"{name} did not match the {kernel_type} reference with the arguments a kernel would get"
 
 
-AUTOGRAD = "autograd: the kernel has no backward (run under torch.no_grad or inference_mode)"
-
-
-def _unsafe(args: tuple) -> str:
-    """Why a call a winner matches must still run in PyTorch (a loop, not sets: it runs per call)."""
-    grad, device, dtype = torch.is_grad_enabled(), None, None
-    for t in args:
-        if not isinstance(t, torch.Tensor):
-            continue
-        if grad and t.requires_grad:
-            return AUTOGRAD
-        if device is None:
-            device = t.device
-        elif t.device != device:
-            return "tensors on different devices"
-        if t.is_floating_point():
-            if dtype is None:
-                dtype = t.dtype
-            elif t.dtype != dtype:
-                return "mixed dtypes"
-    return ""
-
-
 class Router:
     """Binds `winners` into a model while inside `patched`; `tally` counts what they served."""
 
@@ -193,7 +170,7 @@ class Router:
             return None, ("no winner", kernel_type, tuple(dims.items()), dtype, request.causal)
         if refusal is not None:
             return w, refusal
-        return w, request.blocker or _unsafe(request.args) or (request.late_check() if request.late_check else "")
+        return w, request.blocker or unsafe(request.args) or (request.late_check() if request.late_check else "")
 
     def _match(self, kernel_type: str, dims: dict, dtype: str, causal: Optional[bool], on_gpu: bool) -> tuple:
         """(the winner whose range holds the call, None), else (the first winner of its family, why
