@@ -94,7 +94,7 @@ kernelbench() {  # three level-1 problems the tuner's starters fit: a matmul, a 
   local kb="$WORK/kb"
   mkdir -p "$kb/level1"
   cp examples/kernelbench/matmul.py "$kb/level1/1_Matmul.py"
-  cp tests/kernelbench/level1/23_Softmax.py "$kb/level1/23_Softmax.py"
+  cp tests/data/kernelbench/level1/23_Softmax.py "$kb/level1/23_Softmax.py"
   cp examples/kernelbench/layernorm.py "$kb/level1/40_LayerNorm.py"
   "$PY" -m autokernel kernelbench run --kb-dir "$kb" --level 1 --problems 1,23,40 "${KB[@]}" \
     --runs-dir "$WORK/kb-runs"

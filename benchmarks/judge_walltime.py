@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 from harness.judge import judge  # noqa: E402
 from harness.judge_session import judge_session  # noqa: E402
 
-DEFAULT = [ROOT / "tests/kernels/good/softmax_rows.py", ROOT / "tests/kernels/good/rmsnorm_twopass.py"]
+DEFAULT = [ROOT / "tests/data/kernels/good/softmax_rows.py", ROOT / "tests/data/kernels/good/rmsnorm_twopass.py"]
 PHASES = ("startup", "compile", "kernel_calls", "stages", "timing", "baseline_compile", "parent_checks")
 HEADER = (f"{'kernel':34} {'round':>5} {'verdict':13} {'total':>7} {'startup':>8} {'compile':>8} {'calls':>7} "
           f"{'stages':>7} {'timing':>7} {'baseline':>8} {'checks':>7} worker   (seconds)")

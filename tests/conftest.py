@@ -66,10 +66,10 @@ class Judged:
 
 @pytest.fixture(scope="session")
 def judged(request, tmp_path_factory) -> Judged:
-    """Every kernel of tests/judge_kernels.py and tests/kernels/good, judged once per session the
+    """Every kernel of tests/support/judge_kernels.py and tests/data/kernels/good, judged once per session the
     way `autokernel optimize` judges: in a judge session, by workers forked from pre-imported
-    zygotes, two at a time (the machine has two cores). tests/test_judge.py checks each verdict;
-    tests/test_forkserver.py judges some again by spawned workers and compares.
+    zygotes, two at a time (the machine has two cores). tests/harness/test_judge.py checks each verdict;
+    tests/harness/test_forkserver.py judges some again by spawned workers and compares.
 
     Under --reverse (CI's second pass) the batch is judged in the opposite order too, so each
     verdict follows other judgements than it did the first time."""

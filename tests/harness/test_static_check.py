@@ -1,0 +1,102 @@
+"""The static check before import: each rule refuses its construct with the line, and every honest
+kernel and solution in the project passes (a judge that rejects a correct kernel is broken)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import judge_kernels
+from harness.candidate import read_header
+from harness.static_check import check_source, describe
+from paths import DATA, KERNELBENCH, ROOT
+
+HONEST_KERNELS = sorted(p for p in [*ROOT.glob("starter_kernels/*/*.py"), *DATA.glob("kernels/**/*.py")]
+                        if p.name != "__init__.py")
+HONEST_SOLUTIONS = sorted(p for p in (KERNELBENCH / "solutions").glob("*.py")
+                          if p.stem not in ("19_ReLU_zeros",))  # it patches torch.allclose: refused
+
+
+def _rules(text: str, **kw) -> list[tuple[int, str]]:
+    return [(v.line, v.rule) for v in check_source(text, **kw)]
+
+
+@pytest.mark.parametrize("path", HONEST_KERNELS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_honest_kernel_passes(path):
+    backend = read_header(path).get("BACKEND", "triton")
+    assert check_source(path.read_text(), backend) == []
+
+
+@pytest.mark.parametrize("path", HONEST_SOLUTIONS, ids=lambda p: p.name)
+def test_every_honest_kernelbench_solution_passes(path):
+    assert check_source(path.read_text(), model=True) == []
+
+
+def test_generated_test_kernels_and_tuned_starters_pass():
+    honest = [name for name, (_, verdict, _) in judge_kernels.VARIANTS.items() if name != "syntax_error"
+              and name not in ("import_error", "numpy_no_launch")]
+    for name in honest:
+        assert check_source(judge_kernels.VARIANTS[name][0]) == [], name
+    import loop_kernels
+    kernels = {n: v for n, v in vars(loop_kernels).items() if isinstance(v, str) and "KERNEL_TYPE" in v}
+    assert kernels
+    for name, text in kernels.items():
+        assert check_source(text) == [], name
+
+
+@pytest.mark.parametrize("text, want", [
+    ("import os\n", [(1, "import not allowed")]),
+    ("import numpy as np\n", [(1, "import not allowed")]),
+    ("from math import *\n", [(1, "import not allowed")]),
+    ("from . import x\n", [(1, "import not allowed")]),
+    ("import torch.nn\n", [(1, "import not allowed")]),  # a kernel is not a module: torch.nn is for ModelNew
+    ("\nimport harness.cuda_build\n", [(2, "import not allowed")]),  # only CUDA files use the loader
+    ("import torch\nimport triton\n\ntriton.runtime.autotuner.time.perf_counter = None\n",
+     [(4, "assignment to a module attribute")]),
+    ("import torch\ntorch.cuda.Event = object\n", [(2, "assignment to a module attribute")]),
+    ("import torch\ndef f():\n    torch.x.y = 1\n", [(3, "assignment to a module attribute")]),
+    ("import torch\ndel torch.matmul\n", [(2, "assignment to a module attribute")]),
+    ("import torch\ntorch.cuda.synchronize += 1\n", [(2, "assignment to a module attribute")]),
+    ("import torch\nx = torch.os\n", [(2, "forbidden name")]),
+    ("def f(g):\n    return g.__globals__\n", [(2, "forbidden name")]),
+    ("x = __builtins__\n", [(1, "forbidden name")]),
+    ("exec('1')\n", [(1, "forbidden name")]),
+    ("eval('1')\n", [(1, "forbidden name")]),
+    ("compile('1', 'f', 'exec')\n", [(1, "forbidden name")]),
+    ("open('/tmp/x', 'w')\n", [(1, "forbidden name")]),
+    ("__import__('os')\n", [(1, "forbidden name")]),
+    ("class A: pass\nsetattr(A, 'x', 1)\n", [(2, "forbidden name")]),
+    ("import math\ny = getattr(math, 'pi')\n", [(2, "getattr on a module")]),
+    ("def f(o, n):\n    return getattr(o, n)\n", [(2, "getattr with a computed name")]),
+    ("def f(o):\n    return getattr(o, '__dict__')\n", [(2, "forbidden name")]),
+    ("def f(o):\n    return type(o).__subclasses__()\n", [(2, "forbidden name")]),
+])
+def test_each_rule_refuses_with_its_line(text, want):
+    assert _rules(text) == want
+
+
+def test_honest_constructs_pass():
+    text = ("from __future__ import annotations\nimport math\nimport functools\nfrom typing import Optional\n"
+            "from dataclasses import dataclass\nimport torch\nimport triton\nimport triton.language as tl\n"
+            "from triton.language.extra import libdevice\n\n"
+            "@dataclass\nclass Cfg:\n    block: int = 64\n\ncfg = Cfg()\ncfg.block = 128\n"
+            "def kernel_fn(x):\n    y = torch.empty_like(x)\n    n = getattr(x, 'shape')[-1]\n"
+            "    f = torch.compile\n    return y\n")
+    assert check_source(text) == []
+
+
+def test_cuda_and_model_profiles():
+    cuda = "from harness.cuda_launcher import dtype_code, load_launcher\nfrom harness.cuda_build import load_cuda\n"
+    assert check_source(cuda, "cuda") == [] and _rules(cuda, backend="triton") == [(1, "import not allowed")] * 2 + [
+        (2, "import not allowed")]
+    model = ("import torch.nn as nn\nimport torch.nn.functional as F\n"
+             "from torch.utils.cpp_extension import load_inline\n")
+    assert check_source(model, model=True) == []
+    assert {r for _, r in _rules(model)} == {"import not allowed"}
+
+
+def test_the_message_names_the_file_line_and_rule():
+    text = "import torch\n\ntorch.cuda.Event = object\n"
+    msg = describe(check_source(text), "exp_0001.py")
+    assert "exp_0001.py:3: assignment to a module attribute: torch.cuda.Event" in msg
+    assert "playbook/rules.md" in msg

@@ -1,0 +1,111 @@
+"""The processes these tests start and look for: `autokernel optimize` as a user runs it, the
+judge's workers found through /proc, and waiting for killed processes to be gone."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from paths import ROOT
+
+WAIT_S = 300
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie waiting for a reaper."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def parent_of(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def children(pid: int) -> list[int]:
+    """The living children of `pid`."""
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and parent_of(int(p.name)) == pid and alive(int(p.name))]
+
+
+def still_alive(pids, timeout_s: float) -> list[int]:
+    """Wait up to `timeout_s` for `pids` to go (SIGKILL is delivered at once, but a process may take
+    a moment to go); those still running."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]
+
+
+def judge_workers(naming: str | Path, parent: int | None = None) -> dict[int, str]:
+    """{pid: command line} of the judge's workers whose command line names `naming` (a run folder,
+    a kernel file: a worker imports a copy of the file, by the same name, under its own scratch
+    folder), only the children of `parent` when given."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
+        except OSError:
+            continue
+        if "harness.worker" in cmdline and str(naming) in cmdline \
+                and (parent is None or parent_of(int(entry.name)) == parent):
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def end_orphans(run_dir: Path) -> None:
+    """kill -9 leaves the judge's worker (its own session) running: end it by pid."""
+    for pid in judge_workers(run_dir):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# ------------------------------------------------------------------ `autokernel optimize`
+def start(args, runs_dir: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "autokernel", "optimize", *args, "--runs-dir", str(runs_dir),
+                             "--plain"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def only_run(runs_dir: Path) -> Path | None:
+    folders = [p for p in runs_dir.iterdir() if p.is_dir()] if runs_dir.exists() else []
+    return folders[0] if len(folders) == 1 else None
+
+
+def wait_for(proc: subprocess.Popen, runs_dir: Path, ready, what: str) -> Path:
+    """Wait until `ready(run_folder)` holds; the run's folder."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        run = only_run(runs_dir)
+        if run is not None and ready(run):
+            return run
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"optimize exited {proc.returncode} before {what}:\n{out}\n{err}")
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail(f"no {what} within {WAIT_S} s")
+
+
+def judging(number: int):
+    """Ready when the judge's worker is running on experiment `number`."""
+    def ready(run: Path) -> bool:
+        return any(f"exp_{number:04d}.py" in cmd for cmd in judge_workers(run).values())
+    return ready
