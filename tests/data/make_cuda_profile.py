@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from autokernel.profiler import ROOT, _hook_modules
-from autokernel.records import DeviceEvent, Launch, Records, from_kineto
+from autokernel.profile.profiler import ROOT, _hook_modules
+from autokernel.profile.records import DeviceEvent, Launch, Records, from_kineto
 
 HERE = Path(__file__).parent
 INIT_ARGS, TOKENS = (32000, 2048, 2, 16, 5632), (4, 512)
