@@ -47,9 +47,17 @@ def selftest_confined(package_parent: str | Path, device: str | None = None, san
 
 
 def _child(ns: argparse.Namespace) -> int:
-    from harness import sandbox
-    state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(ns.sandbox_write)
+    from harness import audit_policy, namespace, sandbox
+    from harness.judge import caches_for_worker
+    network = None if ns.no_sandbox else namespace.isolate_for(ns.device)  # first: one thread only
+    package = str(Path(ns.package_parent, "autokernel_kernels"))
+    state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(
+        ns.sandbox_write, readable=[package], namespace=network)
     sandbox.warn_if_open(state, "the package's selftest")
+    # the package's kernel files are the judged winners: the hook watches what runs from there
+    audit_policy.install_for_winners(untrusted=[str(Path(package, "kernels"))],
+                                     reads=[*(state.get("reads") or sandbox.read_roots()), package],
+                                     writes=[tempfile.gettempdir(), *ns.sandbox_write, *map(str, caches_for_worker())])
     sys.path.insert(0, ns.package_parent)
     result: dict = {"sandbox": state}
     try:

@@ -32,6 +32,7 @@ from harness.judge_session import JudgeSession
 from harness.registry import Case
 from harness.static_check import check_source, describe
 from harness.verdict_checks import Assessment, assess
+from harness.witness import Witness
 
 DEFAULT_TIMEOUT_S = {"cpu": 600.0, "cuda": 180.0}
 
@@ -176,14 +177,20 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
         argv += ["--target", json.dumps(target.to_json())]
     if compile_baseline and cached is None:
         argv.append("--compile-baseline")
+    witness = Witness()  # the judge's own clock on every timed rep (harness/witness.py)
+    argv += ["--witness", str(witness.path)]
     spawned = time.time()
-    child, started_by = judge_session.run_worker(
-        argv, timeout_s, {**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp)}, cwd, out_dir)
+    try:
+        child, started_by = judge_session.run_worker(
+            argv, timeout_s, {**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp)}, cwd, out_dir,
+            restart=witness.reset)
+    finally:
+        witnessed = witness.close()
     events = read_events(out_dir)
     _share_baseline(events, session, baseline_key, cached)
     checks_start = time.time()
     with references.on_device(device, visible_devices):  # the slot's own GPU, idle while it rechecks
-        assessment = assess(events, out_dir, plan, device)
+        assessment = assess(events, out_dir, plan, device, witnessed)
     checks_s = time.time() - checks_start
     verdict["sandbox"] = sandbox_record(events, sandbox)
     assessment = _account_for_child(assessment, child, timeout_s)
@@ -197,8 +204,9 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
 
 
 def _share_baseline(events: list[dict], session: JudgeSession | None, key: tuple, cached: dict | None) -> None:
-    """Reuse the target's torch.compile baseline timed by an earlier worker, or keep this one's."""
-    end = judge_session.timing_end(events)
+    """Reuse the target's torch.compile baseline timed by an earlier worker, or keep this one's
+    (timed before the candidate was imported, so kept even when the candidate then failed)."""
+    end = judge_session.timing_end(events) or next((e for e in events if e.get("event") == "baselines"), None)
     if session is None or end is None:
         return
     if cached is not None:
@@ -208,17 +216,18 @@ def _share_baseline(events: list[dict], session: JudgeSession | None, key: tuple
 
 
 def wall_time_split(events: list[dict], spawned: float, child_s: float, checks_s: float) -> dict:
-    """Where the judge's time went: the worker's start-up (interpreter, torch, triton), compile,
-    the kernel's own calls, timing (the torch.compile baseline's share of it apart), and the
-    parent's rechecking."""
+    """Where the judge's time went: the worker's start-up (interpreter, torch, triton), the
+    baselines and the calibration timed before the import (the torch.compile baseline's share of
+    them apart), compile, the kernel's own calls, the candidate's timing, and the parent's rechecking."""
     started = next((e["t"] for e in events if e.get("event") == "started"), None)
     ends = {e["stage"]: e.get("seconds", 0.0) for e in events if e.get("event") == "stage_end"}
     calls = sum(e.get("seconds", 0.0) for e in events if e.get("event") == "case")
-    return {"startup": (started - spawned) if started else None, "compile": ends.get("compile"),
-            "kernel_calls": calls, "stages": sum(v for k, v in ends.items() if k not in ("compile", "timing")),
+    baselines = next((e for e in events if e.get("event") == "baselines"), {})
+    return {"startup": (started - spawned) if started else None, "baselines": baselines.get("seconds"),
+            "compile": ends.get("compile"), "kernel_calls": calls,
+            "stages": sum(v for k, v in ends.items() if k not in ("compile", "timing")),
             "timing": ends.get("timing"), "worker_total": child_s, "parent_checks": checks_s,
-            "baseline_compile": next((e.get("compiled_seconds") for e in events if e.get("event") == "stage_end"
-                                      and e.get("stage") == "timing"), None)}
+            "baseline_compile": baselines.get("compiled_seconds")}
 
 
 def _account_for_child(a: Assessment, child: ChildResult, timeout_s: float) -> Assessment:

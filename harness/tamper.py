@@ -25,7 +25,8 @@ CUDA_NAMES = ("Event", "synchronize", "current_stream", "default_stream", "Strea
 # timing (a module not imported, as in the kernel worker, is skipped).
 JUDGE_MODULES = ("harness.timing", "harness.compare", "harness.candidate", "harness.launches",
                  "harness.integrity", "harness.registry", "harness.cases", "harness.tamper",
-                 "harness.cuda_launcher", "harness.kb_protocol", "statistics", "json")
+                 "harness.cuda_launcher", "harness.kb_protocol", "harness.measurement", "harness.witness",
+                 "harness.audit_hook", "statistics", "json")
 
 
 CODE_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type)
