@@ -82,14 +82,22 @@ def _time_compiled(kt, inputs: TimingInputs, device: str, report):
         return None, f"torch.compile failed: {type(e).__name__}: {str(e)[:200]}"
 
 
-def time_kernel(kernel_fn, case: Case, device: str, report) -> tuple[Any, Any, Case]:
-    """(timing, last timed output, the case that output must answer): kernel_fn timed like eager."""
+def time_kernel(kernel_fn, case: Case, device: str, report, check=None) -> tuple[Any, Any, Case]:
+    """(timing, last timed output, the case that output must answer): kernel_fn timed like eager.
+    `check()` runs after every timed call, outside the timed region (before the next refill)."""
     inputs = TimingInputs(case, device)
     last: dict[str, Any] = {}
 
     def run_kernel():
         last["out"] = kernel_fn(*inputs.args, **inputs.kwargs)
 
-    timing = time_fn(run_kernel, device=device, before_each=inputs.refill, report=report, phase="kernel",
+    def before_each(i: int) -> None:
+        if check is not None and i != -1:  # not before the first warm-up: nothing has run yet
+            check()
+        inputs.refill(i)
+
+    timing = time_fn(run_kernel, device=device, before_each=before_each, report=report, phase="kernel",
                      **budget(device))
+    if check is not None:
+        check()
     return timing, last.get("out"), inputs.checked_case()

@@ -78,6 +78,14 @@ class Worker:
         self.backend = "triton"
         self.baselines: dict = {}
 
+    def clocks_untouched(self, where: str) -> bool:
+        """Right after a call of kernel_fn: its clocks and sync points are the originals. Recorded
+        only when one is not (the parent fails `integrity` on any record that names one)."""
+        replaced = self.guard.clocks_replaced() if self.guard is not None else []
+        if replaced:
+            self.log.event(event="identity", where=where, replaced=replaced)
+        return not replaced
+
     def untouched(self, where: str) -> bool:
         """Record whether the clocks, sync points and the judge's functions are still the originals;
         the parent fails `integrity` on any record that names a replacement, or on a missing one."""
@@ -132,6 +140,7 @@ class Worker:
         args, kwargs = registry.build_inputs(case, self.device)
         with LaunchMonitor(record=True) as rec:
             result = observed_call(self.module.kernel_fn, args, kwargs, rec)
+        self.clocks_untouched("right after the first call of kernel_fn")
         if result.error:
             self.log.end("compile", "fail", f"the first call failed:\n{result.error}")
             return False
@@ -173,6 +182,7 @@ class Worker:
         """One observed call of kernel_fn, recorded (output saved) for the judge to recheck."""
         with self.monitor:
             result = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        self.clocks_untouched(f"right after a call of kernel_fn in {stage}")
         if save_inputs:
             extra["inputs_after"] = [self.log.save(t) for t in args]
         self.log.event(event="case", stage=stage, role=role, case=case.to_json(), label=case.label(),
@@ -225,6 +235,7 @@ class Worker:
         first_copy = a.output.clone() if isinstance(a.output, torch.Tensor) else None
         with self.monitor:
             b = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        self.clocks_untouched("right after a call of kernel_fn in integrity")
         # an output buffer reused across calls silently rewrites what the caller already holds
         reused = first_copy is not None and not bitwise_equal(a.output, first_copy)
         self.log.event(event="case", stage="integrity", role="replay_second", case=second.to_json(),
@@ -275,7 +286,9 @@ def time_candidate(w: Worker, case: Case) -> None:
     w.log.start("timing")
     try:
         with w.monitor:
-            kernel, out, checked = measurement.time_kernel(w.module.kernel_fn, case, w.device, w.report)
+            kernel, out, checked = measurement.time_kernel(
+                w.module.kernel_fn, case, w.device, w.report,
+                check=lambda: w.clocks_untouched("right after a timed call of kernel_fn"))
     except Exception as e:
         w.log.end("timing", "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
         return

@@ -2,8 +2,7 @@
 also tries one way to fake its time, read what it should not, or send something out.
 
 Every attack swallows what the judge raises at it and carries on as an honest kernel, as a hostile
-model would: the judge must still end it in FAIL with a named reason, or in a PASS whose time is
-what the judge's own clock saw. `Bait` holds what the attacks aim at (a secret in a home folder,
+model would: the judge must still end it in FAIL with a named reason. `Bait` holds what the attacks aim at (a secret in a home folder,
 another run's records, listeners on 127.0.0.1 and on a unix socket), made fresh by each test run.
 """
 from __future__ import annotations
@@ -68,6 +67,10 @@ def sources(bait: Bait) -> dict[str, str]:
             wrapper=_wrapper_then('if _being_timed(x):',
                                   '    object.__setattr__(_timing, "_clock", _Rewound(entered))')
             .replace("    shape = x.shape", "    entered = _real_clock()\n    shape = x.shape", 1)),
+        # --- the timing loop's summary rewritten for one call, through the same reference to sys
+        "summary_rewritten": source(prelude=ATTEMPT + SUMMARY_REWRITTEN,
+                                    wrapper=_wrapper_then('if _being_timed(x):',
+                                                          '    object.__setattr__(_timing, "_summarise", _shrinking)')),
         # --- imports through pickle, marshal and __reduce__
         "pickle_socket": source(prelude=ATTEMPT + "_attempt(lambda: torch._utils.pickle.loads(b'csocket\\nsocket\\n.'))\n"),
         "pickle_marshal": source(prelude=ATTEMPT + "_attempt(lambda: torch._utils.pickle.loads(b'cmarshal\\nloads\\n.'))\n"),
@@ -133,9 +136,9 @@ def _swap_clock_until_read(entered):
 '''
 
 # The timing loop's own reference to its clock, reached through pickle's reference to sys: a module
-# attribute set raises no audit event, the clock puts itself back when first read, and it is set
-# only once the same input buffers come back a third time in a row (the timing loop's refilled
-# buffers), so no identity check between stages sees it. Only the judge's own clock can tell.
+# attribute set raises no audit event, the clock puts itself back when the loop reads it at the end
+# of the call, and it is set only once the same input buffers come back a third time in a row (the
+# timing loop's refilled buffers), so no identity check sees it. Only the judge's own clock can tell.
 CLOCK_VIA_OTHER_MODULE = '''
 import functools
 
@@ -156,6 +159,27 @@ class _Rewound:
     def __call__(self):
         object.__setattr__(_timing, "_clock", _real_clock)
         return self.entered + (_real_clock() - self.entered) * 0.25
+'''
+
+# harness.timing's summary of the samples, swapped while the kernel is timed: it puts itself back
+# when called and summarises samples shrunk to a quarter. No clock is touched; only the reps the
+# judge witnessed as they ended disagree with the record.
+SUMMARY_REWRITTEN = '''
+import functools
+
+_timing = functools.reduce(getattr, ["s" + "ys"], torch._utils.pickle).modules.get("harness.timing")
+_real_summary = _timing._summarise
+_seen = [None, 0]
+
+
+def _being_timed(x):
+    _seen[:] = [x, _seen[1] + 1] if x is _seen[0] else [x, 1]
+    return _seen[1] >= 3
+
+
+def _shrinking(samples, method, gpu):
+    object.__setattr__(_timing, "_summarise", _real_summary)
+    return _real_summary([s / 4 for s in samples], method, gpu)
 '''
 
 REDUCE_IMPORT = '''

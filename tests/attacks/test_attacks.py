@@ -1,8 +1,8 @@
 """The attack suite: correct kernels that lie (tests/attacks/attack_kernels.py), judged once per
 session as `autokernel optimize` judges (a judge session, forked workers, two at a time), beside two
 honest kernels, with a busy loop on the other core the whole time. Each attack must end in FAIL with
-a named reason, or in a PASS whose median the judge's own clock confirmed; nothing may arrive at a
-listener, and nothing read from where a candidate may not read may appear in any verdict."""
+a named reason, the honest kernels in a PASS the judge's own clock confirmed; nothing may arrive at
+a listener, and nothing read where a candidate may not read may appear in any verdict."""
 from __future__ import annotations
 
 import json
@@ -29,13 +29,15 @@ SECRET = "ak-secret-9f2c41 the key that pays for the LLM"
 BOARD = "experiment\tdecision\tmedian_us\n7\tKEEP\t123.456789\n"
 BEST = "# the other run's best kernel\n"
 
-# name -> (what ends it: a stage and a phrase the reason must hold; or "pass-or" such a failure)
+# name -> (the stage that fails it, a phrase its reason must hold)
 EXPECTED = {
     "traceback_shrinks_samples": ("integrity", "frame introspection (tb_frame)"),
     "logging_currentframe": ("integrity", "frame introspection (sys._getframe)"),
     "generator_frame": ("integrity", "frame introspection (gi_frame)"),
-    "self_restoring_clock": ("pass-or-integrity", "perf_counter"),
+    "self_restoring_clock": ("integrity", "time.perf_counter was replaced by the candidate (seen right after"),
+    # the loop itself reads the swapped clock first, which puts it back: only the witness can tell
     "clock_via_other_module": ("integrity", "disagrees with the judge's own clock"),
+    "summary_rewritten": ("integrity", "the worker's timing record differs from the reps it reported"),
     "pickle_socket": ("integrity", "pickle.find_class('socket', 'socket')"),
     "pickle_marshal": ("integrity", "pickle.find_class('marshal', 'loads')"),
     "reduce_import": ("integrity", "pickle.find_class('_pickle', 'loads')"),
@@ -113,18 +115,10 @@ def _reason(v: dict) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_each_attack_fails_with_its_reason_or_passes_at_the_witnessed_time(attacked, name):
+def test_each_attack_fails_with_its_named_reason(attacked, name):
     v = attacked[0][name]
     stage, phrase = EXPECTED[name]
-    if stage.startswith("pass-or-") and v["verdict"] == "PASS":
-        witness = v["timing"]["witness"]
-        assert witness["agrees"], witness
-        # the judge's own clock saw the time the verdict reports (0.8x to 1.25x)
-        ratio = v["timing"]["median_us"] / max(witness["witnessed_minus_overhead_us"], 1e-9)
-        assert 0.8 <= ratio <= 1.25, witness
-        return
-    want_stage = stage.removeprefix("pass-or-")
-    assert (v["verdict"], v["failed_stage"]) == ("FAIL", want_stage), _reason(v)[:2000]
+    assert (v["verdict"], v["failed_stage"]) == ("FAIL", stage), _reason(v)[:2000]
     assert phrase in _reason(v), _reason(v)[:2000]
 
 
@@ -164,12 +158,9 @@ def test_the_verdicts_state_every_layer_and_no_read_reaches_home_or_runs(attacke
 
 
 @pytest.mark.gpu
-def test_a_cuda_event_patched_for_one_call_fails_or_passes_at_the_witnessed_time(tmp_path):
+def test_a_cuda_event_patched_for_one_call_fails_integrity_naming_it(tmp_path):
     path = tmp_path / "cuda_event_patch.py"
     path.write_text(attack_kernels.cuda_event_source())
     v = judge(path, device="cuda", timeout_s=300)
-    if v["verdict"] == "PASS":
-        witness = v["timing"]["witness"]
-        assert witness["agrees"] and v["timing"]["median_us"] >= 0.8 * witness["witnessed_minus_overhead_us"]
-    else:
-        assert (v["verdict"], v["failed_stage"]) == ("FAIL", "integrity"), _reason(v)
+    assert (v["verdict"], v["failed_stage"]) == ("FAIL", "integrity"), _reason(v)
+    assert "torch.cuda.Event.elapsed_time was replaced by the candidate (seen right after" in _reason(v)
