@@ -51,6 +51,12 @@ def _child(ns: argparse.Namespace) -> int:
     from harness.judge import caches_for_worker
     network = None if ns.no_sandbox else namespace.isolate_for(ns.device)  # first: one thread only
     package = str(Path(ns.package_parent, "autokernel_kernels"))
+    sys.path.insert(0, ns.package_parent)
+    try:  # the package's own code, found in a folder the sandbox will not list; its kernels load later
+        import autokernel_kernels
+        failure = None
+    except Exception as e:  # noqa: BLE001 - reported as the selftest's failure
+        failure = f"{type(e).__name__}: {e}"
     state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(
         ns.sandbox_write, readable=[package], namespace=network)
     sandbox.warn_if_open(state, "the package's selftest")
@@ -58,14 +64,14 @@ def _child(ns: argparse.Namespace) -> int:
     audit_policy.install_for_winners(untrusted=[str(Path(package, "kernels"))],
                                      reads=[*(state.get("reads") or sandbox.read_roots()), package],
                                      writes=[tempfile.gettempdir(), *ns.sandbox_write, *map(str, caches_for_worker())])
-    sys.path.insert(0, ns.package_parent)
     result: dict = {"sandbox": state}
     try:
-        import autokernel_kernels
+        if failure is not None:
+            raise RuntimeError(failure)
         result["errors"] = autokernel_kernels.selftest(ns.device)
         result["ok"] = True
     except Exception as e:  # a kernel that differs from PyTorch, or one the sandbox stopped
-        result.update(ok=False, failure=f"{type(e).__name__}: {e}")
+        result.update(ok=False, failure=failure or f"{type(e).__name__}: {e}")
     print(json.dumps(result, default=str), flush=True)
     return 0
 

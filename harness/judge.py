@@ -7,8 +7,11 @@ What the candidate's process says about its own correctness is never taken on tr
 
 Threat model, for the record: code in the worker can, with deliberate effort, tamper with the
 worker's own records (it shares the process). Forging a record is pointless for correctness, since
-every output is recomputed here against a plan built here; the residual risk is an attack on the
-in-process observers (launch counting, the aten-op recorder), which no wrong answer survives anyway.
+every output is recomputed here against a plan built here, and for speed, since every timed rep was
+reported as it ended and stamped outside the worker (harness/witness.py); the residual risk is an
+attack on the in-process observers (launch counting, the aten-op recorder), which no wrong answer
+survives anyway. The audit hook and the OS sandbox keep the worker's code from the judge's frames,
+the run's records, the user's files and the network.
 """
 from __future__ import annotations
 

@@ -73,10 +73,11 @@ def copy_matching_state(src: torch.nn.Module, dst: torch.nn.Module) -> dict:
     return {"copied": copied, "unmatched": unmatched, "model_state": len(theirs)}
 
 
-def load_candidate(bench: Bench, solution: str, out: Path):
-    """Model (for its weights) and the solution's ModelNew with Model's matching state."""
+def load_candidate(bench: Bench, solution: str, out: Path, model=None):
+    """Model (for its weights; `model` when built already) and the solution's ModelNew with Model's
+    matching state."""
     from harness.static_check import check_source, describe
-    model = bench.build(bench.Model)
+    model = model if model is not None else bench.build(bench.Model)
     stage(out, "load")
     text = Path(solution).read_text(encoding="utf-8")
     try:
@@ -149,7 +150,8 @@ def run_compile(a, bench: Bench, out: Path, tensors: dict) -> dict:
 def run_check(a, bench: Bench, out: Path, tensors: dict) -> dict:
     from harness.launches import LaunchMonitor
     with LaunchMonitor() as monitor:  # active at import: load_inline'd extensions are wrapped
-        new, state = load_candidate(bench, a.solution, out)
+        new, state = load_candidate(bench, a.solution, out, a.model)
+        a.model = None  # its weights are copied: no second model held while ModelNew runs
         monitor.reset()
         stage(out, "correctness")
         trials, ops, kept = [], set(), None
@@ -178,7 +180,8 @@ def run_check(a, bench: Bench, out: Path, tensors: dict) -> dict:
 
 def run_time(a, bench: Bench, out: Path, tensors: dict) -> dict:
     null = calibrate_overhead(bench, a.reps, a.report)  # before the solution exists in this process
-    new, _ = load_candidate(bench, a.solution, out)
+    new, _ = load_candidate(bench, a.solution, out, a.model)
+    a.model = None
     stage(out, "timing")
     timed = time_model(bench, new, a.reps, a.warmup, keep_outputs=True, report=a.report)
     timed["null"] = null
@@ -284,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     sandbox_state, guard = None, None
     try:
         bench = Bench(a.problem, a.device, a.precision)
+        # built before the sandbox: a module target's Model reads its weights beside the problem
+        a.model = bench.build(bench.Model) if a.solution else None
         if a.solution:
             sandbox_state = enter_sandbox(a, network)
             (a.out / "sandbox.json").write_text(json.dumps(sandbox_state))  # kept if the solution crashes

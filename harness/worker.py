@@ -256,7 +256,8 @@ def refill(buffers: list, values: list) -> None:
 
 def run_stages(w: Worker, ns, network: dict | None = None) -> None:
     plan = w.plan()
-    if plan is None:
+    if plan is None:  # refused before import: the verdict still states the sandbox it would have had
+        w.log.event(event="sandbox", **enter_sandbox(ns, network))
         return
     # timed before the sandbox and before the candidate exists in this process: nothing it does
     # can slow a baseline down or make the judge's own overhead look larger
