@@ -164,3 +164,14 @@ def test_a_cuda_event_patched_for_one_call_fails_integrity_naming_it(tmp_path):
     v = judge(path, device="cuda", timeout_s=300)
     assert (v["verdict"], v["failed_stage"]) == ("FAIL", "integrity"), _reason(v)
     assert "torch.cuda.Event.elapsed_time was replaced by the candidate (seen right after" in _reason(v)
+
+
+@pytest.mark.gpu
+def test_an_honest_starter_passes_on_a_gpu_with_the_judges_clock_agreeing():
+    from starter_kernels import starter_path
+    case = Case.make("softmax", {"M": 4096, "N": 4096}, "float16", seed=7)
+    v = judge(starter_path("softmax", "triton"), target=case, device="cuda", timeout_s=300)
+    assert v["verdict"] == "PASS", _reason(v)
+    witness = v["timing"]["witness"]
+    assert witness["agrees"] and witness["null_reps"] == 100, witness
+    assert v["sandbox"]["network"] == "denied" and v["sandbox"]["layers"]["socket_filter"].startswith("socket(2)")
