@@ -1,13 +1,13 @@
 """The judge against lying kernels, and honest kernels on a loaded machine: figures, not a test.
 
-    python benchmarks/judge_witness.py table [--repeat 1]    # the issue's three attacks beside the
-                                                             # honest kernel, in one judge session
+    python benchmarks/judge_witness.py table [--repeat 1]    # three lying kernels beside the honest
+                                                             # one, in one judge session
     python benchmarks/judge_witness.py honest [-n 10] [--load 1] [--default-shape]
                                                              # honest verdicts in a row, with N busy
                                                              # loops; integrity failures counted
 
-`table` judges, in one session, the honest softmax of tests/judge_kernels.py and the three attacks of
-the issue (tests/attacks/attack_kernels.py: a traceback walk that shrinks recorded samples, a clock
+`table` judges, in one session, the honest softmax of tests/judge_kernels.py and three lying kernels
+(tests/attacks/attack_kernels.py: a traceback walk that shrinks recorded samples, a clock
 swapped for one call that restores itself, a file read and sent by UDP at import), prints each
 verdict with its reason and its median against the honest one, and whether anything arrived at the
 UDP listener. `honest` judges an honest kernel again and again while busy loops hold the other

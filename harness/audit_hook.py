@@ -367,6 +367,6 @@ def _refuse(why: str, b: _Bound) -> None:
         if b.policy.report is not None:
             try:
                 b.policy.report(text)
-            except Exception:  # noqa: BLE001 - a broken report pipe is the witness's to notice
+            except Exception:  # noqa: BLE001 - a broken report socket is the witness's to notice
                 pass
     raise b.refusal(text)

@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sandbox-write", action="append", default=[], help="a folder the sandbox lets it write")
     p.add_argument("--no-sandbox", action="store_true", help="run the solution without the OS sandbox")
-    p.add_argument("--witness", default=None, help="the judge's FIFO: every timed rep is reported there")
+    p.add_argument("--witness", default=None, help="the judge's witness socket: every timed rep is reported there")
     a = p.parse_args(argv)
     a.report = Reporter(a.witness) if a.witness else None  # connected before the sandbox closes sockets
     # before any thread starts: a user namespace needs a single-threaded process

@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sandbox-write", action="append", default=[], help="a folder the sandbox lets it write")
     p.add_argument("--no-sandbox", action="store_true", help="run the candidate without the OS sandbox")
     p.add_argument("--origin", default=None, help="the file the judge read the candidate from (never opened here)")
-    p.add_argument("--witness", default=None, help="the judge's FIFO: every timed rep is reported there")
+    p.add_argument("--witness", default=None, help="the judge's witness socket: every timed rep is reported there")
     ns = p.parse_args(argv)
     if ns.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("the judge's worker must run with TRITON_INTERPRET=1 on the CPU")

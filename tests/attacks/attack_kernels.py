@@ -49,7 +49,7 @@ def sources(bait: Bait) -> dict[str, str]:
     secret_read = _read_natively(bait.secret, len(bait.secret_text))
     board = bait.other_run / "leaderboard.tsv"
     return {
-        # --- stack walking: shrink the samples the timing loop already recorded (the issue's table)
+        # --- stack walking: shrink the samples the timing loop already recorded
         "traceback_shrinks_samples": source(prelude=ATTEMPT + SHRINK.format(get_frame=TRACEBACK_FRAME),
                                             wrapper=_wrapper_then("_attempt(_shrink_samples)")),
         "logging_currentframe": source(prelude=ATTEMPT + SHRINK.format(
@@ -57,7 +57,7 @@ def sources(bait: Bait) -> dict[str, str]:
             wrapper=_wrapper_then("_attempt(_shrink_samples)")),
         "generator_frame": source(prelude=ATTEMPT + GENERATOR_WALK,
                                   wrapper=_wrapper_then("_attempt(_walk_from_generator)")),
-        # --- a clock patched for one call, that restores itself when first read (the issue's table)
+        # --- a clock patched for one call, that restores itself when first read
         "self_restoring_clock": source(prelude=SELF_RESTORING_CLOCK,
                                        wrapper=_wrapper_then("_swap_clock_until_read(entered)")
                                        .replace("    shape = x.shape", "    entered = _real_clock()\n    shape = x.shape", 1)),
@@ -75,7 +75,7 @@ def sources(bait: Bait) -> dict[str, str]:
         "pickle_socket": source(prelude=ATTEMPT + "_attempt(lambda: torch._utils.pickle.loads(b'csocket\\nsocket\\n.'))\n"),
         "pickle_marshal": source(prelude=ATTEMPT + "_attempt(lambda: torch._utils.pickle.loads(b'cmarshal\\nloads\\n.'))\n"),
         "reduce_import": source(prelude=ATTEMPT + REDUCE_IMPORT),
-        # --- exfiltration by UDP (the issue's table), by a unix socket, through an error's text
+        # --- exfiltration by UDP, by a unix socket, through an error's text
         "udp_exfiltration": source(prelude=ATTEMPT + UDP_EXFILTRATION.format(read=secret_read, port=bait.udp_port)),
         "unix_socket_exfiltration": source(prelude=ATTEMPT + UNIX_EXFILTRATION.format(
             read=secret_read, path=str(bait.unix_path))),
