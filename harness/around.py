@@ -9,10 +9,13 @@ target they stay the target's.
 
 Around a target the judge takes the main free dim halved plus an odd remainder (a ragged tile
 edge), doubled, and 1 (one decode token: the decode shape of a linear or an MLP), and for
-attention and rotary the batch doubled too. Each shape is timed like the target (the inputs
-refilled before every rep, PyTorch's eager op beside it) and its timed output is checked against
-the float64 reference by the parent, which never takes the worker's word for it: a shape is proven
-where that check passed, and its figures say whether the kernel is faster there.
+attention and rotary the batch doubled too. Each shape is timed like the target: PyTorch's eager
+op before the candidate is imported, the kernel after the target's timing, the inputs refilled
+before every rep and every rep reported to the judge's witness as it ends (harness/witness.py).
+The parent never takes the worker's word for it: it checks each shape's timed output against the
+float64 reference and its reported median against its own clock. A shape is proven where the
+output was right; its figures say whether the kernel is faster there; a figure the judge's clock
+does not back is a lie, and fails the candidate's integrity.
 
 The search asks for this only for a candidate that may be kept (`below_us`: the best time at the
 target so far); the worker skips it when its own target timing is not below that, so a slow
@@ -63,6 +66,18 @@ def cases(target: Case | None, judged_dtype: str) -> list[Case]:
 
 
 # ---------------------------------------------------------------- the worker's side
+def limits(device: str) -> dict | None:
+    return CPU_BUDGET if device == "cpu" else None
+
+
+def baselines(w, judged_dtype: str) -> list[dict]:
+    """In the worker, before the candidate is imported: PyTorch eager at each shape around the
+    target, so nothing the candidate does can slow a baseline down."""
+    from harness.measurement import time_eager
+    return [time_eager(w.kt, case, w.device, w.report, f"{STAGE}:{i}", limits(w.device)).to_json()
+            for i, case in enumerate(cases(w.target, judged_dtype))]
+
+
 def time_around(w, judged_dtype: str, target_timing, below_us: float | None, time_candidate) -> None:
     """In the worker, after the target's timing: time and record each shape around it, unless the
     target's own time says this candidate will not be kept."""
@@ -72,24 +87,53 @@ def time_around(w, judged_dtype: str, target_timing, below_us: float | None, tim
         w.log.event(event="around_skipped", reason=f"{target_timing.median_us:.4g} us at the target is not below "
                                                    f"the best so far ({below_us:.4g} us)")
         return
-    budget = CPU_BUDGET if w.device == "cpu" else None
     for i, case in enumerate(cases(w.target, judged_dtype)):
-        time_candidate(w, case, stage=f"{STAGE}:{i}", budget=budget, compile_baseline=False)
+        time_candidate(w, case, stage=f"{STAGE}:{i}", budget=limits(w.device), baseline=w.around_baselines[i])
         if not w.untouched(f"after {STAGE}:{i}"):
             return
 
 
 # ---------------------------------------------------------------- the parent's side
-def assess(events: list[dict], out_dir: Path, shapes: list[Case], device: str) -> dict:
+def assess(events: list[dict], out_dir: Path, shapes: list[Case], device: str, witnessed=None) -> dict:
     """Each shape's figures and whether its timed output was right, from the worker's records,
-    rechecked here. {"shapes": [...], "skipped": why or None}."""
+    rechecked here, and its figures checked against the judge's witness (`witnessed`, a
+    harness/witness.py Record). {"shapes": [...], "skipped": why or None}."""
     skipped = next((e.get("reason") for e in events if e.get("event") == "around_skipped"), None)
     if skipped:
         return {"shapes": [], "skipped": str(skipped)}
-    return {"shapes": [_shape(events, out_dir, i, case, device) for i, case in enumerate(shapes)], "skipped": None}
+    return {"shapes": [_shape(events, out_dir, i, case, device, witnessed) for i, case in enumerate(shapes)],
+            "skipped": None}
 
 
-def _shape(events: list[dict], out_dir: Path, i: int, case: Case, device: str) -> dict:
+def around_lie(assessed: dict | None) -> str | None:
+    """The first shape whose reported time the judge's own clock does not back, as the reason."""
+    for row in (assessed or {}).get("shapes", []):
+        if row.get("lie"):
+            return f"at {row['shape']}: {row['detail']}"
+    return None
+
+
+def _witnessed(end: dict, stage: str, witnessed, device: str) -> tuple[str | None, dict]:
+    """The shape's record with the figures the judge witnessed, or why they cannot be trusted."""
+    from harness.measurement import eager_phase, kernel_phase
+    from harness.timing import summary
+    from harness.witness import agreement, disagreement_text
+    if witnessed is None:
+        return None, end
+    kernel = witnessed.reps(kernel_phase(stage))
+    if witnessed.problem or kernel is None or kernel.samples_us != end["kernel"].get("samples_us"):
+        return "the worker's timing record differs from the reps it reported to the judge as they ended", end
+    check = agreement(kernel, witnessed.reps("null"))
+    if not check["agrees"]:
+        return disagreement_text(check), end
+    end = {**end, "kernel": summary(kernel.samples_us, device).to_json(), "witness": check}
+    eager = witnessed.reps(eager_phase(stage))
+    if eager is not None and eager.samples_us:
+        end["eager"] = summary(eager.samples_us, device).to_json()
+    return None, end
+
+
+def _shape(events: list[dict], out_dir: Path, i: int, case: Case, device: str, witnessed=None) -> dict:
     from harness.roofline import below_floor
     from harness.verdict_checks import _Checker
     stage = f"{STAGE}:{i}"
@@ -111,6 +155,9 @@ def _shape(events: list[dict], out_dir: Path, i: int, case: Case, device: str) -
     problem = _Checker(out_dir, None, device).check_output(rec, checked)
     if problem:
         return {**row, "failed": True, "detail": f"wrong result: {problem}"}
+    lie, end = _witnessed(end, stage, witnessed, device)
+    if lie:
+        return {**row, "failed": True, "lie": True, "detail": lie}
     kernel, eager = end["kernel"], end["eager"]
     impossible = below_floor(case, kernel["median_us"], device)
     if impossible:  # a clock that hides the time

@@ -59,10 +59,12 @@ def check_header(header: dict[str, Any]) -> None:
 
 
 def import_candidate(path: Path):
+    from harness import audit_hook
     name = f"ak_candidate_{abs(hash(str(path)))}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    audit_hook.register(module)  # frames running with its globals are the candidate's from now on
     spec.loader.exec_module(module)
     return module
 

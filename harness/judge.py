@@ -7,8 +7,11 @@ What the candidate's process says about its own correctness is never taken on tr
 
 Threat model, for the record: code in the worker can, with deliberate effort, tamper with the
 worker's own records (it shares the process). Forging a record is pointless for correctness, since
-every output is recomputed here against a plan built here; the residual risk is an attack on the
-in-process observers (launch counting, the aten-op recorder), which no wrong answer survives anyway.
+every output is recomputed here against a plan built here, and for speed, since every timed rep was
+reported as it ended and stamped outside the worker (harness/witness.py); the residual risk is an
+attack on the in-process observers (launch counting, the aten-op recorder), which no wrong answer
+survives anyway. The audit hook and the OS sandbox keep the worker's code from the judge's frames,
+the run's records, the user's files and the network.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ import torch
 
 import harness
 from harness import judge_session, references
+from harness.sandbox import caches_for_worker
+from harness.around import around_lie
 from harness.candidate import ContractError, check_header, read_header
 from harness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
 from harness.isolation import ChildResult, scrubbed_env
@@ -32,6 +37,7 @@ from harness.judge_session import JudgeSession
 from harness.registry import Case
 from harness.static_check import check_source, describe
 from harness.verdict_checks import Assessment, assess
+from harness.witness import Witness
 
 DEFAULT_TIMEOUT_S = {"cpu": 600.0, "cuda": 180.0}
 
@@ -67,22 +73,6 @@ def child_env(device: str, visible_devices: str | None = None) -> dict[str, str]
         extra["CUDA_VISIBLE_DEVICES"] = str(visible_devices)
     return scrubbed_env(extra)
 
-
-def caches_for_worker(extensions: bool = False) -> list[Path]:
-    """The caches a worker may write besides its scratch folder: Triton's and the CUDA build cache
-    (and torch's extension cache, where a KernelBench solution's load_inline builds). Created here,
-    since a sandbox rule needs an existing folder."""
-    from harness.cuda_build import cache_root
-    triton_cache = os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache"
-    folders = [Path(triton_cache), cache_root()]
-    if extensions:
-        folders.append(Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"))
-    for folder in folders:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            pass  # an unwritable cache stays unwritable inside too
-    return folders
 
 
 def sandbox_argv(scratch: Path, extensions: bool = False) -> list[str]:
@@ -183,16 +173,25 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
         argv.append("--compile-baseline")
     if around is not None:
         argv += ["--time-around", json.dumps(around)]
+    witness = Witness()  # the judge's own clock on every timed rep (harness/witness.py)
+    argv += ["--witness", str(witness.path)]
     spawned = time.time()
-    child, started_by = judge_session.run_worker(
-        argv, timeout_s, {**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp)}, cwd, out_dir)
+    try:
+        child, started_by = judge_session.run_worker(
+            argv, timeout_s, {**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp)}, cwd, out_dir,
+            restart=witness.reset)
+    finally:
+        witnessed = witness.close()
     events = read_events(out_dir)
     _share_baseline(events, session, baseline_key, cached)
     checks_start = time.time()
     with references.on_device(device, visible_devices):  # the slot's own GPU, idle while it rechecks
-        assessment = assess(events, out_dir, plan, device)
-        shapes_around = (_assess_around(events, out_dir, plan, target, device)
+        assessment = assess(events, out_dir, plan, device, witnessed)
+        shapes_around = (_assess_around(events, out_dir, plan, target, device, witnessed)
                          if around is not None and assessment.verdict == "PASS" else None)
+        lie = around_lie(shapes_around)
+        if lie:  # a time at a shape around the target that the judge's clock does not back is a lie
+            assessment = assessment.fail("integrity", lie)
     checks_s = time.time() - checks_start
     verdict["sandbox"] = sandbox_record(events, sandbox)
     assessment = _account_for_child(assessment, child, timeout_s)
@@ -207,14 +206,15 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     return verdict
 
 
-def _assess_around(events: list[dict], out_dir: Path, plan: Any, target: Case, device: str) -> dict:
+def _assess_around(events: list[dict], out_dir: Path, plan: Any, target: Case, device: str, witnessed) -> dict:
     from harness import around
-    return around.assess(events, out_dir, around.cases(target, plan.timing.dtype), device)
+    return around.assess(events, out_dir, around.cases(target, plan.timing.dtype), device, witnessed)
 
 
 def _share_baseline(events: list[dict], session: JudgeSession | None, key: tuple, cached: dict | None) -> None:
-    """Reuse the target's torch.compile baseline timed by an earlier worker, or keep this one's."""
-    end = judge_session.timing_end(events)
+    """Reuse the target's torch.compile baseline timed by an earlier worker, or keep this one's
+    (timed before the candidate was imported, so kept even when the candidate then failed)."""
+    end = judge_session.timing_end(events) or next((e for e in events if e.get("event") == "baselines"), None)
     if session is None or end is None:
         return
     if cached is not None:
@@ -224,19 +224,19 @@ def _share_baseline(events: list[dict], session: JudgeSession | None, key: tuple
 
 
 def wall_time_split(events: list[dict], spawned: float, child_s: float, checks_s: float) -> dict:
-    """Where the judge's time went: the worker's start-up (interpreter, torch, triton), compile,
-    the kernel's own calls, timing (the torch.compile baseline's share of it apart), and the
-    parent's rechecking."""
+    """Where the judge's time went: the worker's start-up (interpreter, torch, triton), the
+    baselines and the calibration timed before the import (the torch.compile baseline's share of
+    them apart), compile, the kernel's own calls, the candidate's timing, and the parent's rechecking."""
     started = next((e["t"] for e in events if e.get("event") == "started"), None)
     ends = {e["stage"]: e.get("seconds", 0.0) for e in events if e.get("event") == "stage_end"}
     calls = sum(e.get("seconds", 0.0) for e in events if e.get("event") == "case")
+    baselines = next((e for e in events if e.get("event") == "baselines"), {})
     around = sum(v for k, v in ends.items() if k.startswith("around:"))
-    return {"startup": (started - spawned) if started else None, "compile": ends.get("compile"),
-            "kernel_calls": calls, "stages": sum(v for k, v in ends.items()
-                                                 if k not in ("compile", "timing") and not k.startswith("around:")),
-            "timing": ends.get("timing"), **({"around": around} if around else {}), "worker_total": child_s, "parent_checks": checks_s,
-            "baseline_compile": next((e.get("compiled_seconds") for e in events if e.get("event") == "stage_end"
-                                      and e.get("stage") == "timing"), None)}
+    return {"startup": (started - spawned) if started else None, "baselines": baselines.get("seconds"),
+            "compile": ends.get("compile"), "kernel_calls": calls,
+            "stages": sum(v for k, v in ends.items() if k not in ("compile", "timing") and not k.startswith("around:")),
+            "timing": ends.get("timing"), **({"around": around} if around else {}), "worker_total": child_s,
+            "parent_checks": checks_s, "baseline_compile": baselines.get("compiled_seconds")}
 
 
 def _account_for_child(a: Assessment, child: ChildResult, timeout_s: float) -> Assessment:

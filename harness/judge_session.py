@@ -85,10 +85,12 @@ def timing_end(events: list[dict]) -> dict | None:
                  and "kernel" in e), None)
 
 
-def run_worker(worker_args: list[str], timeout_s: float, env: dict[str, str], cwd, out_dir) -> tuple:
+def run_worker(worker_args: list[str], timeout_s: float, env: dict[str, str], cwd, out_dir,
+               restart=None) -> tuple:
     """(ChildResult, "fork" or "spawn"): the worker forked from the session's zygote where one can
     serve, else spawned as `python -m harness.worker`. A zygote that failed mid-candidate leaves
-    nothing behind: the output folder is emptied and the candidate runs again, spawned."""
+    nothing behind: the output folder is emptied, `restart()` forgets what the first try reported,
+    and the candidate runs again, spawned."""
     import shutil
     import sys
     from pathlib import Path
@@ -101,4 +103,6 @@ def run_worker(worker_args: list[str], timeout_s: float, env: dict[str, str], cw
             return result, "fork"
         shutil.rmtree(out_dir, ignore_errors=True)
         Path(out_dir).mkdir()
+        if restart is not None:
+            restart()
     return run_isolated([sys.executable, "-m", "harness.worker"] + worker_args, timeout_s, env=env, cwd=cwd), "spawn"

@@ -33,10 +33,14 @@ def trial_seeds(n: int) -> list[int]:
     return [int(torch.randint(0, 2 ** 32 - 1, (1,)).item()) for _ in range(n)]
 
 
-def load_module(path: str, name: str):
+def load_module(path: str, name: str, candidate: bool = False):
+    """Import a file as `name`; a candidate's module is registered with the audit hook first."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # @triton.jit reads the source through the module
+    if candidate:
+        from harness import audit_hook
+        audit_hook.register(module)
     spec.loader.exec_module(module)
     return module
 
@@ -162,8 +166,22 @@ class Refill:
         torch.manual_seed(seed)  # the rep's forward sees the RNG state the reference used
 
 
-def time_model(bench: Bench, model, reps: int, warmup: int, keep_outputs: bool = False) -> dict:
-    """Time model(*bufs) with time_fn: fixed rep count, refilled inputs, raw samples kept."""
+MODEL_PHASE = "model"
+
+
+def calibrate_overhead(bench: Bench, reps: int, report) -> dict:
+    """The null call timed like a model on the same refilled buffers, before the solution is
+    imported: the overhead the judging process's clock sees around an empty timed region."""
+    from harness.timing import calibrate
+    bufs = bench.inputs(TIME_SEED)
+    refill = Refill(bench, bufs, reps, 0)
+    with torch.no_grad():
+        return calibrate(device=str(bench.device), report=report, reps=reps, before_each=refill).to_json()
+
+
+def time_model(bench: Bench, model, reps: int, warmup: int, keep_outputs: bool = False, report=None) -> dict:
+    """Time model(*bufs) with time_fn: fixed rep count, refilled inputs, raw samples kept, every
+    rep reported to `report` (harness/witness.py) as it ends."""
     from harness.timing import time_fn
     bufs = bench.inputs(TIME_SEED)
     refill = Refill(bench, bufs, reps, warmup)
@@ -181,7 +199,7 @@ def time_model(bench: Bench, model, reps: int, warmup: int, keep_outputs: bool =
 
     with torch.no_grad():
         timing = time_fn(call, device=str(bench.device), warmup=warmup, min_reps=reps, max_reps=reps,
-                         before_each=before_each)
+                         before_each=before_each, report=report, phase=MODEL_PHASE)
         if keep_outputs:
             kept[reps - 1] = [ship(t) for t in as_outputs(state["out"])]
             kept.setdefault(0, kept[reps - 1])

@@ -32,9 +32,11 @@ import torch
 
 from harness.candidate import error_text, observed_call
 from harness.judge import versions as judge_versions
-from harness.kb_protocol import (PRECISIONS, TIME_SEED, Bench, ProblemError, as_outputs, fingerprint, forward,
-                                 load_module, store, sync, time_model, trial_seeds)
+from harness.kb_protocol import (PRECISIONS, TIME_SEED, Bench, ProblemError, as_outputs, calibrate_overhead,
+                                 fingerprint, forward, load_module, store, sync, time_model, trial_seeds)
+from harness import namespace
 from harness.tamper import IdentityGuard
+from harness.witness import Reporter
 
 
 class SolutionError(Exception):
@@ -71,10 +73,11 @@ def copy_matching_state(src: torch.nn.Module, dst: torch.nn.Module) -> dict:
     return {"copied": copied, "unmatched": unmatched, "model_state": len(theirs)}
 
 
-def load_candidate(bench: Bench, solution: str, out: Path):
-    """Model (for its weights) and the solution's ModelNew with Model's matching state."""
+def load_candidate(bench: Bench, solution: str, out: Path, model=None):
+    """Model (for its weights; `model` when built already) and the solution's ModelNew with Model's
+    matching state."""
     from harness.static_check import check_source, describe
-    model = bench.build(bench.Model)
+    model = model if model is not None else bench.build(bench.Model)
     stage(out, "load")
     text = Path(solution).read_text(encoding="utf-8")
     try:
@@ -83,7 +86,7 @@ def load_candidate(bench: Bench, solution: str, out: Path):
         violations = []  # the import below reports it, with its line
     if violations:
         raise SolutionError(describe(violations, Path(solution).name))
-    module = load_module(solution, "kb_solution")
+    module = load_module(solution, "kb_solution", candidate=True)
     cls = getattr(module, "ModelNew", None)
     if not isinstance(cls, type):
         raise SolutionError("the solution file defines no class ModelNew")
@@ -147,7 +150,8 @@ def run_compile(a, bench: Bench, out: Path, tensors: dict) -> dict:
 def run_check(a, bench: Bench, out: Path, tensors: dict) -> dict:
     from harness.launches import LaunchMonitor
     with LaunchMonitor() as monitor:  # active at import: load_inline'd extensions are wrapped
-        new, state = load_candidate(bench, a.solution, out)
+        new, state = load_candidate(bench, a.solution, out, a.model)
+        a.model = None  # its weights are copied: no second model held while ModelNew runs
         monitor.reset()
         stage(out, "correctness")
         trials, ops, kept = [], set(), None
@@ -175,9 +179,12 @@ def run_check(a, bench: Bench, out: Path, tensors: dict) -> dict:
 
 
 def run_time(a, bench: Bench, out: Path, tensors: dict) -> dict:
-    new, _ = load_candidate(bench, a.solution, out)
+    null = calibrate_overhead(bench, a.reps, a.report)  # before the solution exists in this process
+    new, _ = load_candidate(bench, a.solution, out, a.model)
+    a.model = None
     stage(out, "timing")
-    timed = time_model(bench, new, a.reps, a.warmup, keep_outputs=True)
+    timed = time_model(bench, new, a.reps, a.warmup, keep_outputs=True, report=a.report)
+    timed["null"] = null
     for rep, outs in timed.pop("kept").items():
         for k, t in enumerate(outs):
             tensors[f"rep{rep}.{k}"] = t
@@ -229,7 +236,7 @@ def _recorder_without_dynamo() -> None:
         raw.__dynamo_disable = raw
 
 
-def enter_sandbox(a) -> dict:
+def enter_sandbox(a, network: dict | None = None) -> dict:
     """Confine this process before the solution is imported (what the child needs is loaded first)."""
     from harness import sandbox
     if a.no_sandbox or not a.sandbox_write:
@@ -238,10 +245,20 @@ def enter_sandbox(a) -> dict:
     from harness import launches  # noqa: F401
     if a.device == "cuda":
         torch.cuda.init()
-    state = sandbox.confine(a.sandbox_write)
+    state = sandbox.confine(a.sandbox_write, readable=[a.problem], namespace=network)
     from harness import candidate
     candidate.sandbox_active = state["kind"] == "landlock"
     return state
+
+
+def install_audit_hook(a, state: dict) -> None:
+    """The audit hook, before the solution is imported (harness/audit_hook.py)."""
+    from harness import audit_policy, sandbox
+    from harness.static_check import allowed_imports
+    audit_policy.install_for_candidate(
+        candidate_dir=str(Path(a.solution).resolve().parent), records_dir=str(a.out.resolve()),
+        sandbox_write=a.sandbox_write, reads=[*(state.get("reads") or sandbox.read_roots()), str(a.problem)],
+        allowed=allowed_imports(model=True), report=a.report.refused if a.report else None, extensions=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,7 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sandbox-write", action="append", default=[], help="a folder the sandbox lets it write")
     p.add_argument("--no-sandbox", action="store_true", help="run the solution without the OS sandbox")
+    p.add_argument("--witness", default=None, help="the judge's witness socket: every timed rep is reported there")
     a = p.parse_args(argv)
+    a.report = Reporter(a.witness) if a.witness else None  # connected before the sandbox closes sockets
+    # before any thread starts: a user namespace needs a single-threaded process
+    network = None if not a.solution or a.no_sandbox or not a.sandbox_write else namespace.isolate_for(a.device)
     faulthandler.enable()  # a segfault in a kernel leaves a Python traceback in stderr for the verdict
     if a.mode in ("reference", "check"):
         _recorder_without_dynamo()
@@ -266,10 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     sandbox_state, guard = None, None
     try:
         bench = Bench(a.problem, a.device, a.precision)
+        # built before the sandbox: a module target's Model reads its weights beside the problem
+        a.model = bench.build(bench.Model) if a.solution else None
         if a.solution:
-            sandbox_state = enter_sandbox(a)
+            sandbox_state = enter_sandbox(a, network)
             (a.out / "sandbox.json").write_text(json.dumps(sandbox_state))  # kept if the solution crashes
             guard = IdentityGuard(("__main__",))  # before the solution is imported
+            install_audit_hook(a, sandbox_state)
         result = MODES[a.mode](a, bench, a.out, tensors)
         if guard is not None:
             result["identity"] = {"where": f"after {a.mode}", "replaced": guard.replaced()}

@@ -16,7 +16,7 @@ def timing_summary(end: dict) -> dict[str, Any]:
             "representative_of_gpu": kernel["representative_of_gpu"],
             "shape": Case.from_json(end["case"]).label(),
             "samples_us": kernel["samples_us"], "baseline_samples_us": eager["samples_us"],
-            **_compiled(end, kernel)}
+            **({"witness": end["witness"]} if "witness" in end else {}), **_compiled(end, kernel)}
 
 
 def _compiled(end: dict, kernel: dict) -> dict[str, Any]:

@@ -25,7 +25,8 @@ CUDA_NAMES = ("Event", "synchronize", "current_stream", "default_stream", "Strea
 # timing (a module not imported, as in the kernel worker, is skipped).
 JUDGE_MODULES = ("harness.timing", "harness.compare", "harness.candidate", "harness.launches",
                  "harness.integrity", "harness.registry", "harness.cases", "harness.tamper",
-                 "harness.cuda_launcher", "harness.kb_protocol", "statistics", "json")
+                 "harness.cuda_launcher", "harness.kb_protocol", "harness.measurement", "harness.witness",
+                 "harness.audit_hook", "statistics", "json")
 
 
 CODE_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type)
@@ -40,8 +41,14 @@ def _resolve(root, dotted: str):
     return obj
 
 
-def watched(extra_modules: tuple[str, ...] = ()) -> dict[str, object]:
-    """name -> object, for everything whose identity must not change."""
+# The clocks the timing loop itself reads, bound in harness/timing.py before the import: checked
+# after every call of the candidate, since a clock swapped for one call may put itself back when
+# first read, long before the check between stages.
+TIMING_CLOCKS = ("_clock", "_Event", "_record", "_elapsed_ms", "_synchronize")
+
+
+def clocks() -> dict[str, object]:
+    """name -> object, for every clock and sync point: cheap enough to check after each call."""
     import torch
     out: dict[str, object] = {f"time.{n}": getattr(time, n) for n in CLOCK_NAMES}
     for name in CUDA_NAMES:
@@ -49,6 +56,15 @@ def watched(extra_modules: tuple[str, ...] = ()) -> dict[str, object]:
         if obj is not None:
             out[f"torch.cuda.{name}"] = obj
     out["torch.cuda"] = torch.cuda
+    timing = sys.modules.get("harness.timing")
+    for name in TIMING_CLOCKS if timing is not None else ():
+        out[f"harness.timing.{name}"] = getattr(timing, name, None)
+    return out
+
+
+def watched(extra_modules: tuple[str, ...] = ()) -> dict[str, object]:
+    """name -> object, for everything whose identity must not change."""
+    out = clocks()
     for mod_name in JUDGE_MODULES + extra_modules:
         mod = sys.modules.get(mod_name)
         if mod is None:
@@ -77,6 +93,10 @@ class IdentityGuard:
         now = watched(self.extra_modules)
         changed = [name for name, obj in self.snapshot.items() if now.get(name, None) is not obj]
         return sorted(changed)
+
+    def clocks_replaced(self) -> list[str]:
+        """The clocks alone, right after a call: a few lookups, not the whole snapshot."""
+        return sorted(name for name, obj in clocks().items() if self.snapshot.get(name) is not obj)
 
 
 def describe(replaced: list[str], where: str) -> str:

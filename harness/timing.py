@@ -9,18 +9,31 @@ nothing about a GPU.
 `before_each(i)` runs outside the timed region: the judge uses it to refill the inputs in place with
 fresh values, so a kernel that caches results by buffer address returns stale answers, which the
 judge then catches by checking timed outputs.
+
+`report` (harness/witness.py's Reporter) hears of each rep just before its timed region starts and
+just after it ends, so the judging process can hold the samples to its own clock. `calibrate` times
+a null call the same way: the overhead the judge's clock sees around an empty timed region.
+
+The clocks and sync points the loops read are bound here, when the judge imports this module,
+before any candidate is imported: a candidate that swaps `time.perf_counter` or a method of
+`torch.cuda.Event` for the length of one call changes nothing these loops read.
 """
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
+from time import perf_counter as _clock
 from typing import Any, Callable
 
 import torch
 
+_Event = torch.cuda.Event
+_record, _elapsed_ms = torch.cuda.Event.record, torch.cuda.Event.elapsed_time
+_synchronize = torch.cuda.synchronize
+
 CPU_METHOD = "cpu wall clock (Triton interpreter): not representative of GPU"
 GPU_METHOD = "cuda events, L2 flushed before each rep, median of reps"
+NULL_PHASE = "null"
 
 
 @dataclass
@@ -48,6 +61,12 @@ def _summarise(samples_us: list[float], method: str, gpu: bool) -> Timing:
     return Timing(median, q3 - q1, len(samples_us), samples_us, method, gpu)
 
 
+def summary(samples_us: list[float], device: str) -> Timing:
+    """The statistics of raw samples, labelled as time_fn labels them on `device`."""
+    gpu = torch.device(device).type == "cuda"
+    return _summarise(list(samples_us), GPU_METHOD if gpu else CPU_METHOD, gpu)
+
+
 class _L2Flusher:
     def __init__(self, device: torch.device):
         props = torch.cuda.get_device_properties(device)
@@ -59,17 +78,40 @@ class _L2Flusher:
         self.buffer.zero_()
 
 
+class _Silent:
+    """No witness: the loops call the same methods either way."""
+
+    def start(self, phase: str, i: int) -> None:
+        pass
+
+    def end(self, phase: str, i: int, us: float) -> None:
+        pass
+
+
+def _null() -> None:
+    """The null call: what a timed region costs with nothing in it."""
+
+
 def time_fn(fn: Callable[[], Any], *, device: str, budget_ms: float = 1000.0, warmup: int = 3,
-            min_reps: int = 5, max_reps: int = 100,
-            before_each: Callable[[int], None] | None = None) -> Timing:
-    """Time fn() until budget_ms is spent (at least min_reps, at most max_reps)."""
+            min_reps: int = 5, max_reps: int = 100, before_each: Callable[[int], None] | None = None,
+            report=None, phase: str = "timed") -> Timing:
+    """Time fn() until budget_ms is spent (at least min_reps, at most max_reps); `report` hears of
+    every rep as `phase`."""
     dev = torch.device(device)
+    report = report or _Silent()
     if dev.type == "cuda":
-        return _time_cuda(fn, dev, budget_ms, warmup, min_reps, max_reps, before_each)
-    return _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each)
+        return _time_cuda(fn, dev, budget_ms, warmup, min_reps, max_reps, before_each, report, phase)
+    return _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each, report, phase)
 
 
-def _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each) -> Timing:
+def calibrate(*, device: str, report, reps: int = 20,
+              before_each: Callable[[int], None] | None = None) -> Timing:
+    """The null call timed like a kernel, every rep reported: the judge's measure of its own overhead."""
+    return time_fn(_null, device=device, budget_ms=0.0, warmup=2, min_reps=reps, max_reps=reps,
+                   before_each=before_each, report=report, phase=NULL_PHASE)
+
+
+def _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each, report, phase) -> Timing:
     for i in range(warmup):
         if before_each:
             before_each(-1 - i)
@@ -77,35 +119,41 @@ def _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each) -> Timing:
     samples: list[float] = []
     spent_ms = 0.0
     while len(samples) < max_reps and (len(samples) < min_reps or spent_ms < budget_ms):
+        i = len(samples)
         if before_each:
-            before_each(len(samples))
-        start = time.perf_counter()
+            before_each(i)
+        report.start(phase, i)
+        start = _clock()
         fn()
-        elapsed = time.perf_counter() - start
+        elapsed = _clock() - start
+        report.end(phase, i, elapsed * 1e6)
         samples.append(elapsed * 1e6)
         spent_ms += elapsed * 1e3
     return _summarise(samples, CPU_METHOD, False)
 
 
-def _time_cuda(fn, dev, budget_ms, warmup, min_reps, max_reps, before_each) -> Timing:
+def _time_cuda(fn, dev, budget_ms, warmup, min_reps, max_reps, before_each, report, phase) -> Timing:
     flush = _L2Flusher(dev)
     for i in range(warmup):
         if before_each:
             before_each(-1 - i)
         fn()
-    torch.cuda.synchronize(dev)
+    _synchronize(dev)
     samples: list[float] = []
     spent_ms = 0.0
     while len(samples) < max_reps and (len(samples) < min_reps or spent_ms < budget_ms):
+        i = len(samples)
         if before_each:
-            before_each(len(samples))
+            before_each(i)
         flush()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        report.start(phase, i)
+        _record(start)
         fn()
-        end.record()
-        torch.cuda.synchronize(dev)
-        elapsed_ms = start.elapsed_time(end)
+        _record(end)
+        _synchronize(dev)
+        elapsed_ms = _elapsed_ms(start, end)
+        report.end(phase, i, elapsed_ms * 1e3)
         samples.append(elapsed_ms * 1e3)
         spent_ms += elapsed_ms
     return _summarise(samples, GPU_METHOD, True)

@@ -197,10 +197,44 @@ class _Checker:
         return None
 
 
-def assess(events: list[dict], out_dir: Path, plan: Plan, device: str) -> Assessment:
-    a = _assess_stages(events, out_dir, plan, device)
+def assess(events: list[dict], out_dir: Path, plan: Plan, device: str, witnessed=None) -> Assessment:
+    """The verdict from the worker's records; `witnessed` (harness/witness.py's Record) is what the
+    judge's own clock saw of the timed reps, and what the audit hook refused."""
+    a = _assess_stages(events, out_dir, plan, device, witnessed)
     tampered = identity_problem(events, a)
-    return a.fail("integrity", tampered) if tampered else a
+    if tampered:
+        return a.fail("integrity", tampered)
+    if witnessed is not None and witnessed.refusals and a.verdict == "PASS":
+        # the candidate tried what a kernel may not do and went on as if refused nothing
+        more = f" (and {len(witnessed.refusals) - 1} more)" if len(witnessed.refusals) > 1 else ""
+        return a.fail("integrity", witnessed.refusals[0] + more)
+    return a
+
+
+def witnessed_timing(end: dict, witnessed, device: str) -> tuple[str | None, dict]:
+    """The timing record with the figures the judge witnessed rep by rep, and why they cannot be
+    trusted (None when they agree with the judge's own clock)."""
+    from harness.timing import summary
+    from harness.witness import agreement, disagreement_text
+    if witnessed.problem:
+        # lines the timing loop never sends: written by someone else into the worker's descriptor
+        return f"the witness socket carried what the timing loop does not send: {witnessed.problem}", end
+    kernel = witnessed.reps("kernel")
+    if kernel is None or not kernel.samples_us:
+        return "the worker timed the kernel without reporting its reps to the judge as they ended", end
+    if kernel.samples_us != end["kernel"].get("samples_us"):
+        # a sample rewritten after it was sent: the record disagrees with what the judge was told
+        return "the worker's timing record differs from the reps it reported to the judge as they ended", end
+    check = agreement(kernel, witnessed.reps("null"))
+    if not check["agrees"]:
+        # a clock swapped for one call, samples shrunk through a frame: the judge's clock disagrees
+        return disagreement_text(check), end
+    end = {**end, "kernel": summary(kernel.samples_us, device).to_json(), "witness": check}
+    for phase in ("eager", "compiled"):
+        reps = witnessed.reps(phase)
+        if reps is not None and reps.samples_us:
+            end[phase] = summary(reps.samples_us, device).to_json()
+    return None, end
 
 
 def identity_problem(events: list[dict], a: Assessment) -> str | None:
@@ -222,7 +256,7 @@ def identity_problem(events: list[dict], a: Assessment) -> str | None:
     return None
 
 
-def _assess_stages(events: list[dict], out_dir: Path, plan: Plan, device: str) -> Assessment:
+def _assess_stages(events: list[dict], out_dir: Path, plan: Plan, device: str, witnessed=None) -> Assessment:
     from harness.roofline import below_floor, roofline_for, timing_summary
     stages = _group(events)
     a = Assessment(complete=any(e.get("event") == "done" for e in events))
@@ -254,6 +288,10 @@ def _assess_stages(events: list[dict], out_dir: Path, plan: Plan, device: str) -
                     if s["cases"] else "no timed output recorded"
                 if problem:
                     return a.fail("integrity", f"a timed call gave a wrong result: {problem}")
+                if witnessed is not None:
+                    problem, end = witnessed_timing(end, witnessed, device)
+                    if problem:
+                        return a.fail("integrity", problem)
                 impossible = below_floor(plan.timing, end["kernel"]["median_us"], device)
                 if impossible:
                     return a.fail("integrity", impossible)

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 import harness.cuda_launcher  # noqa: F401  (CUDA candidates' host side: in the identity snapshot)
-from harness import around, registry
+from harness import around, audit_policy, measurement, namespace, registry
 from harness.candidate import (CallResult, ContractError, check_header, check_signature, error_text,
                                import_candidate, observed_call, read_header)
 from harness.cases import Capabilities, Plan, build_plan
@@ -26,6 +26,7 @@ from harness.launches import LaunchMonitor
 from harness.registry import Case
 from harness.static_check import check_source, describe
 from harness.tamper import IdentityGuard
+from harness.witness import Reporter
 
 DETERMINISM_CALLS = 3
 
@@ -64,9 +65,10 @@ class Log:
 
 class Worker:
     def __init__(self, path: Path, log: Log, device: str, arch: str, target: Case | None,
-                 compile_baseline: bool = False, around: dict | None = None):
+                 compile_baseline: bool = False, report=None, around: dict | None = None):
         self.path, self.log, self.device, self.arch, self.target = path, log, device, arch, target
         self.compile_baseline = compile_baseline
+        self.report = report  # harness/witness.py's Reporter: every timed rep, as it ends
         self.around = around  # {"below_us": float or None}: also time the shapes around the target
         bf16 = device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         self.caps = Capabilities(device, bf16)
@@ -74,6 +76,17 @@ class Worker:
         self.module = None
         self.kt: registry.KernelType | None = None
         self.guard: IdentityGuard | None = None
+        self.backend = "triton"
+        self.baselines: dict = {}
+        self.around_baselines: list[dict] = []  # PyTorch eager at each shape around the target
+
+    def clocks_untouched(self, where: str) -> bool:
+        """Right after a call of kernel_fn: its clocks and sync points are the originals. Recorded
+        only when one is not (the parent fails `integrity` on any record that names one)."""
+        replaced = self.guard.clocks_replaced() if self.guard is not None else []
+        if replaced:
+            self.log.event(event="identity", where=where, replaced=replaced)
+        return not replaced
 
     def untouched(self, where: str) -> bool:
         """Record whether the clocks, sync points and the judge's functions are still the originals;
@@ -85,44 +98,51 @@ class Worker:
         return not replaced
 
     # -- compile ----------------------------------------------------------------------------
-    def compile(self) -> tuple[bool, Plan | None]:
-        self.log.start("compile")
+    def plan(self) -> Plan | None:
+        """The header, the stage plan and the static check: everything decided before an import."""
         try:
             header = read_header(self.path)
             check_header(header)
         except ContractError as e:
-            self.log.end("compile", "fail", str(e), usage_error=True)
-            return False, None
+            return self._refused(str(e), usage_error=True)
         except SyntaxError as e:
-            self.log.end("compile", "fail", f"syntax error: {e}")
-            return False, None
+            return self._refused(f"syntax error: {e}")
         self.kt = registry.get(header["KERNEL_TYPE"])
-        plan = build_plan(self.kt.name, self.caps, self.target)
-        violations = check_source(self.path.read_text(encoding="utf-8"), header.get("BACKEND", "triton"))
+        self.backend = header.get("BACKEND", "triton")
+        violations = check_source(self.path.read_text(encoding="utf-8"), self.backend)
         if violations:
-            self.log.end("compile", "fail", describe(violations, self.path.name))
-            return False, None
+            return self._refused(describe(violations, self.path.name))
+        return build_plan(self.kt.name, self.caps, self.target)
+
+    def _refused(self, detail: str, **extra) -> None:
+        self.log.start("compile")
+        self.log.end("compile", "fail", detail, **extra)
+        return None
+
+    def compile(self, plan: Plan) -> bool:
+        self.log.start("compile")
         try:
             with self.monitor:
                 self.module = import_candidate(self.path)
         except Exception as e:
             self.log.end("compile", "fail", f"importing the file failed:\n{error_text(e)}")
-            return False, None
+            return False
         if not self.untouched("after import"):
             self.log.end("compile", "fail", "the candidate replaced the judge's clocks or functions at import")
-            return False, None
+            return False
         problem = check_signature(getattr(self.module, "kernel_fn", None), self.kt)
         if problem:
             self.log.end("compile", "fail", problem)
-            return False, None
+            return False
         backend = getattr(self.module, "BACKEND", "triton")
-        return (self._compile_cuda(plan) if backend == "cuda" else self._compile_triton(plan)), plan
+        return self._compile_cuda(plan) if backend == "cuda" else self._compile_triton(plan)
 
     def _compile_triton(self, plan: Plan) -> bool:
         case = plan.stages["smoke"][0]
         args, kwargs = registry.build_inputs(case, self.device)
         with LaunchMonitor(record=True) as rec:
             result = observed_call(self.module.kernel_fn, args, kwargs, rec)
+        self.clocks_untouched("right after the first call of kernel_fn")
         if result.error:
             self.log.end("compile", "fail", f"the first call failed:\n{result.error}")
             return False
@@ -164,6 +184,7 @@ class Worker:
         """One observed call of kernel_fn, recorded (output saved) for the judge to recheck."""
         with self.monitor:
             result = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        self.clocks_untouched(f"right after a call of kernel_fn in {stage}")
         if save_inputs:
             extra["inputs_after"] = [self.log.save(t) for t in args]
         self.log.event(event="case", stage=stage, role=role, case=case.to_json(), label=case.label(),
@@ -216,6 +237,7 @@ class Worker:
         first_copy = a.output.clone() if isinstance(a.output, torch.Tensor) else None
         with self.monitor:
             b = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        self.clocks_untouched("right after a call of kernel_fn in integrity")
         # an output buffer reused across calls silently rewrites what the caller already holds
         reused = first_copy is not None and not bitwise_equal(a.output, first_copy)
         self.log.event(event="case", stage="integrity", role="replay_second", case=second.to_json(),
@@ -234,9 +256,22 @@ def refill(buffers: list, values: list) -> None:
                 dst.copy_(src)
 
 
-def run_stages(w: Worker) -> None:
-    ok, plan = w.compile()
-    if not ok or not w.untouched("after compile"):
+def run_stages(w: Worker, ns, network: dict | None = None) -> None:
+    plan = w.plan()
+    if plan is None:  # refused before import: the verdict still states the sandbox it would have had
+        w.log.event(event="sandbox", **enter_sandbox(ns, network))
+        return
+    # timed before the sandbox and before the candidate exists in this process: nothing it does
+    # can slow a baseline down or make the judge's own overhead look larger
+    w.baselines = measurement.baselines(w.kt, plan.timing, w.device, w.report, w.compile_baseline)
+    w.log.event(event="baselines", **w.baselines)
+    if w.around is not None:
+        w.around_baselines = around.baselines(w, plan.timing.dtype)
+    state = enter_sandbox(ns, network)
+    w.log.event(event="sandbox", **state)
+    w.guard = IdentityGuard(("__main__",))  # after every judge module is loaded, before the candidate
+    install_audit_hook(ns, w, state)
+    if not w.compile(plan) or not w.untouched("after compile"):
         return
     steps = [(s, lambda s=s: w.correctness_stage(s, plan.stages[s])) for s in ("smoke", "shape_sweep", "stability")]
     steps += [("determinism", lambda: w.determinism(plan.stages["determinism"])),
@@ -251,59 +286,28 @@ def run_stages(w: Worker) -> None:
 
 
 def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | None = None,
-                   compile_baseline: bool | None = None):
-    """Time kernel_fn and PyTorch's eager op on the same buffers, refilled with fresh values
-    before every rep (outside the timed region), then record the last timed output for the parent
-    to check. The kernel's timing, or None when it raised."""
-    from harness.timing import time_fn
-    kt = w.kt
-    args, kwargs = registry.build_inputs(case, w.device)
-    refills = [registry.build_inputs(case.replace(seed=case.seed + 1 + r), w.device)[0] for r in range(3)]
-    last = {"set": None, "out": None}
-
-    def refill_for_rep(i: int) -> None:
-        r = i % len(refills)
-        refill(args, refills[r])
-        last["set"] = r
-
-    def run_kernel():
-        last["out"] = w.module.kernel_fn(*args, **kwargs)
-
-    on_cpu = w.device == "cpu"
-    budget = budget or (dict(budget_ms=1000.0, warmup=1, min_reps=3, max_reps=20) if on_cpu else
-                        dict(budget_ms=300.0, warmup=5, min_reps=10, max_reps=500))
-    compile_baseline = w.compile_baseline if compile_baseline is None else compile_baseline
+                   baseline: dict | None = None):
+    """Time kernel_fn on the case's buffers, refilled with fresh values before every rep (outside
+    the timed region), then record the last timed output for the judge to check. The baselines were
+    timed before the import, on buffers built from the same seeds: the target's (w.baselines), or
+    `baseline` for a shape around it. The kernel's timing, or None when it raised."""
     w.log.start(stage)
     try:
         with w.monitor:
-            kernel = time_fn(run_kernel, device=w.device, before_each=refill_for_rep, **budget)
+            kernel, out, checked = measurement.time_kernel(
+                w.module.kernel_fn, case, w.device, w.report, phase=measurement.kernel_phase(stage), limits=budget,
+                check=lambda: w.clocks_untouched("right after a timed call of kernel_fn"))
     except Exception as e:
         w.log.end(stage, "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
         return None
-    checked = case.replace(seed=case.seed + 1 + last["set"])
     w.log.event(event="case", stage=stage, role="timed_output", case=checked.to_json(),
-                label=checked.label(), output=w.log.save(last["out"]), error=None, obs={}, seconds=0.0)
-    with torch.no_grad():
-        eager = time_fn(lambda: kt.eager(*args, **kwargs), device=w.device, before_each=refill_for_rep, **budget)
-    baseline_start = time.perf_counter()
-    compiled, compile_error = (_time_compiled(kt, args, kwargs, w.device, refill_for_rep, budget)
-                               if compile_baseline else (None, "not requested"))
-    w.log.end(stage, "pass", "timed", case=case.to_json(), kernel=kernel.to_json(), eager=eager.to_json(),
-              compiled=compiled.to_json() if compiled else None, compiled_error=compile_error,
-              compiled_seconds=time.perf_counter() - baseline_start if compile_baseline else 0.0)
+                label=checked.label(), output=w.log.save(out), error=None, obs={}, seconds=0.0)
+    base = w.baselines if baseline is None else {"eager": baseline, "compiled": None,
+                                                 "compiled_error": "not requested", "compiled_seconds": 0.0}
+    w.log.end(stage, "pass", "timed", case=case.to_json(), kernel=kernel.to_json(), eager=base["eager"],
+              compiled=base["compiled"], compiled_error=base["compiled_error"],
+              compiled_seconds=base["compiled_seconds"])
     return kernel
-
-
-def _time_compiled(kt, args, kwargs, device, before_each, budget):
-    """torch.compile of PyTorch's own op, timed like the kernel: the baseline a user could get for free."""
-    from harness.timing import time_fn
-    try:
-        fn = torch.compile(kt.eager, dynamic=False)
-        with torch.no_grad():
-            fn(*args, **kwargs)  # compilation happens here, outside the timed region
-            return time_fn(lambda: fn(*args, **kwargs), device=device, before_each=before_each, **budget), None
-    except Exception as e:  # no C++ compiler, an unsupported op: the baseline is missing, not the kernel
-        return None, f"torch.compile failed: {type(e).__name__}: {str(e)[:200]}"
 
 
 def _target_compile():
@@ -327,7 +331,7 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def enter_sandbox(ns) -> dict:
+def enter_sandbox(ns, network: dict | None = None) -> dict:
     """Confine this process before the candidate is imported: everything the worker itself needs
     (torch, Triton, the compile-for-target support) is imported first, while it may still write."""
     from harness import sandbox
@@ -337,10 +341,20 @@ def enter_sandbox(ns) -> dict:
     _target_compile()
     if ns.device == "cuda":
         torch.cuda.init()  # the driver opens its device files and shared memory before the rules
-    state = sandbox.confine(ns.sandbox_write)
+    state = sandbox.confine(ns.sandbox_write, namespace=network)
     from harness import candidate
     candidate.sandbox_active = state["kind"] == "landlock"
     return state
+
+
+def install_audit_hook(ns, w: Worker, state: dict) -> None:
+    """The audit hook, before the import (harness/audit_hook.py): never the worker's own records."""
+    from harness import sandbox
+    from harness.static_check import allowed_imports
+    audit_policy.install_for_candidate(
+        candidate_dir=str(w.path.parent), records_dir=str(ns.out_dir.resolve()), sandbox_write=ns.sandbox_write,
+        reads=state.get("reads") or sandbox.read_roots(), allowed=allowed_imports(w.backend),
+        report=w.report.refused if w.report else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -356,18 +370,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--origin", default=None, help="the file the judge read the candidate from (never opened here)")
     p.add_argument("--time-around", default=None, help='also time the shapes around the target: {"below_us": '
                                                        'the target time it must beat first, or null}')
+    p.add_argument("--witness", default=None, help="the judge's witness socket: every timed rep is reported there")
     ns = p.parse_args(argv)
     if ns.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("the judge's worker must run with TRITON_INTERPRET=1 on the CPU")
     _die_with_parent()
+    report = Reporter(ns.witness) if ns.witness else None  # connected before the sandbox closes sockets
+    # before any thread starts: a user namespace needs a single-threaded process
+    network = None if ns.no_sandbox or not ns.sandbox_write else namespace.isolate_for(ns.device)
     target = Case.from_json(json.loads(ns.target)) if ns.target else None
     log = Log(ns.out_dir)
     log.event(event="started")
-    worker = Worker(ns.kernel_file.resolve(), log, ns.device, ns.arch, target, ns.compile_baseline,
+    worker = Worker(ns.kernel_file.resolve(), log, ns.device, ns.arch, target, ns.compile_baseline, report,
                     json.loads(ns.time_around) if ns.time_around else None)
-    log.event(event="sandbox", **enter_sandbox(ns))
-    worker.guard = IdentityGuard(("__main__",))  # after every judge module is loaded, before the candidate
-    run_stages(worker)
+    run_stages(worker, ns, network)
     log.event(event="done")
     return 0
 

@@ -50,16 +50,31 @@ def selftest_confined(package_parent: str | Path, device: str | None = None, san
 
 
 def _child(ns: argparse.Namespace) -> int:
-    from harness import sandbox
-    state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(ns.sandbox_write)
-    sandbox.warn_if_open(state, "the package's selftest")
+    from harness import audit_policy, namespace, sandbox
+    from harness.sandbox import caches_for_worker
+    network = None if ns.no_sandbox else namespace.isolate_for(ns.device)  # first: one thread only
+    package = str(Path(ns.package_parent, ns.package))
     sys.path.insert(0, ns.package_parent)
+    loaded, failure = None, None
+    try:  # the package's own code, found in a folder the sandbox will not list; its kernels load later
+        loaded = importlib.import_module(ns.package)
+    except Exception as e:  # noqa: BLE001 - reported as the selftest's failure
+        failure = f"{type(e).__name__}: {e}"
+    state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(
+        ns.sandbox_write, readable=[package], namespace=network)
+    sandbox.warn_if_open(state, "the package's selftest")
+    # the package's kernel files are the judged winners: the hook watches what runs from there
+    audit_policy.install_for_winners(untrusted=[str(Path(package, "kernels"))],
+                                     reads=[*(state.get("reads") or sandbox.read_roots()), package],
+                                     writes=[tempfile.gettempdir(), *ns.sandbox_write, *map(str, caches_for_worker())])
     result: dict = {"sandbox": state}
     try:
-        result["errors"] = importlib.import_module(ns.package).selftest(ns.device)
+        if failure is not None:
+            raise RuntimeError(failure)
+        result["errors"] = loaded.selftest(ns.device)
         result["ok"] = True
     except Exception as e:  # a kernel that differs from PyTorch, or one the sandbox stopped
-        result.update(ok=False, failure=f"{type(e).__name__}: {e}")
+        result.update(ok=False, failure=failure or f"{type(e).__name__}: {e}")
     print(json.dumps(result, default=str), flush=True)
     return 0
 

@@ -68,10 +68,19 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _child(ns: argparse.Namespace) -> int:
-    """The confined side: verify the copy, write its verify.json (with the sandbox in force)."""
-    from harness import sandbox
-    state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(ns.sandbox_write)
+    """The confined side: verify the copy, write its verify.json (with the sandbox in force, and the
+    audit hook watching the winners, whose code is what lives in the copy of the run)."""
+    from harness import audit_policy, namespace, sandbox
+    from harness.sandbox import caches_for_worker
+    network = None if ns.no_sandbox else namespace.isolate_for(ns.device)  # first: one thread only
+    model_folder = _model_folder(Path(ns.run))  # the model imports its neighbours
+    state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(
+        ns.sandbox_write, readable=[model_folder] if model_folder else [], namespace=network)
     sandbox.warn_if_open(state, "autokernel verify")
+    reads = [*(state.get("reads") or sandbox.read_roots()), ns.run, *([model_folder] if model_folder else [])]
+    caches = [p for p in ns.sandbox_write if not (ns.run + "/").startswith(os.path.realpath(p) + "/")]
+    audit_policy.install_for_winners(untrusted=[ns.run], reads=reads,
+                                     writes=[tempfile.gettempdir(), *caches, *map(str, caches_for_worker())])
     from autokernel.deploy import verify as verifier
     try:
         verifier.verify(Path(ns.run), device=ns.device, compile_baseline=ns.compile,
@@ -86,6 +95,14 @@ def _child(ns: argparse.Namespace) -> int:
     data["sandbox"] = state  # what was enforced, in the record the parent copies back
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def _model_folder(run: Path) -> str | None:
+    try:
+        path = json.loads((run / "config.json").read_text(encoding="utf-8"))["model"]["path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return str(Path(path).resolve().parent)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,6 +76,7 @@ class ChildRun:
     stderr_tail: str
     seconds: float
     sandbox: dict | None = None  # what the child enforced, as it recorded before running the solution
+    witnessed: Any = None  # harness/witness.py's Record: the timed reps on the judge's clock, refusals
 
     def outputs(self, key: str) -> list:
         return outputs_of(self.tensors, key)
@@ -94,6 +95,8 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
     import torch
     from harness.isolation import run_isolated
     from harness.judge import child_env, sandbox_argv
+    from harness.witness import Witness
+    witness = Witness() if solution is not None else None
     with tempfile.TemporaryDirectory(prefix="ak-kb-") as tmp:
         out, cwd, scratch_tmp = Path(tmp, "out"), Path(tmp, "cwd"), Path(tmp, "tmp")
         for folder in (out, cwd, scratch_tmp):
@@ -108,8 +111,12 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
             copy.write_text(solution.text, encoding="utf-8")
             argv += ["--solution", str(copy)]
             argv += sandbox_argv(Path(tmp), extensions=True) if opts.sandbox else ["--no-sandbox"]
+            argv += ["--witness", str(witness.path)]
             env["TMPDIR"] = str(scratch_tmp)
-        child = run_isolated(argv, timeout_s or opts.timeout_s, env=env, cwd=cwd)
+        try:
+            child = run_isolated(argv, timeout_s or opts.timeout_s, env=env, cwd=cwd)
+        finally:
+            witnessed = witness.close() if witness is not None else None
         result_path, tensors_path, stage_path = out / "result.json", out / "tensors.pt", out / "stage"
         result = json.loads(result_path.read_text()) if result_path.exists() else None
         # weights_only: the file may come from a solution's process; it must not carry code
@@ -117,7 +124,7 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
         stage = stage_path.read_text() if stage_path.exists() else "start"
         sandbox = _read_json(out / "sandbox.json")
     return ChildRun(result, tensors, stage, child.returncode, child.timed_out, child.signal_name,
-                    child.stderr_tail(), child.seconds, sandbox)
+                    child.stderr_tail(), child.seconds, sandbox, witnessed)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -243,14 +250,14 @@ def evaluate(problem: str | Path, solution: str | Path, options: EvalOptions | N
         return ended
     check = run_child("check", problem, opts, sol)
     v.data["sandbox"] = _sandbox_of(check, opts)
-    if (ended := v.child_failed(check, opts) or _tampered(v, check)) is not None:
+    if (ended := v.child_failed(check, opts) or _tampered(v, check) or _refused(v, check)) is not None:
         return ended
     for step in (_judge_trials, _judge_integrity):
         if (ended := step(v, ref, check, opts)) is not None:
             return ended
     timed = run_child("time", problem, opts, sol)
-    if (ended := v.child_failed(timed, opts) or _tampered(v, timed)
-            or _judge_timed_outputs(v, ref, timed, opts)) is not None:
+    if (ended := v.child_failed(timed, opts) or _tampered(v, timed) or _refused(v, timed)
+            or _judge_timed_outputs(v, ref, timed, opts) or _witnessed(v, timed)) is not None:
         return ended
     _speedups(v, ref, timed, opts, cache.compiled(problem, opts) if opts.compile_baseline else None)
     return v.end("PASS", None, "correct on every trial; integrity checks passed")
@@ -282,6 +289,36 @@ def _tampered(v: Verdict, run: ChildRun) -> dict | None:
         return v.end("FAIL", "integrity", "the solution's process did not confirm its clocks and checks")
     if identity.get("replaced"):
         return v.end("FAIL", "integrity", describe(identity["replaced"], identity.get("where", "")))
+    return None
+
+
+def _refused(v: Verdict, run: ChildRun) -> dict | None:
+    """What the audit hook refused in the solution's process, even where the solution carried on."""
+    refusals = run.witnessed.refusals if run.witnessed is not None else []
+    if not refusals:
+        return None
+    more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
+    return v.end("FAIL", "integrity", refusals[0] + more)
+
+
+def _witnessed(v: Verdict, timed: ChildRun) -> dict | None:
+    """ModelNew's timing held to the judge's own clock, rep by rep (harness/witness.py)."""
+    from harness.kb_protocol import MODEL_PHASE
+    from harness.timing import summary
+    from harness.witness import agreement, disagreement_text
+    w = timed.witnessed
+    reps = w.reps(MODEL_PHASE) if w is not None else None
+    if w is None or w.problem or reps is None or not reps.samples_us:
+        why = (w.problem if w is not None else None) or "the timed reps were not reported to the judge as they ended"
+        return v.end("FAIL", "integrity", f"the witness of the timing: {why}")
+    if reps.samples_us != timed.result["timing"].get("samples_us"):
+        return v.end("FAIL", "integrity", "the solution's timing record differs from the reps it reported "
+                                          "to the judge as they ended")
+    check = agreement(reps, w.reps("null"))
+    if not check["agrees"]:
+        return v.end("FAIL", "integrity", disagreement_text(check))
+    timed.result["timing"] = {**summary(reps.samples_us, str(v.data["device"].get("type", "cpu"))).to_json(),
+                              "witness": check}
     return None
 
 

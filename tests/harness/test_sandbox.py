@@ -115,7 +115,7 @@ def test_without_the_sandbox_the_same_write_lands(tmp_path, capfd):
     v = judge(path, device="cpu", timeout_s=120, sandbox=False)
     assert (v["verdict"], v["failed_stage"]) == ("FAIL", "smoke")
     assert board.read_bytes() != b"experiment\tdecision\n1\tBASELINE\n"
-    assert v["sandbox"] == {"kind": "none", "reason": "switched off on request (--no-sandbox)"}
+    assert (v["sandbox"]["kind"], v["sandbox"]["reason"]) == ("none", "switched off on request (--no-sandbox)")
     assert "WITHOUT an OS sandbox" in capfd.readouterr().err
 
 
@@ -131,7 +131,7 @@ def test_candidate_opening_a_socket_to_localhost_fails_and_connects_nowhere(tmp_
         with pytest.raises(socket.timeout):
             server.accept()  # nothing ever connected
     assert (v["verdict"], v["failed_stage"]) == ("FAIL", "compile")
-    assert "refused by the judge's OS sandbox" in _failed_detail(v)
+    assert "refused by the judge's" in _failed_detail(v)  # the audit hook or, behind it, the OS sandbox
 
 
 @LANDLOCK

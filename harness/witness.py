@@ -1,0 +1,261 @@
+"""The outside witness of every timed rep: what the worker says it measured, checked against the
+judge's own clock.
+
+A candidate shares the worker's process, so whatever the worker measures it could rewrite: a clock
+swapped for one call, samples shrunk through a traceback. So the worker reports each timed rep to
+the judging process as it happens, one datagram per line, over a unix socket it connects before
+the candidate is imported (and before the sandbox closes sockets):
+
+    S <phase> <i>          just before rep i's timed region starts
+    E <phase> <i> <us>     just after it ends, with the time it measured (before the next rep)
+    X <json text>          the audit hook refused something the candidate's code tried
+
+The judging process asked its kernel to stamp every datagram with the system clock at the moment
+it was sent (SO_TIMESTAMPNS), and reads them on a thread (`Witness`), so no sample can be rewritten
+after it is sent and the judge's own scheduling on a busy machine does not move a stamp (where the
+kernel gives no stamp, the thread stamps each line with time.monotonic() as it arrives). The
+interval between a rep's S and E stamps contains the timed call plus a small fixed overhead (a
+send, and on a GPU the event records and the synchronize); the worker calibrates that overhead in
+the same session, before the candidate is imported, by timing a null call the same way (phase
+`null`). `agreement` then holds the worker's median to the judge's clock within a bound it states.
+
+The socket lives in a folder of the judge's that the sandbox neither lets the worker read nor write,
+and the sandbox refuses socket(2) itself: the worker's connected descriptor is the only way in.
+Code in the worker could still send lines of its own through that descriptor; they break the strict
+S/E sequence (`Reps`), and a descriptor swapped for another socket is caught by its inode before
+every send (`Reporter`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import socket
+import statistics
+import struct
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# The bound, stated in every verdict: the worker's median may be at most this much faster than the
+# judge's clock says (witnessed interval minus the calibrated overhead); SLACK covers the judge's
+# wake-up jitter on a busy machine. Only this side is bounded: a worker gains nothing by reporting
+# more time than it took, while a judge woken late for a rep's start would see a short interval.
+LOWER_RATIO = 0.8
+SLACK_FLOOR_US = 50.0
+SLACK_IQRS = 3.0
+MAX_LINES = 20_000  # a worker that floods the socket is not timing anything; its lines stop counting
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's number, where Python does not name it
+
+# Bound before any candidate is imported: the reporter's own system calls are not the candidate's.
+_write, _fstat = os.write, os.fstat
+
+
+class WitnessBroken(RuntimeError):
+    """The worker's end of the witness socket is no longer the socket the judge is reading."""
+
+
+class Reporter:
+    """The worker's end: one datagram per line, written straight to the descriptor (a send that
+    raises no audit event, so the audit hook can report through it too)."""
+
+    def __init__(self, path: str | Path):
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.connect(str(path))
+        self._fd = self._socket.fileno()
+        self._inode = _fstat(self._fd).st_ino
+
+    def start(self, phase: str, i: int) -> None:
+        self._send(f"S {phase} {i}\n")
+
+    def end(self, phase: str, i: int, us: float) -> None:
+        self._send(f"E {phase} {i} {us!r}\n")
+
+    def refused(self, text: str) -> None:
+        self._send("X " + json.dumps(text[:2000]) + "\n")
+
+    def _send(self, line: str) -> None:
+        # a descriptor swapped for another socket would let the candidate replay the judge's lines late
+        if _fstat(self._fd).st_ino != self._inode:
+            raise WitnessBroken("the witness socket was replaced while the candidate's code ran")
+        _write(self._fd, line.encode())
+
+
+class Witness:
+    """The judge's end: a unix datagram socket in a private folder, read on a thread that keeps each
+    line with the kernel's stamp of when it was sent."""
+
+    def __init__(self):
+        self._dir = tempfile.mkdtemp(prefix="ak-witness-")
+        self.path = Path(self._dir, "reps")
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.bind(str(self.path))
+        try:
+            self._socket.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            pass  # no kernel stamps here: the reader's own clock stands in
+        self._socket.setblocking(False)
+        self._stop_r, self._stop_w = os.pipe()
+        self.lines: list[tuple[float, str]] = []
+        self.flooded = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, name="ak-witness", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            ready, _, _ = select.select([self._socket, self._stop_r], [], [])
+            if self._socket in ready:
+                with self._lock:
+                    self._drain(keep=True)
+                continue
+            return  # stopped, and nothing left to read
+
+    def _drain(self, keep: bool) -> None:
+        while True:
+            try:
+                data, ancillary, _, _ = self._socket.recvmsg(65536, socket.CMSG_SPACE(16))
+            except (BlockingIOError, InterruptedError):
+                return
+            if keep:
+                self._keep(data, _stamp(ancillary))
+
+    def _keep(self, data: bytes, stamp: float) -> None:
+        if len(self.lines) >= MAX_LINES:
+            self.flooded = True
+            return
+        self.lines.append((stamp, data.decode("utf-8", "replace").rstrip("\n")))
+
+    def reset(self) -> None:
+        """Forget everything reported so far (a worker that is started again reports from scratch)."""
+        with self._lock:
+            self._drain(keep=False)
+            self.lines.clear()
+            self.flooded = False
+
+    def close(self) -> "Record":
+        """Stop reading (after the worker has exited) and parse what arrived."""
+        os.write(self._stop_w, b"x")
+        self._thread.join(timeout=10)
+        with self._lock:
+            self._drain(keep=True)
+        self._socket.close()
+        for fd in (self._stop_r, self._stop_w):
+            os.close(fd)
+        shutil.rmtree(self._dir, ignore_errors=True)
+        return parse(self.lines, self.flooded)
+
+
+def _stamp(ancillary) -> float:
+    """When the kernel says the datagram was sent (seconds), or now by the reader's clock."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack("qq", data[:16])
+            return seconds + nanoseconds * 1e-9
+    return time.monotonic()
+
+
+@dataclass
+class Reps:
+    """One phase's reps as the judge saw them: what the worker reported, and the judge's intervals."""
+    samples_us: list[float] = field(default_factory=list)
+    intervals_us: list[float] = field(default_factory=list)
+    open_start: tuple[int, float] | None = None  # (i, stamp) of an S still waiting for its E
+
+
+@dataclass
+class Record:
+    phases: dict[str, Reps] = field(default_factory=dict)
+    refusals: list[str] = field(default_factory=list)
+    problem: str | None = None  # the first line that broke the protocol
+
+    def reps(self, phase: str) -> Reps | None:
+        return self.phases.get(phase)
+
+
+def parse(lines: list[tuple[float, str]], flooded: bool = False) -> Record:
+    record = Record()
+    if flooded:
+        record.problem = f"more than {MAX_LINES} lines arrived on the witness socket"
+    for stamp, line in lines:
+        parts = line.split(" ", 1)
+        if parts[0] == "X" and len(parts) == 2:
+            record.refusals.append(_json_text(parts[1]))
+            continue
+        problem = _step(record, stamp, line)
+        if problem and record.problem is None:
+            record.problem = problem  # never the line itself: a forged line may carry anything
+    for phase, reps in record.phases.items():
+        if reps.open_start is not None and record.problem is None:
+            record.problem = f"rep {reps.open_start[0]} of {phase} started and never ended"
+    return record
+
+
+def _json_text(text: str) -> str:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text[:2000]
+    return value if isinstance(value, str) else str(value)[:2000]
+
+
+def _step(record: Record, stamp: float, line: str) -> str | None:
+    """Apply one S or E line; why it breaks the strict S i, E i, S i+1 ... order, or None."""
+    parts = line.split()
+    if len(parts) < 3 or parts[0] not in ("S", "E"):
+        return "a line the timing loop does not send"
+    kind, phase = parts[0], parts[1]
+    reps = record.phases.setdefault(phase, Reps())
+    try:
+        i = int(parts[2])
+        us = float(parts[3]) if kind == "E" else None
+    except (ValueError, IndexError):
+        return "a malformed line"
+    expected = len(reps.samples_us)
+    if kind == "S":
+        if reps.open_start is not None or i != expected:
+            return f"rep {i} of {phase} started out of order"
+        reps.open_start = (i, stamp)
+        return None
+    if reps.open_start is None or reps.open_start[0] != i or len(parts) != 4:
+        return f"rep {i} of {phase} ended without its start"
+    if not us >= 0.0:  # negative or NaN: no clock gives that
+        return f"rep {i} of {phase} reported {us} us"
+    reps.samples_us.append(us)
+    reps.intervals_us.append((stamp - reps.open_start[1]) * 1e6)
+    reps.open_start = None
+    return None
+
+
+def _iqr(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q3 - q1
+
+
+def agreement(timed: Reps, null: Reps | None) -> dict:
+    """Does the worker's median agree with the judge's clock? The figures and the bound, for the verdict."""
+    reported = statistics.median(timed.samples_us)
+    witnessed = statistics.median(timed.intervals_us)
+    overhead = statistics.median(null.intervals_us) if null and null.intervals_us else 0.0
+    slack = max(SLACK_FLOOR_US, SLACK_IQRS * _iqr(null.intervals_us if null else []))
+    estimate = witnessed - overhead
+    lower = LOWER_RATIO * estimate - slack
+    return {"reported_median_us": reported, "witnessed_median_us": witnessed, "overhead_us": overhead,
+            "witnessed_minus_overhead_us": estimate, "slack_us": slack, "lower_us": lower,
+            "reps": len(timed.samples_us), "null_reps": len(null.samples_us) if null else 0,
+            "bound": (f"worker's median >= {LOWER_RATIO:g} x (median interval on the judge's clock - calibrated "
+                      f"null-call overhead) - slack; slack = max({SLACK_FLOOR_US:g} us, {SLACK_IQRS:g} x the "
+                      "null call's IQR)"),
+            "agrees": reported >= lower}
+
+
+def disagreement_text(a: dict) -> str:
+    return (f"the time measured inside the worker disagrees with the judge's own clock: the worker's median "
+            f"is {a['reported_median_us']:.6g} us, the judge's clock saw {a['witnessed_median_us']:.6g} us per rep "
+            f"minus {a['overhead_us']:.4g} us of calibrated overhead = {a['witnessed_minus_overhead_us']:.6g} us; "
+            f"the bound allows no less than {max(a['lower_us'], 0.0):.6g} us ({a['bound']})")
