@@ -67,6 +67,14 @@ def sources(bait: Bait) -> dict[str, str]:
             wrapper=_wrapper_then('if _being_timed(x):',
                                   '    object.__setattr__(_timing, "_clock", _Rewound(entered))')
             .replace("    shape = x.shape", "    entered = _real_clock()\n    shape = x.shape", 1)),
+        # --- the same lie told only at a shape around the target: 16 rows, which no stage of the
+        #     judge runs for an 8-row target (its cases have 1 to 24 rows, never 16); only the timing
+        #     of the shapes around it does, where the judge's witness must catch it too
+        "lies_only_around_the_target": source(
+            prelude=ATTEMPT + CLOCK_VIA_OTHER_MODULE,
+            wrapper=_wrapper_then('if x2.shape[0] == 16:',
+                                  '    object.__setattr__(_timing, "_clock", _Rewound(entered))')
+            .replace("    shape = x.shape", "    entered = _real_clock()\n    shape = x.shape", 1)),
         # --- the timing loop's summary rewritten for one call, through the same reference to sys
         "summary_rewritten": source(prelude=ATTEMPT + SUMMARY_REWRITTEN,
                                     wrapper=_wrapper_then('if _being_timed(x):',

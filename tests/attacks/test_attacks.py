@@ -38,6 +38,8 @@ EXPECTED = {
     # the loop itself reads the swapped clock first, which puts it back: only the witness can tell
     "clock_via_other_module": ("integrity", "disagrees with the judge's own clock"),
     "summary_rewritten": ("integrity", "the worker's timing record differs from the reps it reported"),
+    "lies_only_around_the_target": ("integrity", "at softmax[16x256:float32]: the time measured inside the worker "
+                                                 "disagrees with the judge's own clock"),
     "pickle_socket": ("integrity", "pickle.find_class('socket', 'socket')"),
     "pickle_marshal": ("integrity", "pickle.find_class('marshal', 'loads')"),
     "reduce_import": ("integrity", "pickle.find_class('_pickle', 'loads')"),
@@ -101,7 +103,7 @@ def attacked(tmp_path_factory):
     try:
         with judge_session(fork=True), ThreadPoolExecutor(2) as pool:
             verdicts = dict(zip(paths, pool.map(
-                lambda p: judge(p, target=TARGET, device="cpu", timeout_s=300), paths.values())))
+                lambda p: judge(p, target=TARGET, device="cpu", timeout_s=300, time_around=True), paths.values())))
     finally:
         busy.kill()
         busy.wait()

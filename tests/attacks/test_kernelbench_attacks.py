@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.kernelbench.evaluate import EvalOptions, RefCache, evaluate
+from autokernel.judging.kb_evaluate import EvalOptions, RefCache, evaluate
 from paths import KERNELBENCH
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox and the hook are Linux's")
