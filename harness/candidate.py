@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from harness import registry
+from harness import registry, syntax
 from harness.integrity import ComputeRecorder
 from harness.launches import LaunchMonitor
 
@@ -27,7 +27,7 @@ class ContractError(Exception):
 def read_header(path: Path) -> dict[str, Any]:
     """KERNEL_TYPE, BACKEND and whether kernel_fn exists, read without running the file."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = syntax.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except SyntaxError as e:
         raise SyntaxError(f"{path.name}:{e.lineno}: {e.msg}") from None
     found: dict[str, Any] = {"has_kernel_fn": False}

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from harness import syntax
+
 # What a kernel file may import: the kernel languages and pure helpers of the standard library.
 # triton.tools.tensor_descriptor is the host side of Hopper's TMA: a plain descriptor of a tensor.
 KERNEL_IMPORTS = ("torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math", "functools",
@@ -125,7 +127,7 @@ class _Checker(ast.NodeVisitor):
 def check_source(text: str, backend: str = "triton", *, model: bool = False, filename: str = "") -> list[Violation]:
     """Every violation in `text`, in line order; empty when the file may be imported.
     A syntax error is left to the caller (it is reported as such, not as a rule)."""
-    tree = ast.parse(text, filename=filename or "<kernel>")
+    tree = syntax.parse(text, filename=filename or "<kernel>")
     checker = _Checker(allowed_imports(backend, model))
     # imports first, wherever they are: an attribute store may precede the import in the file
     for node in ast.walk(tree):

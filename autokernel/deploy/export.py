@@ -31,6 +31,7 @@ from autokernel.errors import UsageError, UserError
 from autokernel.search.run import RunDir
 from autokernel.deploy.verify import FILENAME as VERIFY_FILE
 from autokernel.deploy.winners import WinnerFile, winner_files
+from harness import syntax
 
 PACKAGE = "autokernel_kernels"
 FORMATS = ("package", "hf-kernels")
@@ -165,7 +166,7 @@ def leave_out_reason(f: WinnerFile, verified: dict) -> str:
         return f"guilty in verify.json: {why}"
     source = f.path.read_text(encoding="utf-8")
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError as e:
         return f"{f.path.name} does not parse: {e}"
     carried = set(VENDORED) if backend_of(tree) == "cuda" else set()
@@ -180,7 +181,7 @@ def leave_out_reason(f: WinnerFile, verified: dict) -> str:
 
 def _entry(f: WinnerFile, module: str, verified: dict) -> dict:
     checked = verified.get("per_kernel", {}).get(f.target, {})
-    backend = backend_of(ast.parse(f.path.read_text(encoding="utf-8")))
+    backend = backend_of(syntax.parse(f.path.read_text(encoding="utf-8")))
     return {"target": f.target, "kernel_type": f.kernel_type, "backend": backend, "dims": f.dims, "dtype": f.dtype,
             "kwargs": f.kwargs, "source": f"kernels/{module}.py", "route": f.route, "modules": f.modules,
             "serving": f.serving, "experiment": f.experiment, "speedup_vs_eager": f.speedup_vs_eager,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autokernel.errors import UsageError, UserError
+from harness import syntax
 
 FILE_RE = re.compile(r"^(\d+)_(.+)\.py$")
 LEVEL_RE = re.compile(r"^level(\d+)$")
@@ -111,7 +112,7 @@ def load_problems(source: str | Path, level: int | None = None, ids: str | None 
 
 def _top_level_names(path: Path) -> set[str] | None:
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = syntax.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except SyntaxError:
         return None
     names = set()

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from harness import syntax
+
 SOFTMAX = {"torch.softmax", "F.softmax", "torch.nn.functional.softmax", "nn.functional.softmax",
            "torch.special.softmax"}
 MATMUL = {"torch.matmul", "torch.mm"}
@@ -106,7 +108,7 @@ def match_problem(source: str) -> Match | None:
     """The kernel type a problem's forward is, with the adapter that calls its starter; None when
     the forward is anything else (the LLM agent handles those)."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError:
         return None
     cls = _model_class(tree)
@@ -153,7 +155,7 @@ def _match_call(call: ast.Call, params: tuple[str, ...], attrs: dict[str, str]) 
 
 def wrap_starter(problem_source: str, match: Match, starter_source: str) -> str:
     """A self-contained ModelNew file: the starter verbatim, then Model and the adapter."""
-    tree = ast.parse(problem_source)
+    tree = syntax.parse(problem_source)
     fixed = ["import math", "import torch", "import torch.nn as nn", "import torch.nn.functional as F"]
     imports = [ast.get_source_segment(problem_source, n) for n in tree.body
                if isinstance(n, (ast.Import, ast.ImportFrom))]

@@ -13,6 +13,8 @@ import operator
 import re
 from typing import Any, Iterable
 
+from harness import syntax
+
 LITERAL_NAMES = ("KERNEL_TYPE", "BACKEND", "TUNABLES", "CONSTRAINTS", "CONFIG")
 
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.-]*)[^\n`]*$")
@@ -46,7 +48,7 @@ def _looks_like_python(body: str) -> bool:
     """An untagged block counts when it parses as Python and defines or imports something: replies
     often show shell commands or output in untagged blocks, and those must not become a kernel."""
     try:
-        tree = ast.parse(body)
+        tree = syntax.parse(body)
     except (SyntaxError, ValueError):
         return False
     return any(isinstance(node, (ast.FunctionDef, ast.Import, ast.ImportFrom, ast.Assign))
@@ -92,7 +94,7 @@ def read_literals(source: str) -> dict[str, Any]:
     assignment wins). Names that are absent are left out. Raises ValueError when the file does not
     parse or one of these names is assigned something that is not a literal."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError as e:
         raise ValueError(f"the kernel file does not parse: line {e.lineno}: {e.msg}") from None
     found: dict[str, Any] = {}
@@ -161,7 +163,7 @@ def check_constraints(constraints: str | Iterable[str] | None, config: dict[str,
         return True
     for text in [constraints] if isinstance(constraints, str) else constraints:
         try:
-            tree = ast.parse(str(text).strip(), mode="eval")
+            tree = syntax.parse(str(text).strip(), mode="eval")
         except SyntaxError as e:
             raise ValueError(f"constraint {text!r} does not parse: {e.msg}") from None
         try:
@@ -190,7 +192,7 @@ def apply_config(source: str, config: dict[str, Any]) -> str:
     """`source` with its module-level CONFIG assignment replaced by `config`; every other byte is
     kept. Raises ValueError when the file has no CONFIG assignment to rewrite."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError as e:
         raise ValueError(f"the kernel file does not parse: line {e.lineno}: {e.msg}") from None
     values = [value for name, _, value in _assignments(tree) if name == "CONFIG"]
