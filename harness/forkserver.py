@@ -85,12 +85,14 @@ class Zygote:
                 raise ZygoteError("the zygote did not start in time") from None
             self.ready = True
 
-    def run(self, argv: list[str], timeout_s: float, env: dict[str, str], cwd: str | Path) -> ChildResult:
-        """One worker, forked: argv are the arguments of `python -m harness.worker`."""
+    def run(self, argv: list[str], timeout_s: float, env: dict[str, str], cwd: str | Path,
+            module: str = "harness.worker") -> ChildResult:
+        """One worker, forked: argv are the arguments of `python -m MODULE`."""
         self.start()
         with tempfile.TemporaryDirectory(prefix="ak-child-") as tmp:
             out_path, err_path = Path(tmp, "stdout"), Path(tmp, "stderr")
-            request = {"argv": argv, "env": env, "cwd": str(cwd), "stdout": str(out_path), "stderr": str(err_path)}
+            request = {"module": module, "argv": argv, "env": env, "cwd": str(cwd), "stdout": str(out_path),
+                       "stderr": str(err_path)}
             start = time.monotonic()
             try:
                 self.proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -145,14 +147,15 @@ class ZygotePool:
         self._lock = threading.Lock()
         self.forked = self.fallbacks = 0  # for the benchmark and the tests
 
-    def run(self, argv: list[str], timeout_s: float, env: dict[str, str], cwd: str | Path) -> ChildResult | None:
+    def run(self, argv: list[str], timeout_s: float, env: dict[str, str], cwd: str | Path,
+            module: str = "harness.worker") -> ChildResult | None:
         """The forked worker's result, or None when no zygote could serve (spawn instead)."""
         key = env_key(env)
         zygote = self._take(key, env)
         if zygote is None:
             return None
         try:
-            result = zygote.run(argv, timeout_s, env, cwd)
+            result = zygote.run(argv, timeout_s, env, cwd, module)
         except ZygoteError as e:
             print(f"autokernel: the pre-imported judge worker failed ({str(e)[:300]}); spawning one instead",
                   file=sys.stderr)

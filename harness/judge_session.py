@@ -21,6 +21,7 @@ from typing import Iterator
 from harness import forkserver
 
 _active: "JudgeSession | None" = None
+_users = 0  # the judge_session() contexts open now, in any thread: the last one out closes it
 _active_lock = threading.Lock()
 
 
@@ -57,18 +58,23 @@ def active() -> JudgeSession | None:
 
 @contextlib.contextmanager
 def judge_session(fork: bool | None = None) -> Iterator[JudgeSession]:
-    """Share zygotes and baselines among the judge calls inside; nested sessions reuse the outer one."""
-    global _active
+    """Share zygotes and baselines among the judge calls inside; a session opened while one is open
+    (nested, or from another thread) is that one, which closes when the last of them ends."""
+    global _active, _users
     with _active_lock:
-        outer = _active
-        session = outer or JudgeSession(fork)
-        _active = session
+        if _active is None:
+            _active = JudgeSession(fork)
+        session = _active
+        _users += 1
     try:
         yield session
     finally:
-        if outer is None:
-            with _active_lock:
+        with _active_lock:
+            _users -= 1
+            last = _users == 0
+            if last:
                 _active = None
+        if last:
             session.close()
 
 
@@ -87,10 +93,16 @@ def timing_end(events: list[dict]) -> dict | None:
 
 def run_worker(worker_args: list[str], timeout_s: float, env: dict[str, str], cwd, out_dir,
                restart=None) -> tuple:
-    """(ChildResult, "fork" or "spawn"): the worker forked from the session's zygote where one can
-    serve, else spawned as `python -m harness.worker`. A zygote that failed mid-candidate leaves
-    nothing behind: the output folder is emptied, `restart()` forgets what the first try reported,
-    and the candidate runs again, spawned."""
+    """(ChildResult, "fork" or "spawn") of `python -m harness.worker WORKER_ARGS`: run_module's."""
+    return run_module("harness.worker", worker_args, timeout_s, env, cwd, out_dir, restart)
+
+
+def run_module(module: str, args: list[str], timeout_s: float, env: dict[str, str], cwd, out_dir,
+               restart=None) -> tuple:
+    """(ChildResult, "fork" or "spawn"): `python -m MODULE ARGS` (one of the judge's workers,
+    harness/zygote.py's WORKERS) forked from the session's zygote where one can serve, else
+    spawned. A zygote that failed mid-child leaves nothing behind: the output folder is emptied,
+    `restart()` forgets what the first try reported, and the child runs again, spawned."""
     import shutil
     import sys
     from pathlib import Path
@@ -98,11 +110,11 @@ def run_worker(worker_args: list[str], timeout_s: float, env: dict[str, str], cw
     from harness.isolation import run_isolated
     session = _active
     if session is not None and session.pool is not None:
-        result = session.pool.run(worker_args, timeout_s, env, cwd)
+        result = session.pool.run(args, timeout_s, env, cwd, module)
         if result is not None:
             return result, "fork"
         shutil.rmtree(out_dir, ignore_errors=True)
         Path(out_dir).mkdir()
         if restart is not None:
             restart()
-    return run_isolated([sys.executable, "-m", "harness.worker"] + worker_args, timeout_s, env=env, cwd=cwd), "spawn"
+    return run_isolated([sys.executable, "-m", module] + args, timeout_s, env=env, cwd=cwd), "spawn"

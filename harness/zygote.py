@@ -1,17 +1,18 @@
 """A pre-imported judge worker that forks one child per candidate (the server side).
 
-Starting `python -m harness.worker` costs seconds per candidate before the first stage runs (the
-interpreter, torch, triton, the harness). This process pays that once: it is started with exactly
+Starting `python -m harness.worker` (or `python -m harness.kb_worker`, a KernelBench child) costs
+seconds per child before its first stage runs (the interpreter, torch, triton, the harness). This
+process pays that once: it is started with exactly
 the environment a worker would get (TRITON_INTERPRET and the like are read when triton is imported,
 so they must already be right here), imports everything the worker imports, and then, for each
-request, forks a child that does what `python -m harness.worker ARGV` does: its own session and
+request, forks a child that does what `python -m MODULE ARGV` does (MODULE one of WORKERS): its own session and
 process group, stdout and stderr to the files named, the scratch folder as its cwd and TMPDIR, the
 death signal tied to this process, and the Landlock sandbox applied by the worker itself in the
 child, after the fork and before the candidate is imported. This process never imports candidate
 code and never initialises CUDA (a CUDA context does not survive fork: the child initialises it).
 
-Protocol, one JSON object a line: the parent writes {"argv", "env", "cwd", "stdout", "stderr"} on
-our stdin; we answer {"pid": N} when the child is started and {"pid": N, "returncode": R} when it has
+Protocol, one JSON object a line: the parent writes {"module", "argv", "env", "cwd", "stdout",
+"stderr"} on our stdin; we answer {"pid": N} when the child is started and {"pid": N, "returncode": R} when it has
 been reaped (R as subprocess reports it: negative for a signal). EOF on stdin (the judge exited or
 was killed) kills every child's process group and ends this process.
 
@@ -20,6 +21,7 @@ was killed) kills every child's process group and ends this process.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -28,12 +30,16 @@ import sys
 import tempfile
 import traceback
 
+# the judge's own child programs, the only ones a zygote runs
+WORKERS = ("harness.worker", "harness.kb_worker")
+
 
 def preload() -> None:
     """Everything a worker imports before the candidate, so a child starts with it in memory."""
     import torch  # noqa: F401
     import triton  # noqa: F401  (reads TRITON_INTERPRET now: the environment is the child's)
 
+    import harness.kb_worker  # noqa: F401
     import harness.sandbox  # noqa: F401
     import harness.timing  # noqa: F401
     import harness.worker  # noqa: F401
@@ -46,7 +52,7 @@ def cuda_initialised() -> bool:
 
 
 def run_child(request: dict, channel: tuple[int, int]) -> None:
-    """In the forked child: become `python -m harness.worker ARGV` and never return."""
+    """In the forked child: become `python -m MODULE ARGV` and never return."""
     code = 1
     try:
         os.setsid()  # its own session and process group: the parent kills the group at its deadline
@@ -58,10 +64,13 @@ def run_child(request: dict, channel: tuple[int, int]) -> None:
         os.environ.update(request["env"])
         tempfile.tempdir = None  # re-read TMPDIR: the child's scratch folder, not the zygote's
         sys.path[0] = request["cwd"]  # what `python -m` puts first: the cwd the worker starts in
-        from harness import worker
+        name = request.get("module", WORKERS[0])
+        if name not in WORKERS:
+            raise ValueError(f"the zygote runs only the judge's workers, not {name!r}")
+        worker = importlib.import_module(name)
         sys.modules["__main__"] = worker  # the identity guard watches the worker's own functions
-        sys.argv = ["-m harness.worker"] + request["argv"]
-        set_cmdline([sys.executable, "-m", "harness.worker"] + request["argv"])
+        sys.argv = [f"-m {name}"] + request["argv"]
+        set_cmdline([sys.executable, "-m", name] + request["argv"])
         code = _exit_code(worker.main, request["argv"])
     except BaseException:  # noqa: BLE001 - a child must never return into the zygote's loop
         traceback.print_exc()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field, replace
@@ -77,6 +76,7 @@ class ChildRun:
     seconds: float
     sandbox: dict | None = None  # what the child enforced, as it recorded before running the solution
     witnessed: Any = None  # harness/witness.py's Record: the timed reps on the judge's clock, refusals
+    started_by: str = "spawn"  # "fork": from the judge session's pre-imported worker
 
     def outputs(self, key: str) -> list:
         return outputs_of(self.tensors, key)
@@ -93,15 +93,15 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
     """One child; a solution's child imports a copy of the text the parent read, from its own
     scratch folder, inside the OS sandbox (writes only there and to the compiler caches)."""
     import torch
-    from harness.isolation import run_isolated
     from harness.judge import child_env, sandbox_argv
+    from harness.judge_session import run_module
     from harness.witness import Witness
     witness = Witness() if solution is not None else None
     with tempfile.TemporaryDirectory(prefix="ak-kb-") as tmp:
         out, cwd, scratch_tmp = Path(tmp, "out"), Path(tmp, "cwd"), Path(tmp, "tmp")
         for folder in (out, cwd, scratch_tmp):
             folder.mkdir()
-        argv = [sys.executable, "-m", "harness.kb_worker", mode, "--problem", str(problem.resolve()),
+        argv = [mode, "--problem", str(problem.resolve()),
                 "--out", str(out), "--device", opts.device, "--precision", opts.precision,
                 "--trials", str(opts.trials), "--reps", str(opts.n_reps), "--warmup", str(opts.warmup)]
         env = child_env(opts.device, opts.visible_devices)
@@ -114,7 +114,9 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
             argv += ["--witness", str(witness.path)]
             env["TMPDIR"] = str(scratch_tmp)
         try:
-            child = run_isolated(argv, timeout_s or opts.timeout_s, env=env, cwd=cwd)
+            # forked from the judge session's pre-imported worker where there is one, else spawned
+            child, started_by = run_module("harness.kb_worker", argv, timeout_s or opts.timeout_s, env, cwd, out,
+                                  restart=witness.reset if witness is not None else None)
         finally:
             witnessed = witness.close() if witness is not None else None
         result_path, tensors_path, stage_path = out / "result.json", out / "tensors.pt", out / "stage"
@@ -124,7 +126,7 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
         stage = stage_path.read_text() if stage_path.exists() else "start"
         sandbox = _read_json(out / "sandbox.json")
     return ChildRun(result, tensors, stage, child.returncode, child.timed_out, child.signal_name,
-                    child.stderr_tail(), child.seconds, sandbox, witnessed)
+                    child.stderr_tail(), child.seconds, sandbox, witnessed, started_by)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -234,8 +236,14 @@ class Verdict:
 
 def evaluate(problem: str | Path, solution: str | Path, options: EvalOptions | None = None,
              cache: RefCache | None = None) -> dict:
-    """Judge `solution` (a ModelNew file) against `problem`; always returns the verdict dict."""
-    problem, solution = Path(problem), Path(solution)
+    """Judge `solution` (a ModelNew file) against `problem`; always returns the verdict dict. Its
+    children fork from one pre-imported worker: the caller's judge session, or one of its own."""
+    from harness.judge_session import judge_session
+    with judge_session():
+        return _evaluate(Path(problem), Path(solution), options, cache)
+
+
+def _evaluate(problem: Path, solution: Path, options: EvalOptions | None, cache: RefCache | None) -> dict:
     opts = resolve(options or EvalOptions())
     check_problem_file(problem)
     check_solution_file(solution)
@@ -250,12 +258,14 @@ def evaluate(problem: str | Path, solution: str | Path, options: EvalOptions | N
         return ended
     check = run_child("check", problem, opts, sol)
     v.data["sandbox"] = _sandbox_of(check, opts)
+    v.data["workers"] = {"check": check.started_by}
     if (ended := v.child_failed(check, opts) or _tampered(v, check) or _refused(v, check)) is not None:
         return ended
     for step in (_judge_trials, _judge_integrity):
         if (ended := step(v, ref, check, opts)) is not None:
             return ended
     timed = run_child("time", problem, opts, sol)
+    v.data["workers"]["time"] = timed.started_by
     if (ended := v.child_failed(timed, opts) or _tampered(v, timed) or _refused(v, timed)
             or _judge_timed_outputs(v, ref, timed, opts) or _witnessed(v, timed)) is not None:
         return ended

@@ -194,6 +194,7 @@ def execute(run: RunDir, state: RunState, config: dict, *, client: Any = None,
             log: Callable[[str], None] = lambda m: None) -> RunState:
     """Search every problem not yet done, until done, out of budget or interrupted."""
     from harness.isolation import kill_all
+    from harness.judge_session import judge_session
     options = KBRunOptions.from_json(config["options"])
     opts = resolve(options.eval_options())
     problems = {p["key"]: Problem(Path(p["path"]), p["problem_id"], p["name"], p["level"]) for p in config["problems"]}
@@ -205,10 +206,11 @@ def execute(run: RunDir, state: RunState, config: dict, *, client: Any = None,
     cache = RefCache()
     state.status, state.stop_reason, state.sessions = "running", "", state.sessions + 1
     try:
-        for target in state.targets:
-            if target.status != "done":
-                _search_problem(run, state, config, target, problems[target.name], options, opts, settings,
-                                cache, client, log)
+        with judge_session():  # every solution's children fork from pre-imported workers
+            for target in state.targets:
+                if target.status != "done":
+                    _search_problem(run, state, config, target, problems[target.name], options, opts, settings,
+                                    cache, client, log)
         state.status, state.stop_reason = "done", "every problem searched"
     except BudgetExhausted as stop:
         state.status, state.stop_reason = "done", str(stop)

@@ -174,7 +174,7 @@ def test_torch_is_untouched_by_the_tests():
 def test_verify_runs_winners_confined_and_only_the_parent_writes_the_run(tmp_path):
     from autokernel.search.run import RunDir
     from autokernel.deploy.verify_child import verify_confined
-    from test_verify import make_run, rewrite_winner
+    from tiny_llama import make_run, rewrite_winner
     run = make_run(tmp_path)
     board = run / "leaderboard.tsv"
     winner = run / "best" / "rmsnorm-8x32-float32.py"

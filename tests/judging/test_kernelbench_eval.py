@@ -4,14 +4,15 @@ time, by a module fixture; the tests read the verdicts."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 from autokernel.judging.kb_evaluate import EvalOptions, RefCache, evaluate
+from harness import forkserver
 from paths import KERNELBENCH
 
 HERE = KERNELBENCH
@@ -72,6 +73,9 @@ def test_correct_solutions_pass(verdicts, name):
     assert timing["representative_of_gpu"] is False and "not representative" in timing["method"]
     assert timing["eager"]["representative_of_gpu"] is False
     assert v["device"]["type"] == "cpu" and v["versions"]["torch"]
+    # each evaluation's children fork from one pre-imported worker, shared by the evaluations at once
+    assert v["workers"] == ({"check": "fork", "time": "fork"} if forkserver.enabled() else
+                            {"check": "spawn", "time": "spawn"})
 
 
 def test_randomly_initialised_linear_compares_fairly(verdicts):
@@ -156,15 +160,17 @@ def test_cli_json_is_one_object_and_exit_status_follows_the_verdict(tmp_path):
     argv = [sys.executable, "-m", "autokernel", "kernelbench", "eval", "--problem", str(RELU),
             "--device", "cpu", "--json", "--reps", "2", "--timeout", "60"]
     # the torch.compile baseline gets 1 s, in which a fresh child cannot even import torch and
-    # compile: it must come back null with the reason, and the verdict must not suffer
+    # compile: it must come back null with the reason, and the verdict must not suffer. Fresh: with
+    # AUTOKERNEL_JUDGE_FORK=0 every child is spawned, none forked from a pre-imported worker
     good = subprocess.run(argv + ["--solution", str(SOL / "19_ReLU_correct.py"), "--compile-timeout", "1"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env={**os.environ, "AUTOKERNEL_JUDGE_FORK": "0"})
     assert good.returncode == 0, good.stderr
     verdict = json.loads(good.stdout)  # exactly one object: anything else on stdout breaks this
     assert verdict["verdict"] == "PASS" and verdict["correct"] is True and verdict["flags"] == []
     assert verdict["timing"]["reps"] == 2
     assert verdict["speedup_vs_compile"] is None and verdict["timing"]["compile"] is None
     assert any("torch.compile baseline unavailable" in n and "longer than 1 s" in n for n in verdict["notes"])
+    assert verdict["workers"] == {"check": "spawn", "time": "spawn"}
     missing = tmp_path / "no_model_new.py"
     missing.write_text("import torch\n")
     usage = subprocess.run(argv + ["--solution", str(missing)], capture_output=True, text=True)
