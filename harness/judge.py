@@ -37,6 +37,7 @@ from harness.judge_session import JudgeSession
 from harness.registry import Case
 from harness.static_check import check_source, describe
 from harness.verdict_checks import Assessment, assess
+from harness.versions import versions
 from harness.witness import Witness
 
 DEFAULT_TIMEOUT_S = {"cpu": 600.0, "cuda": 180.0}
@@ -280,17 +281,6 @@ def _finish(verdict: dict, a: Assessment) -> dict:
         verdict["notes"] = a.notes
     return verdict
 
-
-def versions() -> dict[str, Any]:
-    # read from the package metadata: importing triton here would fix its interpret mode for this
-    # whole process before a later in-process Triton-interpreter run could switch it on
-    from importlib import metadata
-    try:
-        triton_version = metadata.version("triton")
-    except metadata.PackageNotFoundError:
-        triton_version = None
-    return {"torch": torch.__version__, "triton": triton_version, "cuda": torch.version.cuda,
-            "python": platform.python_version()}
 
 
 def _device_info(device: str, events: list[dict]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from harness.candidate import error_text, observed_call
-from harness.judge import versions as judge_versions
+from harness.versions import versions as judge_versions
 from harness.kb_protocol import (PRECISIONS, TIME_SEED, Bench, ProblemError, as_outputs, calibrate_overhead,
                                  fingerprint, forward, load_module, store, sync, time_model, trial_seeds)
 from harness import namespace

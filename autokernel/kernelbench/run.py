@@ -75,7 +75,7 @@ class KBRunOptions:
 def start(kb_dir: str | Path, level: int, ids: str | None, options: KBRunOptions,
           runs_dir: str | Path) -> tuple[RunDir, RunState, dict]:
     """A new run's folder, config, state and (empty) kernelbench.json."""
-    from harness.judge import versions
+    from harness.versions import versions
     problems = find_problems(kb_dir, level, ids)
     agent = options.resolved_agent()
     if agent == "llm":

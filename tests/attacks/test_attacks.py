@@ -1,6 +1,6 @@
 """The attack suite: correct kernels that lie (tests/attacks/attack_kernels.py), judged once per
-session as `autokernel optimize` judges (a judge session, forked workers, two at a time), beside two
-honest kernels, with a busy loop on the other core the whole time. Each attack must end in FAIL with
+session as `autokernel optimize` judges (a judge session, forked workers, two at a time), after two
+honest kernels judged with a busy loop on the other core. Each attack must end in FAIL with
 a named reason, the honest kernels in a PASS the judge's own clock confirmed; nothing may arrive at
 a listener, and nothing read where a candidate may not read may appear in any verdict."""
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Listeners:
 
 @pytest.fixture(scope="module")
 def attacked(tmp_path_factory):
-    """Every attack and the honest kernels, judged once, with the other core kept busy."""
+    """Every attack and the honest kernels, judged once: the honest ones with the other core kept busy."""
     folder = tmp_path_factory.mktemp("attacks")
     home = folder / "home"
     home.mkdir()
@@ -99,14 +99,19 @@ def attacked(tmp_path_factory):
     paths["honest_correct"] = folder / "honest_correct.py"
     paths["honest_correct"].write_text(judge_kernels.source())
     paths["honest_softmax_rows"] = judge_kernels.GOOD / "softmax_rows.py"
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # the other core, loaded
-    try:
-        with judge_session(fork=True), ThreadPoolExecutor(2) as pool:
-            verdicts = dict(zip(paths, pool.map(
-                lambda p: judge(p, target=TARGET, device="cpu", timeout_s=300, time_around=True), paths.values())))
-    finally:
-        busy.kill()
-        busy.wait()
+    def judged(names):
+        return dict(zip(names, pool.map(
+            lambda name: judge(paths[name], target=TARGET, device="cpu", timeout_s=300, time_around=True), names)))
+
+    with judge_session(fork=True), ThreadPoolExecutor(2) as pool:
+        # the honest kernels with the other core kept busy: the witness must not fail them there
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            verdicts = judged(list(HONEST))
+        finally:
+            busy.kill()
+            busy.wait()
+        verdicts.update(judged([name for name in paths if name not in HONEST]))
     received = listeners.received()
     listeners.close()
     return verdicts, received, other
