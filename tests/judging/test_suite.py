@@ -1,4 +1,6 @@
-"""`autokernel bench --suite starters`, cut to one kernel type so it stays quick on a CPU."""
+"""`autokernel bench --suite starters`, cut to one kernel type so it stays quick on a CPU. The tests
+share one judge session, as the rows of one suite do: the reduce target's torch.compile baseline
+is compiled once, and later rows say it was reused."""
 from __future__ import annotations
 
 import json
@@ -7,6 +9,13 @@ import pytest
 
 from autokernel.errors import UsageError
 from autokernel.judging.suite import judge_suite, run_suite
+from harness.judge_session import judge_session
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_session():
+    with judge_session() as session:
+        yield session
 
 
 def test_suite_judges_both_backends_with_both_baselines():
@@ -23,7 +32,7 @@ def test_suite_judges_both_backends_with_both_baselines():
 
 
 def test_suite_json_is_one_list(capsys):
-    code = run_suite("starters", json_out=True, timeout_s=None, device="cpu", arch="sm_80", types=["softmax"])
+    code = run_suite("starters", json_out=True, timeout_s=None, device="cpu", arch="sm_80", types=["reduce"])
     verdicts = json.loads(capsys.readouterr().out)
     assert code == 0 and [v["verdict"] for v in verdicts] == ["PASS", "COMPILE_ONLY"]
     assert all(v["resources"]["arch"] == "sm_80" for v in verdicts)
