@@ -23,9 +23,10 @@ def record_baseline(run: RunDir, target: TargetState, source: str, median_us: fl
     target.best_experiment, target.next_experiment = 0, 1
 
 
-def write_run(root, spec, targets, name: str = "run", dtype: str = "float32") -> RunDir:
+def write_run(root, spec, targets, name: str = "run", dtype: str = "float32", verdict=None) -> RunDir:
     """A finished run of the model `spec` (a ModelSpec) whose winners are given as sources:
-    targets are (target, kernel type, dims, kwargs, route, modules, source), in plan order."""
+    targets are (target, kernel type, dims, kwargs, route, modules, source), in plan order;
+    `verdict(target_state)`, where given, is the verdict recorded beside a winner (or None)."""
     from autokernel.search.run import RunState
     run = RunDir(root / name)
     run.create()
@@ -37,6 +38,9 @@ def write_run(root, spec, targets, name: str = "run", dtype: str = "float32") ->
                         baseline_median_us=100.0, eager_median_us=50.0)
         state.targets.append(t)
         record_baseline(run, t, source)
+        recorded = verdict(t) if verdict is not None else None
+        if recorded is not None:
+            run.write_json(run.experiment_file(t, 0, ".json"), recorded)
         entries.append({"rank": rank, "kernel_type": kernel_type, "target": target, "route": route, "modules": modules})
     run.write_json(run.config_path, {"run_id": run.run_id, "model": spec.to_json(), "device": {"type": "cpu"}})
     run.write_json(run.plan_path, {"device": "cpu", "entries": entries})

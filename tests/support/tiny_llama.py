@@ -6,9 +6,9 @@ from pathlib import Path
 import torch
 
 from autokernel.deploy import routing
-from autokernel.search.run import RunDir, RunState, TargetState
+from autokernel.search.run import RunDir, TargetState
 from harness.registry import Case
-from sealed_runs import record_baseline
+from sealed_runs import record_baseline, write_run
 from paths import EXAMPLES
 
 LLAMA = EXAMPLES / "llama_tiny.py"
@@ -64,25 +64,12 @@ def make_run(root: Path, targets=TARGETS, dtype: str = "float32", model_dtype=No
     before serving ranges, their target alone."""
     from autokernel.profile.modelfile import ModelSpec
     from starter_kernels import starter_path
-    run = RunDir(root / name)
-    run.create()
     spec = ModelSpec(path=str(LLAMA), class_name="LlamaTiny", input_shape=[1, 8], input_dtype="tokens",
                      vocab_size=64, init_args=LLAMA_ARGS, device="cpu", dtype=model_dtype)
-    state = RunState(run_id=run.run_id, agent="tune", status="done")
-    entries = []
-    for rank, (target, kernel_type, dims, kwargs, route, modules, _) in enumerate(targets, 1):
-        t = TargetState(name=target, kernel_type=kernel_type, dims=dims, dtype=dtype, rank=rank, share=0.1,
-                        kwargs=kwargs, status="done", best_experiment=0, best_median_us=100.0,
-                        baseline_median_us=100.0, eager_median_us=50.0)
-        state.targets.append(t)
-        record_baseline(run, t, starter_path(kernel_type).read_text())
-        if target not in exact:
-            run.write_json(run.experiment_file(t, 0, ".json"), proven_around(t))
-        entries.append({"rank": rank, "kernel_type": kernel_type, "target": target, "route": route, "modules": modules})
-    run.write_json(run.config_path, {"run_id": run.run_id, "model": spec.to_json(), "device": {"type": "cpu"}})
-    run.write_json(run.plan_path, {"device": "cpu", "entries": entries})
-    run.save_state(state)
-    return run.path
+    sources = [(target, kernel_type, dims, kwargs, route, modules, starter_path(kernel_type).read_text())
+               for target, kernel_type, dims, kwargs, route, modules, _ in targets]
+    return write_run(root, spec, sources, name, dtype,
+                     verdict=lambda t: None if t.name in exact else proven_around(t)).path
 
 
 def proven_around(t: TargetState) -> dict:
