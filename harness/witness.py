@@ -17,7 +17,8 @@ kernel gives no stamp, the thread stamps each line with time.monotonic() as it a
 interval between a rep's S and E stamps contains the timed call plus a small fixed overhead (a
 send, and on a GPU the event records and the synchronize); the worker calibrates that overhead in
 the same session, before the candidate is imported, by timing a null call the same way (phase
-`null`). `agreement` then holds the worker's median to the judge's clock within a bound it states.
+`null`). `agreement` then holds each rep's reported time to its own interval on the judge's clock,
+within a bound it states, and asks that most reps keep it.
 
 The socket lives in a folder of the judge's that the sandbox neither lets the worker read nor write,
 and the sandbox refuses socket(2) itself: the worker's connected descriptor is the only way in.
@@ -40,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The bound, stated in every verdict: the worker's median may be at most this much faster than the
+# The bound, stated in every verdict: a rep's reported time may be at most this much faster than the
 # judge's clock says (witnessed interval minus the calibrated overhead); SLACK covers the judge's
 # wake-up jitter on a busy machine. Only this side is bounded: a worker gains nothing by reporting
 # more time than it took, while a judge woken late for a rep's start would see a short interval.
@@ -238,24 +239,32 @@ def _iqr(values: list[float]) -> float:
 
 
 def agreement(timed: Reps, null: Reps | None) -> dict:
-    """Does the worker's median agree with the judge's clock? The figures and the bound, for the verdict."""
-    reported = statistics.median(timed.samples_us)
-    witnessed = statistics.median(timed.intervals_us)
+    """Does the worker's time agree with the judge's clock? Rep by rep: rep i agrees when its sample
+    is at least LOWER_RATIO x (its own interval - the calibrated overhead) - slack, and the timing
+    agrees when most reps do. Pairing each sample with its own interval keeps a rep the judge's
+    clock saw late (a busy machine preempting the worker between its clock and its send) from
+    moving the bound for the others; a worker that under-reports most of its reps is still caught,
+    and under-reporting fewer than half of them cannot move its median past its fastest honest reps.
+    The figures and the bound, for the verdict."""
     overhead = statistics.median(null.intervals_us) if null and null.intervals_us else 0.0
     slack = max(SLACK_FLOOR_US, SLACK_IQRS * _iqr(null.intervals_us if null else []))
-    estimate = witnessed - overhead
-    lower = LOWER_RATIO * estimate - slack
-    return {"reported_median_us": reported, "witnessed_median_us": witnessed, "overhead_us": overhead,
-            "witnessed_minus_overhead_us": estimate, "slack_us": slack, "lower_us": lower,
-            "reps": len(timed.samples_us), "null_reps": len(null.samples_us) if null else 0,
-            "bound": (f"worker's median >= {LOWER_RATIO:g} x (median interval on the judge's clock - calibrated "
-                      f"null-call overhead) - slack; slack = max({SLACK_FLOOR_US:g} us, {SLACK_IQRS:g} x the "
-                      "null call's IQR)"),
-            "agrees": reported >= lower}
+    lowers = [LOWER_RATIO * (interval - overhead) - slack for interval in timed.intervals_us]
+    within = sum(sample >= lower for sample, lower in zip(timed.samples_us, lowers))
+    reps = len(timed.samples_us)
+    witnessed = statistics.median(timed.intervals_us)
+    return {"reported_median_us": statistics.median(timed.samples_us), "witnessed_median_us": witnessed,
+            "overhead_us": overhead, "witnessed_minus_overhead_us": witnessed - overhead, "slack_us": slack,
+            "lower_us": statistics.median(lowers), "reps": reps, "reps_within_bound": within,
+            "null_reps": len(null.samples_us) if null else 0,
+            "bound": (f"in at least half the reps, the worker's time >= {LOWER_RATIO:g} x (that rep's interval on "
+                      f"the judge's clock - calibrated null-call overhead) - slack; slack = max({SLACK_FLOOR_US:g} "
+                      f"us, {SLACK_IQRS:g} x the null call's IQR)"),
+            "agrees": reps > 0 and 2 * within >= reps}
 
 
 def disagreement_text(a: dict) -> str:
-    return (f"the time measured inside the worker disagrees with the judge's own clock: the worker's median "
-            f"is {a['reported_median_us']:.6g} us, the judge's clock saw {a['witnessed_median_us']:.6g} us per rep "
+    return (f"the time measured inside the worker disagrees with the judge's own clock in "
+            f"{a['reps'] - a['reps_within_bound']} of {a['reps']} reps: the worker's median is "
+            f"{a['reported_median_us']:.6g} us, the judge's clock saw {a['witnessed_median_us']:.6g} us per rep "
             f"minus {a['overhead_us']:.4g} us of calibrated overhead = {a['witnessed_minus_overhead_us']:.6g} us; "
-            f"the bound allows no less than {max(a['lower_us'], 0.0):.6g} us ({a['bound']})")
+            f"the bound allows no less than {max(a['lower_us'], 0.0):.6g} us at the median ({a['bound']})")

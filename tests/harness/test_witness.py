@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.witness import Reps, Witness, agreement, parse
+from harness.witness import Reps, Witness, agreement, disagreement_text, parse
 from paths import DATA, ROOT
 
 # a worker's timing loop in miniature: each rep sleeps 20 ms; `factor` scales what it reports
@@ -67,6 +67,21 @@ def test_agreement_subtracts_the_calibrated_overhead_and_states_its_bound():
     assert honest["agrees"] and honest["overhead_us"] == 400.0 and honest["witnessed_minus_overhead_us"] == 1000.0
     lying = agreement(_reps([700.0] * 9, [1400.0] * 9), null)  # 0.7x of what the judge saw
     assert not lying["agrees"] and "0.8 x" in lying["bound"]
+
+
+def test_reps_the_judge_saw_late_do_not_move_the_bound_for_the_others():
+    # as a busy CI machine recorded it: the honest worker's reps are 12 ms or 15.3 ms, and three of
+    # the fast ones were preempted between the worker's clock and its send, so the judge saw 15.3 ms
+    # for them too. Medians alone (12.0 ms reported, 15.3 ms seen) would call that a lie.
+    samples = [12000.0] * 6 + [15300.0] * 4
+    intervals = [15300.0] * 3 + [12010.0] * 3 + [15310.0] * 4
+    null = _reps([1.0] * 9, [15.0] * 9)
+    honest = agreement(_reps(samples, intervals), null)
+    assert honest["agrees"] and honest["reps_within_bound"] == 7, honest
+    # the same reps with six of them reported at half their time: caught, and the text says how many
+    lying = agreement(_reps([s / 2 for s in samples[:6]] + samples[6:], intervals), null)
+    assert not lying["agrees"] and lying["reps_within_bound"] == 4
+    assert "in 6 of 10 reps" in disagreement_text(lying)
 
 
 def test_a_short_kernel_cannot_be_judged_finer_than_the_slack():
