@@ -25,7 +25,7 @@ NORMS = [{"name": n, "class": "RMSNorm"}
 RMSNORM, ROTARY = "rmsnorm[8x32:float32]", "rotary_embedding[1x2x8x16:float32]"
 # Run by a fresh interpreter as if autokernel were not installed: autokernel and starter_kernels
 # cannot be imported, and `harness` only from the folders on sys.path (the package's vendor/ once it
-# puts it there), never from this checkout.
+# puts it there), never from this checkout or an installed autokernel.
 USE_PACKAGE = r'''
 import importlib.abc, importlib.machinery, importlib.util, json, sys, warnings
 from pathlib import Path
@@ -36,8 +36,9 @@ class NoProjectCode(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in ("autokernel", "starter_kernels"):
             raise ImportError(f"{name} is not available to the exported package")
-        if name.split(".")[0] == "harness":
-            found = importlib.machinery.PathFinder.find_spec(name, path)
+        if name.split(".")[0] == "harness":  # an installed autokernel's harness/ is not on the path searched
+            vendor = [p for p in sys.path if p.endswith("vendor")] if path is None else path
+            found = importlib.machinery.PathFinder.find_spec(name, vendor)
             if found is None or "vendor" not in str(found.origin):
                 raise ModuleNotFoundError(f"{name} is not installed", name=name)
             return found
