@@ -152,7 +152,8 @@ def test_the_parent_rechecks_outputs_instead_of_trusting_the_worker(tmp_path):
     subprocess.run([sys.executable, "-m", "harness.worker", str(GOOD / "softmax_rows.py"), str(out),
                     "--device", "cpu"], env=child_env("cpu"), check=True, timeout=300, cwd=tmp_path)
     events, plan = read_events(out), build_plan("softmax", Capabilities("cpu", False))
-    assert assess(events, out, plan, "cpu").verdict == "PASS"
+    first = assess(events, out, plan, "cpu")
+    assert first.verdict == "PASS", (first.failed_stage, first.stages, first.notes)
     record = [e for e in events if e.get("event") == "case" and e["stage"] == "shape_sweep"][3]
     saved = out / "tensors" / record["output"]
     tampered = torch.load(saved, weights_only=True)

@@ -1,11 +1,10 @@
 """`autokernel optimize` as a user runs it, in real subprocesses: the offline tuner end to end on a
 one-op model, Ctrl-C (SIGINT) stopping cleanly, kill -9, and --resume continuing the same run."""
 import json
-import signal
 
 import pytest
 from loop_kernels import SOFTMAX_MODEL
-from processes import WAIT_S, end_orphans, judge_workers, judging, start, wait_for
+from processes import WAIT_S, end_orphans, interrupt, judge_workers, judging, start, wait_for
 
 from autokernel.search import leaderboard as board
 from autokernel.search.kernel_source import read_literals
@@ -21,7 +20,7 @@ def test_tuner_interrupt_kill_and_resume(tmp_path):
     first = start([str(model), "--agent", "tune", "--max-experiments", "1", "--timeout", "300",
                    "--device", "cpu"], runs_dir)
     run = wait_for(first, runs_dir, judging(0), "the baseline's judge")
-    first.send_signal(signal.SIGINT)
+    interrupt(first)
     out, err = first.communicate(timeout=60)
     assert first.returncode == 130, err
     assert "interrupted" in out and "softmax[16x256:float32]" in out

@@ -104,6 +104,16 @@ def wait_for(proc: subprocess.Popen, runs_dir: Path, ready, what: str) -> Path:
     pytest.fail(f"no {what} within {WAIT_S} s")
 
 
+def interrupt(proc: subprocess.Popen) -> None:
+    """Ctrl-C (SIGINT) to a process still running. One that already ended (the machine did not
+    schedule the test between seeing the judge and pressing Ctrl-C) fails here, saying so, rather
+    than as a Ctrl-C the run ignored."""
+    if proc.poll() is not None:
+        out, err = proc.communicate()
+        pytest.fail(f"optimize had already exited {proc.returncode} when Ctrl-C was to be sent:\n{out}\n{err}")
+    os.kill(proc.pid, signal.SIGINT)
+
+
 def judging(number: int):
     """Ready when the judge's worker is running on experiment `number`."""
     def ready(run: Path) -> bool:
