@@ -70,6 +70,9 @@ def child_env(device: str, visible_devices: str | None = None) -> dict[str, str]
         extra["TRITON_INTERPRET"] = "1"  # before anything is jitted: the worker imports triton after this
         # the interpreter's tl.dot runs on numpy's BLAS, whose spinning threads fight a small CPU
         extra.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+        # and PyTorch's OpenMP threads likewise: the interpreted kernel runs on one thread, so the
+        # eager baseline it is ranked against runs on one too
+        extra.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     if visible_devices is not None:  # the child sees that GPU as cuda:0
         extra["CUDA_VISIBLE_DEVICES"] = str(visible_devices)
     return scrubbed_env(extra)
