@@ -20,6 +20,11 @@ def pytest_unconfigure(config):
     if _OWN_CACHE:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
+# pytest-xdist runs one test process per core: each one, and every process it starts, computing on
+# one thread, not on as many OpenMP threads as there are cores spinning against each other.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 if not torch.cuda.is_available():
     # Without a GPU the interpreter is the only Triton there is, and the mode is fixed by whoever
     # imports triton first (torch itself does, lazily): choose it before any test can.

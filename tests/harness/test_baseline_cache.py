@@ -45,7 +45,8 @@ def test_two_candidates_of_a_target_share_one_compiled_baseline():
     with judge_session():
         first = judge(GOOD / "softmax_rows.py", target=case, device="cpu", compile_baseline=True)
         second = judge(GOOD / "softmax_rows.py", target=case, device="cpu", compile_baseline=True)
-    alone = judge(GOOD / "softmax_rows.py", target=case, device="cpu", compile_baseline=False)
+        # not asked for the baseline: none, not even the one the session holds
+        alone = judge(GOOD / "softmax_rows.py", target=case, device="cpu", compile_baseline=False)
     assert first["verdict"] == second["verdict"] == "PASS"
     t1, t2 = first["timing"], second["timing"]
     assert "compile_cached" not in t1 and t2["compile_cached"] is True
