@@ -18,7 +18,7 @@ interval between a rep's S and E stamps contains the timed call plus a small fix
 send, and on a GPU the event records and the synchronize); the worker calibrates that overhead in
 the same session, before the candidate is imported, by timing a null call the same way (phase
 `null`). `agreement` then holds each rep's reported time to its own interval on the judge's clock,
-within a bound it states, and asks that most reps keep it.
+within a bound it states, and asks that more than half the reps keep it.
 
 The socket lives in a folder of the judge's that the sandbox neither lets the worker read nor write,
 and the sandbox refuses socket(2) itself: the worker's connected descriptor is the only way in.
@@ -241,11 +241,11 @@ def _iqr(values: list[float]) -> float:
 def agreement(timed: Reps, null: Reps | None) -> dict:
     """Does the worker's time agree with the judge's clock? Rep by rep: rep i agrees when its sample
     is at least LOWER_RATIO x (its own interval - the calibrated overhead) - slack, and the timing
-    agrees when most reps do. Pairing each sample with its own interval keeps a rep the judge's
-    clock saw late (a busy machine preempting the worker between its clock and its send) from
-    moving the bound for the others; a worker that under-reports most of its reps is still caught,
-    and under-reporting fewer than half of them cannot move its median past its fastest honest reps.
-    The figures and the bound, for the verdict."""
+    agrees when more than half the reps do. Pairing each sample with its own interval keeps a rep
+    the judge's clock saw late (a busy machine preempting the worker between its clock and its send)
+    from moving the bound for the others. A worker that under-reports more than half its reps is
+    caught; one that under-reports fewer cannot move its median below its fastest rep that agrees,
+    that is, below the bound of a rep the judge saw. The figures and the bound, for the verdict."""
     overhead = statistics.median(null.intervals_us) if null and null.intervals_us else 0.0
     slack = max(SLACK_FLOOR_US, SLACK_IQRS * _iqr(null.intervals_us if null else []))
     lowers = [LOWER_RATIO * (interval - overhead) - slack for interval in timed.intervals_us]
@@ -256,10 +256,10 @@ def agreement(timed: Reps, null: Reps | None) -> dict:
             "overhead_us": overhead, "witnessed_minus_overhead_us": witnessed - overhead, "slack_us": slack,
             "lower_us": statistics.median(lowers), "reps": reps, "reps_within_bound": within,
             "null_reps": len(null.samples_us) if null else 0,
-            "bound": (f"in at least half the reps, the worker's time >= {LOWER_RATIO:g} x (that rep's interval on "
+            "bound": (f"in more than half the reps, the worker's time >= {LOWER_RATIO:g} x (that rep's interval on "
                       f"the judge's clock - calibrated null-call overhead) - slack; slack = max({SLACK_FLOOR_US:g} "
                       f"us, {SLACK_IQRS:g} x the null call's IQR)"),
-            "agrees": reps > 0 and 2 * within >= reps}
+            "agrees": 2 * within > reps}
 
 
 def disagreement_text(a: dict) -> str:

@@ -82,6 +82,9 @@ def test_reps_the_judge_saw_late_do_not_move_the_bound_for_the_others():
     lying = agreement(_reps([s / 2 for s in samples[:6]] + samples[6:], intervals), null)
     assert not lying["agrees"] and lying["reps_within_bound"] == 4
     assert "in 6 of 10 reps" in disagreement_text(lying)
+    # exactly half: lying on the three slow reps would halve an even count's median, so it fails
+    slow_lies = agreement(_reps([8.0] * 3 + [1.0] * 3, [10.0] * 3 + [100.0] * 3), _reps([0.0] * 9, [0.0] * 9))
+    assert slow_lies["reps_within_bound"] == 3 and not slow_lies["agrees"]
 
 
 def test_a_short_kernel_cannot_be_judged_finer_than_the_slack():
