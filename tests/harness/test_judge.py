@@ -149,8 +149,11 @@ def test_the_parent_rechecks_outputs_instead_of_trusting_the_worker(tmp_path):
     from harness.judge import child_env, read_events
     from harness.verdict_checks import assess
     out = tmp_path / "out"
+    # TMPDIR as the judge sets it: the worker counts its temporary folder as the candidate's, and
+    # /tmp itself would hold this checkout where it is cloned there
     subprocess.run([sys.executable, "-m", "harness.worker", str(GOOD / "softmax_rows.py"), str(out),
-                    "--device", "cpu"], env=child_env("cpu"), check=True, timeout=300, cwd=tmp_path)
+                    "--device", "cpu"], env={**child_env("cpu"), "TMPDIR": str(tmp_path)}, check=True, timeout=300,
+                   cwd=tmp_path)
     events, plan = read_events(out), build_plan("softmax", Capabilities("cpu", False))
     first = assess(events, out, plan, "cpu")
     assert first.verdict == "PASS", (first.failed_stage, first.stages, first.notes)
