@@ -6,7 +6,7 @@
                                                              # honest verdicts in a row, with N busy
                                                              # loops; integrity failures counted
 
-`table` judges, in one session, the honest softmax of tests/judge_kernels.py and three lying kernels
+`table` judges, in one session, the honest softmax of tests/support/judge_kernels.py and three lying kernels
 (tests/attacks/attack_kernels.py: a traceback walk that shrinks recorded samples, a clock
 swapped for one call that restores itself, a file read and sent by UDP at import), prints each
 verdict with its reason and its median against the honest one, and whether anything arrived at the
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-for folder in (ROOT, ROOT / "tests", ROOT / "tests" / "attacks"):
+for folder in (ROOT, ROOT / "tests" / "support", ROOT / "tests" / "attacks"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
@@ -81,7 +81,7 @@ def table(repeat: int) -> int:
 
 
 def honest(n: int, load: int, default_shape: bool) -> int:
-    path = ROOT / "tests" / "kernels" / "good" / "softmax_rows.py"
+    path = ROOT / "tests" / "data" / "kernels" / "good" / "softmax_rows.py"
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
     failures = 0
     try:
