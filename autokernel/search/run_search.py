@@ -136,10 +136,6 @@ def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
     state.status, state.stop_reason, state.sessions = "running", "", state.sessions + 1
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
-    if in_main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        # installed again: a library's native code may have replaced the handler behind Python's
-        # back, and Ctrl-C must stop the run (a SIGINT ignored on purpose, as under nohup, stays so)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with judge_session():  # one pre-imported worker per slot and one compile baseline per target
             search_all(run, state, settings, proposer_factory(state.agent, options.seed, client),
