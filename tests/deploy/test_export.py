@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from autokernel.search import leaderboard as board
 from autokernel.cli import app
+from fresh_process import NO_PROJECT_CODE
 from paths import ROOT
 
 LLAMA = ROOT / "examples" / "llama_tiny.py"
@@ -19,19 +20,9 @@ MODEL_OPTIONS = ["--class-name", "LlamaTiny", "--init-args", "64,32,1,2,64", "--
                  "--input-dtype", "tokens", "--vocab-size", "64", "--device", "cpu"]
 # Run by a fresh interpreter with only the export folder on its path (plus site-packages): importing
 # autokernel, harness or starter_kernels fails there, so the package must carry all it needs.
-USE_PACKAGE = r'''
-import importlib.abc, importlib.util, json, sys
+USE_PACKAGE = NO_PROJECT_CODE + r'''
+import importlib.util, json, sys
 import torch
-
-
-class NoProjectCode(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("autokernel", "harness", "starter_kernels"):
-            raise ImportError(f"{name} is not available to the exported package")
-        return None
-
-
-sys.meta_path.insert(0, NoProjectCode())
 import autokernel_kernels as ak
 
 spec = importlib.util.spec_from_file_location("llama_tiny", sys.argv[1])

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from autokernel.cli import app
 from autokernel.profile.modelfile import ModelSpec
 from sealed_runs import write_run
+from fresh_process import NO_PROJECT_CODE
 from paths import DATA, ROOT
 
 kernels = pytest.importorskip("kernels")
@@ -39,20 +40,10 @@ TARGETS = [
 ]
 # Run by a fresh interpreter with only site-packages: autokernel, harness and starter_kernels cannot
 # be imported, so the repository must carry all it needs.
-USE_REPOSITORY = r'''
-import importlib.abc, importlib.util, json, sys
+USE_REPOSITORY = NO_PROJECT_CODE + r'''
+import importlib.util, json, sys
 from pathlib import Path
 import torch
-
-
-class NoProjectCode(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("autokernel", "harness", "starter_kernels"):
-            raise ImportError(f"{name} is not available to the exported repository")
-        return None
-
-
-sys.meta_path.insert(0, NoProjectCode())
 from kernels import (LocalLayerRepository, Mode, get_local_kernel, kernelize, replace_kernel_forward_from_hub,
                      use_kernel_forward_from_hub, use_kernel_mapping)
 from transformers.models.llama import modeling_llama
