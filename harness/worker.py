@@ -262,11 +262,13 @@ def run_stages(w: Worker, ns, network: dict | None = None) -> None:
         w.log.event(event="sandbox", **enter_sandbox(ns, network))
         return
     # timed before the sandbox and before the candidate exists in this process: nothing it does
-    # can slow a baseline down or make the judge's own overhead look larger
-    w.baselines = measurement.baselines(w.kt, plan.timing, w.device, w.report, w.compile_baseline)
-    w.log.event(event="baselines", **w.baselines)
-    if w.around is not None:
-        w.around_baselines = around.baselines(w, plan.timing.dtype)
+    # can slow a baseline down or make the judge's own overhead look larger. A CUDA C++ candidate
+    # without a GPU is compiled for the target and never run: nothing would be compared with them.
+    if not (w.backend == "cuda" and w.device == "cpu"):
+        w.baselines = measurement.baselines(w.kt, plan.timing, w.device, w.report, w.compile_baseline)
+        w.log.event(event="baselines", **w.baselines)
+        if w.around is not None:
+            w.around_baselines = around.baselines(w, plan.timing.dtype)
     state = enter_sandbox(ns, network)
     w.log.event(event="sandbox", **state)
     w.guard = IdentityGuard(("__main__",))  # after every judge module is loaded, before the candidate

@@ -44,6 +44,11 @@ def preload() -> None:
     import harness.timing  # noqa: F401
     import harness.worker  # noqa: F401
     harness.worker._target_compile()
+    try:  # Triton's own version key hashes its library (~0.4 s): once here, not in every child
+        from triton.runtime.cache import triton_key
+        triton_key()
+    except Exception:  # noqa: BLE001 - Triton's internals moved: each child computes it, as before
+        pass
 
 
 def cuda_initialised() -> bool:
