@@ -78,10 +78,18 @@ def end_orphans(run_dir: Path) -> None:
 
 # ------------------------------------------------------------------ `autokernel optimize`
 def start(args, runs_dir: Path) -> subprocess.Popen:
+    """`autokernel optimize` as a terminal's foreground job starts it: with Ctrl-C's default action.
+    A suite started in the background by a non-interactive shell (`pytest &`) inherits SIGINT
+    ignored, and Python then installs no KeyboardInterrupt handler in the run: Ctrl-C would not
+    reach it, as the shell intends for background jobs."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     return subprocess.Popen([sys.executable, "-m", "autokernel", "optimize", *args, "--runs-dir", str(runs_dir),
                              "--plain"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_foreground_signals)
+
+
+def _foreground_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def only_run(runs_dir: Path) -> Path | None:
