@@ -83,21 +83,32 @@ def _bench(*args: str, env=None) -> subprocess.CompletedProcess:
                           text=True, timeout=120, env=env)
 
 
-def test_bench_json_is_one_object_and_exit_codes(tmp_path):
+def _bench_here(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """`autokernel bench ARGS` through the CLI's own entry point, in this process: for the refusals
+    that happen before any worker starts (exit status, stdout and stderr as a user sees them)."""
+    from autokernel.cli import main
+    monkeypatch.setattr(sys, "argv", ["autokernel", "bench", *args])
+    with pytest.raises(SystemExit) as ended:
+        main()
+    out = capsys.readouterr()
+    return ended.value.code, out.out, out.err
+
+
+def test_bench_json_is_one_object_and_exit_codes(tmp_path, monkeypatch, capsys):
     paths = judge_kernels.write_variants(tmp_path, {"wrong_math"})
-    wrong = _bench(str(paths["wrong_math"]), "--json", "--device", "cpu")
+    wrong = _bench(str(paths["wrong_math"]), "--json", "--device", "cpu")  # a real worker, a real exit
     assert wrong.returncode == 1
     assert json.loads(wrong.stdout)["failed_stage"] == "smoke"
-    missing = _bench(str(tmp_path / "nope.py"), "--json")
-    assert missing.returncode == 2 and "no such kernel file" in missing.stderr
+    code, _, err = _bench_here(monkeypatch, capsys, str(tmp_path / "nope.py"), "--json")
+    assert code == 2 and "no such kernel file" in err
     unknown = tmp_path / "unknown.py"
     unknown.write_text("KERNEL_TYPE = 'conv9d'\nBACKEND = 'triton'\ndef kernel_fn(x):\n    return x\n")
-    bad_type = _bench(str(unknown), "--json", "--device", "cpu")
-    assert bad_type.returncode == 2 and "unknown KERNEL_TYPE 'conv9d'" in bad_type.stderr
-    assert json.loads(bad_type.stdout)["failed_stage"] == "compile"
+    code, out, err = _bench_here(monkeypatch, capsys, str(unknown), "--json", "--device", "cpu")
+    assert code == 2 and "unknown KERNEL_TYPE 'conv9d'" in err
+    assert json.loads(out)["failed_stage"] == "compile"
     no_fn = tmp_path / "no_fn.py"
     no_fn.write_text("KERNEL_TYPE = 'softmax'\nBACKEND = 'triton'\n")
-    assert _bench(str(no_fn), "--device", "cpu").returncode == 2
+    assert _bench_here(monkeypatch, capsys, str(no_fn), "--device", "cpu")[0] == 2
 
 
 def test_bench_table_labels_cpu_timing():
