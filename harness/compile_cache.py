@@ -42,10 +42,34 @@ def baseline_caches() -> Iterator[None]:
         _restore(saved)
         yield
         return
+    headers = _kept_headers(root() / "inductor" / "precompiled_headers")
     try:
         yield
     finally:
         _restore(saved)
+        headers()
+
+
+def _kept_headers(folder: Path):
+    """Inductor precompiles the C++ headers of its CPU kernels (seconds of g++) into a folder it
+    fixes at import from the temporary folder, which for a worker is its scratch, deleted after
+    every judgement: point it at the kept cache while the baseline compiles. Where Inductor has
+    no such folder (another torch), nothing changes. Returns what puts the folder back."""
+    try:
+        from torch._inductor import codecache
+    except Exception:  # noqa: BLE001 - no Inductor to speak of: torch.compile fails on its own
+        return lambda: None
+    names = ("_HEADER_DIR", "_HEADER_LOCK_DIR")
+    if not all(isinstance(getattr(codecache, name, None), str) for name in names):
+        return lambda: None
+    saved = {name: getattr(codecache, name) for name in names}
+    codecache._HEADER_DIR = str(folder)
+    codecache._HEADER_LOCK_DIR = str(folder / "locks")
+
+    def restore() -> None:
+        for name, value in saved.items():
+            setattr(codecache, name, value)
+    return restore
 
 
 def _restore(saved: dict[str, str | None]) -> None:

@@ -54,3 +54,23 @@ def test_two_candidates_of_a_target_share_one_compiled_baseline():
         (t2["compile_median_us"], t2["compile_note"] if t2["compile_median_us"] is None else None)
     assert second["judge_seconds"]["baseline_compile"] == 0.0  # its worker compiled nothing
     assert alone["timing"]["compile_median_us"] is None and "compile_cached" not in alone["timing"]
+
+
+def test_the_compile_baseline_caches_are_the_kept_ones_while_it_compiles_and_only_then(tmp_path, monkeypatch):
+    import os
+
+    from torch._inductor import codecache
+
+    from harness import compile_cache
+    monkeypatch.setenv("AUTOKERNEL_CACHE_DIR", str(tmp_path))
+    before = (os.environ.get("TORCHINDUCTOR_CACHE_DIR"), codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR)
+    kept = compile_cache.root()
+    assert kept.is_relative_to(tmp_path)
+    with compile_cache.baseline_caches():
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(kept / "inductor")
+        assert os.environ["TRITON_CACHE_DIR"] == str(kept / "triton")
+        # Inductor's precompiled C++ headers too, which it otherwise keeps under the temporary
+        # folder: a worker's scratch, gone after every judgement
+        assert codecache._HEADER_DIR == str(kept / "inductor" / "precompiled_headers")
+        assert codecache._HEADER_LOCK_DIR == str(kept / "inductor" / "precompiled_headers" / "locks")
+    assert (os.environ.get("TORCHINDUCTOR_CACHE_DIR"), codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR) == before
