@@ -33,16 +33,17 @@ def baseline_caches() -> Iterator[None]:
     """Inside: torch.compile reads and writes the kept caches. A cache that cannot be made (a
     read-only home) leaves the defaults: the baseline is compiled cold, as before."""
     saved = {name: os.environ.get(name) for name in VARIABLES}
+    kept = root()
     try:
         for name, sub in VARIABLES.items():
-            folder = root() / sub
+            folder = kept / sub
             folder.mkdir(parents=True, exist_ok=True)
             os.environ[name] = str(folder)
     except OSError:
         _restore(saved)
         yield
         return
-    headers = _kept_headers(root() / "inductor" / "precompiled_headers")
+    headers = _kept_headers(kept / "inductor" / "precompiled_headers")
     try:
         yield
     finally:

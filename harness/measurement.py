@@ -21,7 +21,8 @@ from harness.timing import calibrate, time_fn
 # the interpreter's timings say nothing about a GPU: on a CPU they only rank candidates, and a few
 # reps do that; spending longer makes every CPU judgement slower, not truer. Five at least: the
 # witness wants more than half the reps to agree with its clock, and on a busy machine a rep now
-# and then is stretched by preemption outside the timed call (with 5 reps, 3 must be, not 2 of 4).
+# and then is stretched by preemption outside the timed call: of five reps three must be stretched
+# to outvote it, of three reps two were enough.
 CPU_BUDGET = dict(budget_ms=300.0, warmup=1, min_reps=5, max_reps=20)
 GPU_BUDGET = dict(budget_ms=300.0, warmup=5, min_reps=10, max_reps=500)
 NULL_REPS = {"cpu": 20, "cuda": 100}

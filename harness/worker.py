@@ -114,6 +114,11 @@ class Worker:
             return self._refused(describe(violations, self.path.name))
         return build_plan(self.kt.name, self.caps, self.target)
 
+    @property
+    def compile_only(self) -> bool:
+        """A CUDA C++ candidate without a GPU: compiled for the target, never run."""
+        return self.backend == "cuda" and self.device == "cpu"
+
     def _refused(self, detail: str, **extra) -> None:
         self.log.start("compile")
         self.log.end("compile", "fail", detail, **extra)
@@ -171,7 +176,7 @@ class Worker:
         if not tc.ok:
             self.log.end("compile", "fail", tc.detail)
             return False
-        if self.device == "cpu":
+        if self.compile_only:
             self.log.end("compile", "pass", f"{tc.detail}; no GPU here: compiled for {self.arch}, not run",
                          resources=tc.resources, compile_only=True)
             return False
@@ -262,9 +267,9 @@ def run_stages(w: Worker, ns, network: dict | None = None) -> None:
         w.log.event(event="sandbox", **enter_sandbox(ns, network))
         return
     # timed before the sandbox and before the candidate exists in this process: nothing it does
-    # can slow a baseline down or make the judge's own overhead look larger. A CUDA C++ candidate
-    # without a GPU is compiled for the target and never run: nothing would be compared with them.
-    if not (w.backend == "cuda" and w.device == "cpu"):
+    # can slow a baseline down or make the judge's own overhead look larger; a candidate that is
+    # compiled only is never run, so nothing would be compared with them
+    if not w.compile_only:
         w.baselines = measurement.baselines(w.kt, plan.timing, w.device, w.report, w.compile_baseline)
         w.log.event(event="baselines", **w.baselines)
         if w.around is not None:

@@ -17,7 +17,7 @@ import judge_kernels
 from harness import forkserver
 from harness.judge import judge
 from harness.judge_session import judge_session
-from processes import children, still_alive
+from processes import children, judge_workers, still_alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks: Linux only")
 NAMES = ["correct", "wrong_math", "segfault", "hang", "exits_early", "numpy_no_launch", "noisy_but_correct"]
@@ -132,14 +132,6 @@ def test_opt_out_spawns(monkeypatch):
         assert session.pool is not None
 
 
-def _titled_worker_of(pid: int, name: str) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"harness.worker" in cmdline and any(a.endswith(b"/" + name.encode()) for a in cmdline)
-
-
 def test_forked_worker_dies_with_a_killed_judge(tmp_path):
     """kill -9 of the judging process: the zygote sees its pipe close and kills its child's group."""
     kernel = tmp_path / "hangs.py"
@@ -152,10 +144,12 @@ def test_forked_worker_dies_with_a_killed_judge(tmp_path):
         deadline = time.time() + 120
         while time.time() < deadline and not workers:
             time.sleep(0.5)
-            forked = [c for z in children(parent.pid) for c in children(z)]
+            zygotes = children(parent.pid)
+            forked = [c for z in zygotes for c in children(z)]
             # listed as a worker, by the file it judges, as a spawned one is: a forked child takes
             # that title a moment after the fork, until then it carries the zygote's
-            workers = forked if forked and all(_titled_worker_of(pid, "hangs.py") for pid in forked) else []
+            titled = {pid for z in zygotes for pid in judge_workers("/hangs.py", parent=z)}
+            workers = forked if forked and set(forked) <= titled else []
         assert workers, "no forked worker named itself as the worker judging hangs.py"
     finally:
         parent.kill()
