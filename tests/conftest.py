@@ -43,15 +43,20 @@ def pytest_addoption(parser, pluginmanager):
     group._addoption("--dist", dest="dist", default="no", help="ignored without pytest-xdist")
 
 
-# Files whose tests share a session fixture, by the file that makes it: under pytest-xdist they run
-# on one worker, so the fixture is made once.
-SHARED_FIXTURE_FILES = {"test_forkserver.py": "test_judge.py"}  # judged
+# Files that share work made once per process or per cache, by the file that makes it: under
+# pytest-xdist they run on one worker, one after the other, so the work is done once.
+SHARED_WORK_FILES = {
+    "tests/harness/test_forkserver.py": "tests/harness/test_judge.py",  # the session fixture `judged`
+    # Inductor's first compile into the session's kept baseline cache probes the CPU's vector ISAs
+    # and precompiles its C++ headers (about 10 s); the second compiles in a third of the time
+    "tests/harness/test_baseline_cache.py": "tests/judging/test_suite.py",
+}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile` (pyproject's addopts: each file's tests on one worker, so a module fixture,
-    a batch of verdicts, is made once), with the files of SHARED_FIXTURE_FILES as one unit."""
+    a batch of verdicts, is made once), with the files of SHARED_WORK_FILES as one unit."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -59,8 +64,7 @@ def pytest_xdist_make_scheduler(config, log):
     class SharedFixtureScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = super()._split_scope(nodeid)
-            folder, slash, name = path.rpartition("/")
-            return folder + slash + SHARED_FIXTURE_FILES.get(name, name)
+            return SHARED_WORK_FILES.get(path, path)
 
     return SharedFixtureScheduling(config, log)
 
