@@ -17,7 +17,7 @@ import judge_kernels
 from harness import forkserver
 from harness.judge import judge
 from harness.judge_session import judge_session
-from processes import children, judge_workers, still_alive
+from processes import children, judge_workers, killed_scratch, still_alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks: Linux only")
 NAMES = ["correct", "wrong_math", "segfault", "hang", "exits_early", "numpy_no_launch", "noisy_but_correct"]
@@ -138,7 +138,8 @@ def test_forked_worker_dies_with_a_killed_judge(tmp_path):
     kernel.write_text("KERNEL_TYPE = 'softmax'\nBACKEND = 'triton'\ndef kernel_fn(x):\n    while True:\n        pass\n")
     code = ("import sys\nfrom harness.judge import judge\nfrom harness.judge_session import judge_session\n"
             "with judge_session(fork=True):\n    judge(sys.argv[1], device='cpu', timeout_s=600)\n")
-    parent = subprocess.Popen([sys.executable, "-c", code, str(kernel)])
+    parent = subprocess.Popen([sys.executable, "-c", code, str(kernel)],
+                              env={**os.environ, "TMPDIR": killed_scratch(tmp_path)})
     workers: list[int] = []
     try:
         deadline = time.time() + 120

@@ -3,6 +3,7 @@ correct kernels written differently from the starters are accepted. All on the C
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import pytest
 import judge_kernels
 from harness.cases import STAGES
 from judge_kernels import GOOD
-from processes import judge_workers, still_alive
+from processes import judge_workers, killed_scratch, still_alive
 VERDICT_KEYS = {"kernel_file", "kernel_type", "backend", "verdict", "failed_stage", "stages", "timing",
                 "roofline", "resources", "device", "versions"}
 TIMING_KEYS = {"median_us", "iqr_us", "reps", "baseline_median_us", "speedup_vs_eager", "method",
@@ -137,7 +138,8 @@ def test_worker_dies_with_a_killed_judge(tmp_path):
     kernel = tmp_path / "hangs.py"
     kernel.write_text("KERNEL_TYPE = 'softmax'\nBACKEND = 'triton'\ndef kernel_fn(x):\n    while True:\n        pass\n")
     code = "import sys\nfrom harness.judge import judge\njudge(sys.argv[1], device='cpu', timeout_s=600)\n"
-    parent = subprocess.Popen([sys.executable, "-c", code, str(kernel)])
+    parent = subprocess.Popen([sys.executable, "-c", code, str(kernel)],
+                              env={**os.environ, "TMPDIR": killed_scratch(tmp_path)})
     try:
         deadline = time.time() + 60
         workers: list[int] = []

@@ -81,11 +81,21 @@ def start(args, runs_dir: Path) -> subprocess.Popen:
     """`autokernel optimize` as a terminal's foreground job starts it: with Ctrl-C's default action.
     A suite started in the background by a non-interactive shell (`pytest &`) inherits SIGINT
     ignored, and Python then installs no KeyboardInterrupt handler in the run: Ctrl-C would not
-    reach it, as the shell intends for background jobs."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    reach it, as the shell intends for background jobs. Its temporary folders go beside RUNS_DIR
+    (killed_scratch)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "TMPDIR": killed_scratch(runs_dir.parent)}
     return subprocess.Popen([sys.executable, "-m", "autokernel", "optimize", *args, "--runs-dir", str(runs_dir),
                              "--plain"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=_foreground_signals)
+
+
+def killed_scratch(folder: Path) -> str:
+    """TMPDIR for a judging process a test may kill -9: a process killed so cannot remove its
+    scratch folders (ak-judge-*, ak-zygote-*, ...), so they go under the test's own folder, which
+    pytest removes, instead of piling up in /tmp."""
+    scratch = Path(folder) / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    return str(scratch)
 
 
 def _foreground_signals() -> None:
