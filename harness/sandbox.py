@@ -229,6 +229,17 @@ def host_support() -> dict:
         return {"kind": "none", "reason": "Landlock is not available in this kernel or container", "network": network}
     return {"kind": "landlock", "abi": abi, "reads": "confined", "network": network}
 
+def import_triton() -> None:
+    """For a process that will run winners under the rules (verify's child, the package's
+    selftest): Triton's first import reads every installed package's entry points (its backends),
+    so it is imported here, before the rules, as the judge's worker does, not from inside a
+    winner's import under them."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:  # CUDA C++ winners alone; a Triton winner then fails on its own import
+        pass
+
+
 def caches_for_worker(extensions: bool = False) -> list[Path]:
     """The caches a worker may write besides its scratch folder: Triton's and the CUDA build cache
     (and torch's extension cache, where a KernelBench solution's load_inline builds). Created here,

@@ -60,6 +60,7 @@ def _child(ns: argparse.Namespace) -> int:
         loaded = importlib.import_module(ns.package)
     except Exception as e:  # noqa: BLE001 - reported as the selftest's failure
         failure = f"{type(e).__name__}: {e}"
+    sandbox.import_triton()
     state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(
         ns.sandbox_write, readable=[package], namespace=network)
     sandbox.warn_if_open(state, "the package's selftest")

@@ -74,6 +74,7 @@ def _child(ns: argparse.Namespace) -> int:
     from harness.sandbox import caches_for_worker
     network = None if ns.no_sandbox else namespace.isolate_for(ns.device)  # first: one thread only
     model_folder = _model_folder(Path(ns.run))  # the model imports its neighbours
+    sandbox.import_triton()
     state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(
         ns.sandbox_write, readable=[model_folder] if model_folder else [], namespace=network)
     sandbox.warn_if_open(state, "autokernel verify")

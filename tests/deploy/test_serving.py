@@ -210,3 +210,37 @@ def test_torch_compile_dynamic_keeps_the_kernels_across_lengths_with_one_graph_a
     assert len(graphs) == 1 and not counters["graph_break"]
     ops = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
     assert sum(op.startswith("autokernel.") for op in ops) == per_forward
+
+
+def test_the_compiling_flag_is_marked_as_torch_compiler_marks_a_constant_result():
+    # sites.compiling carries the mark by hand, so that patching imports no torch._dynamo: it must be
+    # exactly what torch.compiler.assume_constant_result gives (the test above sees it at work)
+    from autokernel.deploy.routing import sites
+
+    def probe() -> bool:
+        return False
+    marks = dict(vars(torch.compiler.assume_constant_result(probe)))
+    assert marks and {name: getattr(sites.compiling, name, None) for name in marks} == marks
+
+
+def test_a_patched_model_run_eagerly_imports_no_dynamo():
+    # a second of CPU in every process that serves winners (verify's child, an exported package)
+    import subprocess
+    import sys
+
+    from paths import ROOT
+    code = ("import sys, torch\n"
+            "from tiny_llama import llama, TARGETS, pytorch_kernel\n"
+            "from autokernel.deploy import routing\n"
+            "module, model, tokens = llama()\n"
+            "calls = []\n"
+            "winners = [routing.Winner(t, kt, dims, 'float32', pytorch_kernel(kt, calls), kw, route, mods)\n"
+            "           for t, kt, dims, kw, route, mods, _ in TARGETS]\n"
+            "with torch.no_grad(), routing.Router(winners).patched(model):\n"
+            "    model(tokens)\n"
+            "print(len(calls), 'torch._dynamo' in sys.modules)\n")
+    env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests' / 'support'}", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    served, dynamo = out.stdout.split()
+    assert int(served) == sum(n for *_, n in TARGETS) and dynamo == "False"

@@ -34,11 +34,17 @@ LINEAR = F.linear  # the original, captured before anything is patched
 _PLAIN = (int, float, bool, str, type(None), torch.dtype)
 
 
-@torch.compiler.assume_constant_result
 def compiling() -> bool:
     """True while Dynamo traces (a constant in its graph: no guard, no recompile); a flag read, not
     torch.compiler.is_compiling()'s two calls, because it is on every patched call's path."""
     return torch.compiler._is_compiling_flag
+
+
+# torch.compiler.assume_constant_result(compiling), without the import of torch._dynamo that it does
+# first (a second of CPU in every process that patches a model, most of which never compile): the
+# mark is the attribute that decorator sets and Dynamo reads when it traces a call
+# (tests/deploy/test_serving.py holds the two to each other).
+compiling._dynamo_marked_constant = True
 
 
 def signature(args: tuple, kwargs: dict) -> Optional[tuple]:
