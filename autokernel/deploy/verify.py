@@ -61,6 +61,22 @@ def run_folder(run: str | Path, runs_dir: str | Path) -> Path:
 
 
 # ---------------------------------------------------------------- the command
+def choose_device(run: RunDir, device: Optional[str] = None) -> str:
+    """The device verify runs on (`device`, else the run's model's), with Triton's mode set for it:
+    on the CPU the interpreter, chosen before Triton is first imported (the @triton.jit functions of
+    its standard library are made at import, compiled or interpreted for good: an interpreted
+    kernel that calls a compiled one raises). Raises UserError for a CUDA device this machine lacks."""
+    device = device or run.load_config()["model"]["device"]
+    if device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise UserError(f"the run's model is on {device} but this machine has no usable CUDA device",
+                            "verify on a machine with a GPU, or pass --device cpu (Triton interpreter)")
+    else:
+        os.environ["TRITON_INTERPRET"] = "1"
+    return device
+
+
 def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline: Optional[bool] = None,
            seeds: tuple[int, ...] = SEEDS, log: Optional[Log] = None) -> dict:
     """Verify a run's winners inside its model over its workload; writes and returns verify.json.
@@ -73,15 +89,7 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
     require_sealed(run.path, "verify refused")  # never serve a winner that is not the text that was judged
     sys.dont_write_bytecode = True  # no bytecode beside the records: the check would refuse the next verify
     spec = ModelSpec.from_json(run.load_config()["model"])
-    spec.device = device or spec.device
-    if spec.device.startswith("cuda"):
-        import torch
-        if not torch.cuda.is_available():
-            raise UserError(f"the run's model is on {spec.device} but this machine has no usable CUDA device",
-                            "verify on a machine with a GPU, or pass --device cpu (Triton interpreter)")
-    else:
-        # read when a kernel file's @triton.jit runs: the kernel files are imported below, after this
-        os.environ["TRITON_INTERPRET"] = "1"
+    spec.device = choose_device(run, device)
     compile_baseline = spec.device.startswith("cuda") if compile_baseline is None else compile_baseline
     files = winner_files(run)
     loaded = load_model(spec)

@@ -73,7 +73,13 @@ def _child(ns: argparse.Namespace) -> int:
     from harness import audit_policy, namespace, sandbox
     from harness.sandbox import caches_for_worker
     network = None if ns.no_sandbox else namespace.isolate_for(ns.device)  # first: one thread only
+    from autokernel.deploy import verify as verifier
+    from autokernel.search.run import RunDir
     model_folder = _model_folder(Path(ns.run))  # the model imports its neighbours
+    try:
+        verifier.choose_device(RunDir(ns.run), ns.device)  # Triton's mode, then Triton, before the rules
+    except UserError as e:
+        return _refused(e)
     sandbox.import_triton()
     state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(
         ns.sandbox_write, readable=[model_folder] if model_folder else [], namespace=network)
@@ -82,20 +88,23 @@ def _child(ns: argparse.Namespace) -> int:
     caches = [p for p in ns.sandbox_write if not (ns.run + "/").startswith(os.path.realpath(p) + "/")]
     audit_policy.install_for_winners(untrusted=[ns.run], reads=reads,
                                      writes=[tempfile.gettempdir(), *caches, *map(str, caches_for_worker())])
-    from autokernel.deploy import verify as verifier
     try:
         verifier.verify(Path(ns.run), device=ns.device, compile_baseline=ns.compile,
                         log=lambda m: print(m, file=sys.stderr, flush=True))
     except UserError as e:
-        if os.environ.get("AUTOKERNEL_DEBUG"):
-            raise
-        print(f"Error: {e}", file=sys.stderr)
-        return 1
+        return _refused(e)
     path = Path(ns.run) / FILENAME
     data = json.loads(path.read_text(encoding="utf-8"))
     data["sandbox"] = state  # what was enforced, in the record the parent copies back
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def _refused(e: UserError) -> int:
+    if os.environ.get("AUTOKERNEL_DEBUG"):
+        raise e
+    print(f"Error: {e}", file=sys.stderr)
+    return 1
 
 
 def _model_folder(run: Path) -> str | None:

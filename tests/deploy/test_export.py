@@ -14,6 +14,7 @@ from autokernel.search import leaderboard as board
 from autokernel.cli import app
 from fresh_process import NO_PROJECT_CODE
 from paths import ROOT
+from processes import user_env
 
 LLAMA = ROOT / "examples" / "llama_tiny.py"
 MODEL_OPTIONS = ["--class-name", "LlamaTiny", "--init-args", "64,32,1,2,64", "--input-shape", "1,8",
@@ -49,10 +50,9 @@ print(json.dumps({"shapes": shapes, "kernels": [k["target"] for k in ak.KERNELS]
 def optimized(tmp_path_factory):
     """One tuner run on the tiny LLaMA: two targets, their starters judged, verify at the end."""
     runs = tmp_path_factory.mktemp("runs")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     proc = subprocess.run([sys.executable, "-m", "autokernel", "optimize", str(LLAMA), *MODEL_OPTIONS, "--agent", "tune",
                            "--max-experiments", "0", "--top", "2", "--runs-dir", str(runs), "--plain"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, env=user_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = [p for p in runs.iterdir() if p.is_dir()]
     return run, proc

@@ -4,7 +4,6 @@ and why, restoring the model afterwards, and a wrong kernel named guilty.
 The routing tests use kernels written in PyTorch (the router does not care what a kernel_fn runs);
 the run tests use the real Triton starters in the Triton interpreter."""
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from autokernel.search.run import RunDir
 from harness import registry
 from harness.registry import Case
 from paths import ROOT
+from processes import user_env
 from tiny_llama import TARGETS, WRONG_RMSNORM, example, llama, make_run, rewrite_winner, winners
 
 
@@ -202,8 +202,9 @@ def test_a_wrong_winner_fails_verify_is_named_and_left_out_of_the_export(starter
     shutil.copytree(starter_run, run)
     (run / "verify.json").unlink(missing_ok=True)
     rewrite_winner(RunDir(run), "rmsnorm[8x32:float32]", WRONG_RMSNORM)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    proc = subprocess.run([sys.executable, "-m", "autokernel", "verify", str(run)], cwd=ROOT, env=env,
+    # from a user's shell: the other starters must still run in the interpreter and pass (fused_mlp
+    # and attention call Triton's own @triton.jit functions, which raise if made before it was chosen)
+    proc = subprocess.run([sys.executable, "-m", "autokernel", "verify", str(run)], cwd=ROOT, env=user_env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert "rmsnorm[8x32:float32]" in proc.stderr and "verify failed" in proc.stderr

@@ -15,6 +15,14 @@ from paths import ROOT
 WAIT_S = 300
 
 
+def user_env(**extra: str) -> dict[str, str]:
+    """The environment `autokernel` gets from a user's shell: this one without TRITON_INTERPRET,
+    which tests/conftest.py sets for the tests' own processes and a fresh shell does not have (the
+    CLI must choose the interpreter itself, before Triton is imported), with the project importable."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return {**env, "PYTHONPATH": str(ROOT), "COLUMNS": "200", **extra}
+
+
 def _stat(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name (state first), or None once it is gone."""
     try:
@@ -83,7 +91,7 @@ def start(args, runs_dir: Path) -> subprocess.Popen:
     ignored, and Python then installs no KeyboardInterrupt handler in the run: Ctrl-C would not
     reach it, as the shell intends for background jobs. Its temporary folders go beside RUNS_DIR
     (killed_scratch)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "TMPDIR": killed_scratch(runs_dir.parent)}
+    env = user_env(TMPDIR=killed_scratch(runs_dir.parent))
     return subprocess.Popen([sys.executable, "-m", "autokernel", "optimize", *args, "--runs-dir", str(runs_dir),
                              "--plain"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=_foreground_signals)
