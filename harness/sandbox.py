@@ -229,11 +229,13 @@ def host_support() -> dict:
         return {"kind": "none", "reason": "Landlock is not available in this kernel or container", "network": network}
     return {"kind": "landlock", "abi": abi, "reads": "confined", "network": network}
 
+
 def import_triton() -> None:
     """For a process that will run winners under the rules (verify's child, the package's
     selftest): Triton's first import reads every installed package's entry points (its backends),
     so it is imported here, before the rules, as the judge's worker does, not from inside a
-    winner's import under them."""
+    winner's import under them. Call it once Triton's mode is set (TRITON_INTERPRET on a CPU): the
+    import makes the @triton.jit functions of Triton's own library in that mode, for good."""
     try:
         import triton  # noqa: F401
     except ImportError:  # CUDA C++ winners alone; a Triton winner then fails on its own import
