@@ -5,7 +5,6 @@ torch.compile(dynamic=True) keeping the kernels across sequence lengths with one
 The routing tests use kernels written in PyTorch (the router does not care what a kernel_fn runs);
 the GPU decisions use figures recorded on an H200 (tests/data/h200_leaderboard.tsv), so they run on a CPU."""
 import csv
-from pathlib import Path
 
 import pytest
 import torch
