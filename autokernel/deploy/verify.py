@@ -89,7 +89,7 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
     require_sealed(run.path, "verify refused")  # never serve a winner that is not the text that was judged
     sys.dont_write_bytecode = True  # no bytecode beside the records: the check would refuse the next verify
     spec = ModelSpec.from_json(run.load_config()["model"])
-    spec.device = choose_device(run, device)
+    spec.device = choose_device(run, device or spec.device)
     compile_baseline = spec.device.startswith("cuda") if compile_baseline is None else compile_baseline
     files = winner_files(run)
     loaded = load_model(spec)
