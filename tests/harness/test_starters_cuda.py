@@ -22,8 +22,8 @@ from harness import cuda_build, registry
 from harness.target_compile import compile_cuda
 from starter_configs import CUDA as SECOND_CONFIGS
 from starter_kernels import KERNEL_TYPES, starter_path
+from toolchain import needs_nvcc
 
-needs_nvcc = pytest.mark.skipif(cuda_build.nvcc_path() is None, reason="nvcc is not installed")
 ARCHS = ("sm_90", "sm_80")
 PARALLEL_JOBS = 2  # the CI machine has two cores; nvcc runs in a subprocess, so threads suffice
 

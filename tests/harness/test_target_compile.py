@@ -16,8 +16,8 @@ from harness import cuda_build, target_compile
 from harness.launches import LaunchMonitor
 from harness.target_compile import KernelResources, compile_cuda, parse_arch, shared_limit, summarize
 from paths import ROOT
+from toolchain import needs_nvcc
 
-needs_nvcc = pytest.mark.skipif(cuda_build.nvcc_path() is None, reason="nvcc is not installed")
 
 # Run in a subprocess with TRITON_INTERPRET=1 set before triton is imported: the kernels run on the
 # CPU under LaunchMonitor(record=True), then every scenario is compiled for a GPU target.
