@@ -13,10 +13,10 @@ import pytest
 
 from autokernel.deploy import export as exporter
 from autokernel.profile.modelfile import ModelSpec
-from harness.cuda_build import nvcc_path
 from sealed_runs import write_run
 from starter_kernels import starter_path
 from paths import ROOT
+from toolchain import needs_nvcc
 
 LLAMA = ROOT / "examples" / "llama_tiny.py"
 LLAMA_ARGS = [64, 32, 1, 2, 64]
@@ -107,7 +107,7 @@ def test_the_cuda_winner_is_exported_with_the_launcher_it_builds_with(exported):
         assert (package / "vendor" / "harness" / name).read_text() == (ROOT / "harness" / name).read_text()
 
 
-@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed")
+@needs_nvcc
 def test_without_a_gpu_the_library_builds_and_the_winner_falls_back_saying_what_it_needs(exported, tmp_path):
     out, _ = exported
     used = _use(out, "cpu", tmp_path)

@@ -105,9 +105,25 @@ def test_each_winner_is_a_custom_op_with_a_fake():
 
 
 def test_counting_is_skipped_while_dynamo_traces(monkeypatch):
-    assert sites.compiling() is False
-    monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
-    assert sites.compiling() is True
+    # A count is a side effect Dynamo would guard on (a recompile per call): while it traces, calls
+    # are served and refused as in eager, but nothing is counted or remembered. The forward runs
+    # eagerly with the flag Dynamo sets while tracing, so the stand-ins take their tracing paths.
+    module, model, tokens = llama()
+    longer = torch.randint(0, 64, (1, 16))  # outside every winner's range: the refusal path
+    calls = []
+    router = routing.Router(winners(calls))
+    with torch.no_grad(), router.patched(model):
+        expected = model(tokens), model(longer)  # eager: binds the forms, counts, remembers refusals
+        counted = router.tally.to_json()
+        assert counted["per_kernel"]["rmsnorm[8x32:float32]"]["calls_served"] == 3
+        del calls[:]
+        monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
+        assert sites.compiling() is True
+        traced = model(tokens), model(longer)
+        monkeypatch.setattr(torch.compiler, "_is_compiling_flag", False)
+        assert router.tally.to_json() == counted
+    assert all(torch.equal(a, b) for a, b in zip(traced, expected))
+    assert sorted(set(calls)) == sorted({kt for _, kt, *_ in TARGETS})  # the kernels still ran
 
 
 @pytest.mark.slow

@@ -11,11 +11,10 @@ import pytest
 import torch
 
 from harness import cuda_launcher
-from harness.cuda_build import nvcc_path
 from harness.cuda_launcher import LaunchError, Signature, build_library, exported, marshal, parse_signature
 from paths import ROOT
+from toolchain import needs_nvcc
 
-NEEDS_NVCC = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
 SOFTMAX_PARAMS = ["void const*", "void*", "long", "long", "int", "CUstream_st*"]
 
 
@@ -34,7 +33,7 @@ def softmax_library(tmp_path_factory):
         yield build_library(starter.CUDA_KERNELS, starter.CONFIG, "sm_90"), starter
 
 
-@NEEDS_NVCC
+@needs_nvcc
 def test_a_starter_builds_without_torch_headers_and_is_cached(softmax_library):
     path, starter = softmax_library
     assert path.is_file() and path.suffix == ".so"
@@ -44,7 +43,7 @@ def test_a_starter_builds_without_torch_headers_and_is_cached(softmax_library):
     assert other != path  # another CONFIG is another build
 
 
-@NEEDS_NVCC
+@needs_nvcc
 def test_the_launch_function_and_its_parameter_types_are_read_from_the_library(softmax_library):
     path, _ = softmax_library
     found = exported(path)
@@ -57,7 +56,7 @@ def test_the_launch_function_and_its_parameter_types_are_read_from_the_library(s
         launcher.softmax_fwd  # a wrong name lists the launch functions there are
 
 
-@NEEDS_NVCC
+@needs_nvcc
 def test_a_build_error_names_the_line_of_cuda_kernels(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOKERNEL_CACHE_DIR", str(tmp_path))
     with pytest.raises(cuda_launcher.LaunchBuildError, match="CUDA_KERNELS"):
@@ -74,7 +73,7 @@ void fill_launch(float* out, long n, float value, int scale, cudaStream_t stream
 """
 
 
-@NEEDS_NVCC
+@needs_nvcc
 def test_a_call_goes_through_the_real_abi_and_the_launch_check(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOKERNEL_CACHE_DIR", str(tmp_path))
     lib = cuda_launcher.load_launcher(HOST_ONLY, None, "sm_90")

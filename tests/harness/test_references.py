@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness import references, registry
 from harness.compare import compare
@@ -34,10 +35,13 @@ def test_large_cases_on_a_gpu_go_to_the_gpu():
     assert choose(softmax, "cuda", BIG, capability=(8, 9)) == ("cuda", "float64")
 
 
-def test_float64_on_a_device_is_the_float64_reference():
+def test_compute_in_float64_is_the_registry_reference_and_says_where_it_ran():
+    # the device side of the same path (inputs moved to the GPU, computed there) is the gpu-marked
+    # test at the end of this file
     case = _matmul()
     args, kwargs = registry.build_inputs(case, "cpu")
     ref = compute(case, args, kwargs, "cpu", "float64")
+    assert ref.how == "float64 on cpu" and ref.value.dtype == torch.float64
     assert ref.error is None and torch.equal(ref.value, registry.reference_output(case))
 
 
@@ -77,13 +81,31 @@ def test_the_reference_entry_point_matches_registry_on_the_cpu():
     assert ref.how == "float64 on cpu" and torch.equal(ref.value, registry.reference_output(case))
 
 
+class _Devices(TorchDispatchMode):
+    """The devices of the tensors each aten op was given: where a reference really ran."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: dict[str, set] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        devices = {a.device.type for a in args if isinstance(a, torch.Tensor)}
+        self.ops.setdefault(str(func.overloadpacket), set()).update(devices)
+        return func(*args, **(kwargs or {}))
+
+    def of(self, op: str) -> set:
+        return self.ops.get(op, set())
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_a_large_reference_is_computed_there_and_agrees_with_the_cpu():
     case = Case.make("matmul", {"M": 1024, "K": 1024, "N": 1024}, "float16", seed=5)
     args, kwargs = registry.build_inputs(case, "cpu")
     where, precision = choose(case, "cuda", references.elements_of(args))
     assert where == "cuda"
-    ref = compute(case, args, kwargs, where, precision)
+    with _Devices() as seen:
+        ref = compute(case, args, kwargs, where, precision)
+    assert seen.of("aten.mm") == {"cuda"} and ref.how.startswith(f"{precision} on cuda"), (seen.ops, ref.how)
     truth = registry.reference_output(case)
     if ref.error is None:
         assert torch.allclose(ref.value, truth, rtol=1e-12, atol=1e-12)

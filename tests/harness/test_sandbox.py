@@ -195,7 +195,14 @@ def test_verify_runs_winners_confined_and_only_the_parent_writes_the_run(tmp_pat
     assert "Permission denied" in result["per_kernel"]["rmsnorm[8x32:float32]"]["guilty_reason"]
 
 
-def test_host_support_states_what_children_get():
+def test_host_support_states_what_children_get(tmp_path):
+    # what a run's config.json promises, held to what a judged child reports it got: a kernel with a
+    # wrong answer fails smoke inside the worker, cheaply, and its verdict states the child's sandbox
     from harness.sandbox import host_support
     support = host_support()
-    assert support["kind"] == ("landlock" if abi_version() >= 1 else "none")
+    v = judge(_kernel(tmp_path, "wrong", body="    y = x"), device="cpu", timeout_s=120)
+    assert (v["verdict"], v["failed_stage"]) == ("FAIL", "smoke"), v["stages"]
+    got = v["sandbox"]
+    assert (support["kind"], support.get("abi")) == (got["kind"], got.get("abi")), (support, got)
+    if got["kind"] == "landlock":  # the network the child says is closed is the one promised
+        assert got["network"] == "denied" and support["network"].startswith("denied")

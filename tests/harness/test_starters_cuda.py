@@ -22,8 +22,8 @@ from harness import cuda_build, registry
 from harness.target_compile import compile_cuda
 from starter_configs import CUDA as SECOND_CONFIGS
 from starter_kernels import KERNEL_TYPES, starter_path
+from toolchain import needs_nvcc
 
-needs_nvcc = pytest.mark.skipif(cuda_build.nvcc_path() is None, reason="nvcc is not installed")
 ARCHS = ("sm_90", "sm_80")
 PARALLEL_JOBS = 2  # the CI machine has two cores; nvcc runs in a subprocess, so threads suffice
 
@@ -145,10 +145,11 @@ def test_the_python_host_side_calls_its_launch_function_correctly(launch_librari
         out = module.kernel_fn(*args, **kwargs)
         want = registry.reference_output(case)
         assert tuple(out.shape) == tuple(want.shape) and out.dtype == kt.out_dtype(case), case.label()
-        if out.numel() == 0 or not launches:  # nothing to compute (an empty or K = 0 problem)
-            assert out.numel() == 0 or not out.any(), case.label()
+        if out.numel() == 0 or any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args):
+            # nothing to compute (an empty or K = 0 problem): no launch needed, the answer must be exact
+            assert launches or torch.equal(out, want.to(out.dtype)), case.label()
             continue
-        assert len(launches) == 1, case.label()
+        assert len(launches) == 1, f"{case.label()}: {len(launches)} launches where there is work to do"
         name, values, _ = launches[0]
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
         assert all(t.is_contiguous() for t in tensors), f"{case.label()}: a strided tensor reached {name}"

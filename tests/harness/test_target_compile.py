@@ -16,8 +16,8 @@ from harness import cuda_build, target_compile
 from harness.launches import LaunchMonitor
 from harness.target_compile import KernelResources, compile_cuda, parse_arch, shared_limit, summarize
 from paths import ROOT
+from toolchain import needs_nvcc
 
-needs_nvcc = pytest.mark.skipif(cuda_build.nvcc_path() is None, reason="nvcc is not installed")
 
 # Run in a subprocess with TRITON_INTERPRET=1 set before triton is imported: the kernels run on the
 # CPU under LaunchMonitor(record=True), then every scenario is compiled for a GPU target.
@@ -161,7 +161,8 @@ def test_triton_launches_compile_for_sm90_with_resources(triton_results):
     res = tc["resources"]
     assert res["arch"] == "sm_90" and res["registers"] > 0 and res["spills"] == 0
     # tl.sum across 4 warps goes through shared memory: read from the compiled kernel's metadata
-    assert res["shared_bytes"] > 0 and all(k["shared_bytes"] >= 0 for k in res["kernels"])
+    assert all(k["shared_bytes"] > 0 for k in res["kernels"]), res["kernels"]  # each config reduces across warps
+    assert res["shared_bytes"] == max(k["shared_bytes"] for k in res["kernels"])  # the most any launch needs
     assert "compiled for sm_90" in tc["detail"]
 
 

@@ -139,6 +139,7 @@ def test_recorded_h200_samples_agree_and_a_quarter_lie_fails_above_the_slack():
     import json
     import random
     rng = random.Random(7)
+    checked = []
     for kernel_type, recorded in json.loads(H200.read_text())["starters"].items():
         samples = recorded["samples_us"]
         jitter = [rng.uniform(0.0, 4.0) for _ in samples]
@@ -146,8 +147,12 @@ def test_recorded_h200_samples_agree_and_a_quarter_lie_fails_above_the_slack():
         null = _reps([0.0] * 100, [FLUSH_US + SYNC_US + rng.uniform(0.0, 4.0) for _ in range(100)])
         assert agreement(_reps(samples, intervals), null)["agrees"], kernel_type
         lie = agreement(_reps([s / 4 for s in samples], intervals), null)
+        # the stated bound, 0.8 x the time less the 50 us slack, passes a quarter of the time only
+        # below 50 / (0.8 - 0.25) = 91 us: a lie about a longer kernel is caught, one about a shorter
+        # kernel is hidden by the slack (the verdict states it); no recorded kernel sits near the
+        # edge, where the jitter would decide
         median = recorded["median_us"]
-        if median > 120.0:  # 0.8 x the time less the 50 us slack is well above a quarter of it
-            assert not lie["agrees"], (kernel_type, lie)
-        elif median < 75.0:  # too short for the witness to tell on a GPU: the stated slack hides it
-            assert lie["agrees"], (kernel_type, lie)
+        assert median > 100.0 or median < 80.0, (kernel_type, median)
+        assert lie["agrees"] is (median < 80.0), (kernel_type, lie)
+        checked.append(kernel_type)
+    assert sorted(checked) == sorted(json.loads(H200.read_text())["starters"])

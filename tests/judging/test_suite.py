@@ -10,6 +10,7 @@ import pytest
 from autokernel.errors import UsageError
 from autokernel.judging.suite import judge_suite, run_suite
 from harness.judge_session import judge_session
+from toolchain import needs_nvcc
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -18,6 +19,7 @@ def one_session():
         yield session
 
 
+@needs_nvcc  # the CUDA C++ row is compiled for the target
 def test_suite_judges_both_backends_with_both_baselines():
     triton, cuda = judge_suite("cpu", "sm_90", None, types=["reduce"])
     assert (triton["backend"], triton["verdict"]) == ("triton", "PASS")
@@ -31,6 +33,7 @@ def test_suite_judges_both_backends_with_both_baselines():
     assert cuda["resources"]["arch"] == "sm_90" and cuda["resources"]["registers"] > 0
 
 
+@needs_nvcc  # the CUDA C++ row is compiled for the target
 def test_suite_json_is_one_list(capsys):
     code = run_suite("starters", json_out=True, timeout_s=None, device="cpu", arch="sm_80", types=["reduce"])
     verdicts = json.loads(capsys.readouterr().out)
