@@ -109,8 +109,10 @@ def test_missing_key_names_the_variable(monkeypatch, fake_openai):
 
 
 def test_check_passes_against_a_live_endpoint(fake_openai, client_for):
-    client, _, _ = client_for(fake_openai)
+    client, clock, lines = client_for(fake_openai)
     client.check()  # GET /v1/models answers
+    assert fake_openai.gets == ["/v1/models"]  # the check asked the endpoint, once, and nothing else
+    assert fake_openai.requests == [] and clock.sleeps == [] and lines == []
 
 
 def test_unreachable_endpoint_at_startup(client_for, monkeypatch):

@@ -307,7 +307,13 @@ def test_live_display_renders_on_a_terminal():
     out = io.StringIO()
     state = RunState(run_id="r1", agent="llm", targets=[softmax_target(share=0.5)])
     view = LiveDisplay(state, Console(file=out, force_terminal=True, width=120))
-    view.start_target(state.targets[0], 0, 1)
-    view.status("experiment 1: judging")
+    t = state.targets[0]
+    t.strategy, t.parks, t.chosen_because = "next_tier", 1, "50% of the model, most per minute"
+    view.start_target(t, 0, 1)
+    view.status("experiment 1: judging the candidate")
     view.close()
-    assert "softmax[8x128:float32]" in out.getvalue() and "r1" in out.getvalue()
+    shown = out.getvalue()
+    assert "softmax[8x128:float32]" in shown and "r1" in shown
+    # the panel itself (not only the scrolled line): what it is doing, with which strategy, why
+    assert "experiment 1: judging the candidate" in shown
+    assert "next_tier (plateaus so far: 1)" in shown and "most per minute" in shown
