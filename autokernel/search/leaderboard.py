@@ -72,8 +72,10 @@ def make_row(*, experiment: int, target: str, kernel_type: str, agent: str, deci
              verdict: dict | None, candidate: str = "", description: str = "",
              best_median_us: float | None = None, prompt_tokens: int | None = None,
              completion_tokens: int | None = None, timestamp: str | None = None,
-             source_sha256: str = "", parent: int | None = None, strategy: str = "") -> dict[str, Any]:
-    """One row. `verdict` None means the LLM reply held no kernel: FAIL at stage `parse`.
+             source_sha256: str = "", parent: int | None = None, strategy: str = "",
+             unjudged_stage: str = "parse") -> dict[str, Any]:
+    """One row. `verdict` None means the LLM reply held no kernel: FAIL at stage `parse` (or
+    `unjudged_stage`: `truncated` for a reply cut off at the token limit).
     `best_median_us` is the best time before this experiment (for speedup_vs_best);
     `source_sha256` is the hash of the candidate's text as the search held it ('' with no text);
     `parent` the experiment it was made from, `strategy` the strategy of its visit."""
@@ -83,7 +85,7 @@ def make_row(*, experiment: int, target: str, kernel_type: str, agent: str, deci
         "experiment": experiment, "timestamp": timestamp or now_iso(), "target": target,
         "kernel_type": kernel_type, "agent": agent, "decision": decision,
         "verdict": verdict.get("verdict", "FAIL") if verdict else "FAIL",
-        "failed_stage": verdict.get("failed_stage") if verdict else "parse",
+        "failed_stage": verdict.get("failed_stage") if verdict else unjudged_stage,
         "median_us": median_us, "baseline_us": timing.get("baseline_median_us"),
         "speedup_vs_eager": timing.get("speedup_vs_eager"),
         "speedup_vs_best": best_median_us / median_us if (median_us and best_median_us) else None,

@@ -286,7 +286,8 @@ class TargetSearch:
                        description=candidate.description, best_median_us=best_before,
                        prompt_tokens=candidate.prompt_tokens, completion_tokens=candidate.completion_tokens,
                        source_sha256="" if candidate.source is None else source_sha256(candidate.source),
-                       parent=candidate.parent, strategy=candidate.strategy)
+                       parent=candidate.parent, strategy=candidate.strategy,
+                       unjudged_stage="truncated" if candidate.truncated else "parse")
         timing = (verdict or {}).get("timing") or {}
         if decision == "BASELINE":
             t.baseline_median_us = timing.get("median_us")
