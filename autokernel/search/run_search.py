@@ -88,7 +88,10 @@ def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_prop
                                     f"{blocked[-1].blocked}")
             return
         current[0] = choice.index
-        visit(visits, state.targets[choice.index], choice, agent, display, len(state.targets))
+        target = state.targets[choice.index]
+        visit(visits, target, choice, agent, display, len(state.targets))
+        if target.status in ("parked", "done"):  # its turn is over: the next choice starts even
+            current[0] = None
 
 
 def visit(visits: Visits, target: TargetState, choice: schedule.Choice, agent: str, display: Any,

@@ -86,15 +86,20 @@ def keep_chance(t: TargetState) -> float:
     return pass_rate * keep_rate
 
 
-def minutes_per_experiment(t: TargetState) -> float:
-    experiments = len(t.history)
-    seconds = t.seconds / experiments if experiments and t.seconds > 0 else PRIOR_SECONDS
-    return max(seconds, 1.0) / 60.0
+def minutes_per_experiment(targets: Sequence[TargetState], t: TargetState) -> float:
+    """Its own time per experiment so far; for a target not yet tried, the run's (so a fresh
+    target is neither favoured nor held back by a guess), PRIOR_SECONDS before anything ran."""
+    experiments, seconds = len(t.history), t.seconds
+    if not experiments or seconds <= 0:
+        experiments = sum(len(o.history) for o in targets if o.seconds > 0)
+        seconds = sum(o.seconds for o in targets if o.history)
+    per_s = seconds / experiments if experiments and seconds > 0 else PRIOR_SECONDS
+    return max(per_s, 1e-3) / 60.0
 
 
 def gain_per_min(targets: Sequence[TargetState], t: TargetState) -> float:
     """Expected end-to-end gain (the model's speedup minus 1) per minute of search on `t`."""
-    return (e2e_gain_left(targets, t) - 1.0) * KEEP_STEP * keep_chance(t) / minutes_per_experiment(t)
+    return (e2e_gain_left(targets, t) - 1.0) * KEEP_STEP * keep_chance(t) / minutes_per_experiment(targets, t)
 
 
 def eligible(t: TargetState) -> bool:

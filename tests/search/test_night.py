@@ -175,3 +175,50 @@ def test_a_target_no_prompt_fits_is_parked_with_the_reason(tmp_path, fake_openai
     assert len(fake_openai.requests) == 3  # the whole prompt, a smaller one, the smallest
     assert t.status == "parked" and "too long" in t.blocked and MODEL in t.blocked
     assert (state.stop_kind, state.status) == ("nothing_usable", "stopped") and "too long" in state.stop_reason
+
+
+class Killed(BaseException):
+    """Stands for kill -9 of the writer in the middle of a judge call."""
+
+
+def test_resume_after_a_kill_keeps_the_elites_and_the_parked_targets(tmp_path):
+    from autokernel.search import loop
+    from autokernel.search.kernel_source import read_literals
+    targets = [TargetState(name="softmax[8x128:float32]", share=0.6, **SOFTMAX),
+               TargetState(name="softmax[8x128:float32]#2", share=0.4, **SOFTMAX)]
+    run = runs.RunDir(tmp_path / "run")
+    run.create()
+    state = RunState(run_id="run", agent="tune", budget_s=3600.0, targets=targets)
+    run.write_json(run.config_path, {"options": {"budget_s": 3600.0}})
+    calls, clock = [], SimClock()
+
+    def judge(kernel_file, *, target, device, arch, timeout_s, **around):
+        calls.append(kernel_file)
+        clock.now += 10.0
+        if len(calls) == 9:
+            raise Killed()
+        config = read_literals(kernel_file.read_text())["CONFIG"]
+        median_us = 50.0 + config["num_warps"] / 100  # every configuration within 10% of another
+        return {"verdict": "PASS", "failed_stage": None, "stages": [], "device": {"type": "cpu"},
+                "timing": {"median_us": median_us, "iqr_us": 5.0, "reps": 20, "baseline_median_us": 100.0,
+                           "speedup_vs_eager": 100.0 / median_us}}
+
+    settings = loop.SearchSettings(plateau=2, max_experiments=8, clock=clock)
+    make = run_search.proposer_factory("tune", seed=0)
+    with pytest.raises(Killed):
+        run_search.search_all(run, state, settings, make, starter_source=run_search.starter_sources(run), judge=judge)
+    saved = runs.RunDir(run.path).load_state()  # what kill -9 leaves: the state as last saved
+    a, b = saved.targets
+    assert a.parks >= 1 and b.parks >= 1 and len(a.elites) >= 2 and len(b.elites) >= 2
+    assert {a.status, b.status} <= {"parked", "searching", "waiting"} and a.strategy and b.strategy
+
+    _, resumed, _ = run_start.resume(tmp_path, "run")
+    assert [t.elites for t in resumed.targets] == [a.elites, b.elites]
+    assert [(t.parks, t.status, t.strategy) for t in resumed.targets] == [(a.parks, a.status, a.strategy),
+                                                                          (b.parks, b.status, b.strategy)]
+    run_search.search_all(run, resumed, settings, make, starter_source=run_search.starter_sources(run), judge=judge)
+    for before, after in zip((a, b), resumed.targets):
+        assert after.parks >= before.parks and after.status == "done"
+        assert all(e in after.elites for e in before.elites if e["median_us"] <= after.elites[-1]["median_us"])
+    frame = board.read(run.leaderboard_path)
+    assert {"tune", "reseed"} <= set(frame["strategy"]) and frame["experiment"].is_unique is False  # two targets
