@@ -220,7 +220,7 @@ def main() -> int:
 
 
 def report(results: dict[str, list[Outcome]], wall_s: float) -> int:
-    print(f"| policy | budget used (median, min) | experiments (median) | e2e speedup (median, min, max) |")
+    print("| policy | budget used (median, min) | experiments (median) | e2e speedup (median, min, max) |")
     print("|---|---|---|---|")
     for policy, outs in results.items():
         used = [o.used for o in outs]
@@ -232,7 +232,7 @@ def report(results: dict[str, list[Outcome]], wall_s: float) -> int:
     gain_ratio = statistics.median(n.e2e - 1 for n in new) / max(statistics.median(t.e2e - 1 for t in today), 1e-9)
     spent = all(n.used >= 0.95 or not n.headroom for n in new)
     worse = [i for i, (t, n) in enumerate(zip(today, new)) if n.e2e < t.e2e * 0.98]
-    checks = [(f"the new policy used >= 95% of the budget on every world with headroom left", spent),
+    checks = [("the new policy used >= 95% of the budget on every world with headroom left", spent),
               (f"median end-to-end gain {gain_ratio:.2f}x today's (>= 1.25x)", gain_ratio >= 1.25),
               (f"no world worse than today's beyond 2% (worse: {worse or 'none'})", not worse)]
     print()

@@ -26,7 +26,6 @@ attack happened).
 """
 from __future__ import annotations
 
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any

@@ -108,12 +108,14 @@ def visit(visits: Visits, target: TargetState, choice: schedule.Choice, agent: s
     search = visits.search_for(target)
     if display is not None:
         display.start_target(target, choice.index, count)
+    made = len(target.history)
     try:
         search.search()
     except Plateau as stop:
         if getattr(stop, "blocked", False):  # no prompt fits the model: parked for good, with the reason
             target.status, target.stop_reason, target.blocked = "parked", f"parked: {stop}", str(stop)
-        elif getattr(search.proposer, "exhausted", False):  # the tuner tried every configuration
+        elif getattr(search.proposer, "exhausted", False) or len(target.history) == made:
+            # the tuner tried every configuration, or a fresh proposer had nothing at all to offer
             target.status, target.stop_reason = "done", str(stop)
         else:
             target.status, target.stop_reason = "parked", f"parked: {stop}"
