@@ -174,7 +174,10 @@ class TargetSearch:
         """The parent (usually the best, sometimes another elite; the starter for "a different
         algorithm") and one or two other elites as inspirations, read from the run's files."""
         t = self.target
-        if ctx.strategy == "different_algorithm" and t.kernel_type != "module" and t.history:
+        if getattr(self.proposer, "messages_for", None) is not None or t.kernel_type == "module":
+            ctx.parent_number = t.best_experiment  # a prompt of another task's own shows the best only
+            return
+        if ctx.strategy == "different_algorithm" and t.history:
             ctx.parent_number, ctx.parent_source = 0, self.starter_source
             return
         parent = population.choose_parent(t.elites, t.best_experiment, f"{t.name}:{number}")
