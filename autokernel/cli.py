@@ -207,7 +207,8 @@ def optimize(
     max_unusable: Optional[int] = typer.Option(None, "--max-unusable", min=1, help="Stop the run after this many LLM replies in a row with nothing that compiles (default 20)."),
     model_opts: _ModelOptions = None,
 ) -> None:
-    """Profile MODEL, then search faster kernels for its top bottlenecks, judging every candidate."""
+    """Profile MODEL, then search faster kernels for its bottlenecks until the budget is spent, where the
+    end-to-end gain is largest, judging every candidate."""
     from autokernel import display as shown
     from autokernel.search import run_search
     from autokernel.search import run as runs
