@@ -317,3 +317,13 @@ def test_live_display_renders_on_a_terminal():
     # the panel itself (not only the scrolled line): what it is doing, with which strategy, why
     assert "experiment 1: judging the candidate" in shown
     assert "next_tier (plateaus so far: 1)" in shown and "most per minute" in shown
+
+
+def test_a_target_at_its_ceiling_is_done_and_says_so(tmp_path):
+    at = softmax_target(share=0.7, ceiling_speedup=2.0)  # the judge's 50 us is 2x of eager's 100 us
+    below = target(name="softmax[8x128:float32]#2", share=0.3, ceiling_speedup=8.0)
+    run, state, settings = new_run(tmp_path, [at, below], max_experiments=2)
+    search(run, state, settings, lambda c: 50.0)
+    assert at.status == "done" and "within noise of its roofline ceiling" in at.stop_reason
+    assert at.proposals == 0  # nothing searched past the baseline that reached it
+    assert below.status == "done" and below.proposals == 2 and "experiment budget" in below.stop_reason
