@@ -46,8 +46,8 @@ class SearchSettings:
     # (harness/around.py), so that its record says which other shapes it may serve
     time_around: bool = False
     # LLM replies in a row, across targets, that held nothing to judge or did not compile, before
-    # the run stops as "nothing usable"
-    unusable_limit: int = 20
+    # the run stops as "nothing usable" (None: never; `autokernel optimize` sets --max-unusable)
+    unusable_limit: int | None = None
     llm_label: str = ""  # "MODEL at ENDPOINT": what the "nothing usable" stop names
     clock: Callable[[], float] = time.monotonic  # what the budget is charged by (tests: simulated)
 
@@ -112,7 +112,7 @@ class TargetSearch:
         t, s = self.target, self.settings
         if self.state.budget_left_s <= 0:
             raise BudgetExhausted(f"the time budget of {self.state.budget_s / 3600:.2f} h is spent")
-        if self.state.unusable_in_a_row >= s.unusable_limit:
+        if s.unusable_limit is not None and self.state.unusable_in_a_row >= s.unusable_limit:
             raise NothingUsable(nothing_usable_reason(self.state, s))
         if s.max_experiments is not None and t.proposals >= s.max_experiments:
             raise TargetDone(f"experiment budget spent ({s.max_experiments} per target)")

@@ -222,3 +222,46 @@ def test_resume_after_a_kill_keeps_the_elites_and_the_parked_targets(tmp_path):
         assert all(e in after.elites for e in before.elites if e["median_us"] <= after.elites[-1]["median_us"])
     frame = board.read(run.leaderboard_path)
     assert {"tune", "reseed"} <= set(frame["strategy"]) and frame["experiment"].is_unique is False  # two targets
+
+
+def test_a_run_from_before_the_scheduler_resumes(tmp_path):
+    """state.json without the scheduler's fields and a leaderboard without parent and strategy, as
+    the search wrote them before: the run resumes, and its new rows carry the new columns."""
+    from autokernel.search import loop
+    run = runs.RunDir(tmp_path / "run")
+    run.create()
+    state = RunState(run_id="run", agent="tune", budget_s=3600.0,
+                     targets=[TargetState(name="softmax[8x128:float32]", share=1.0, **SOFTMAX)])
+    run.write_json(run.config_path, {"options": {"budget_s": 3600.0}})
+    clock = SimClock()
+    settings = loop.SearchSettings(max_experiments=2, clock=clock)
+    make = run_search.proposer_factory("tune", seed=0)
+    run_search.search_all(run, state, settings, make, starter_source=run_search.starter_sources(run),
+                          judge=never_faster_judge(clock))
+    old = json.loads(json.dumps(runs.RunDir(run.path).load_state().to_json(), default=str))  # snapshot + journal
+    new_fields = ("stop_kind", "unusable_in_a_row", "last_unusable", "tokens")
+    target_fields = ("elites", "parks", "strategy", "chosen_because", "stint_start", "blocked", "ideas")
+    old = {k: v for k, v in old.items() if k not in new_fields}
+    old["targets"] = [{k: v for k, v in t.items() if k not in target_fields} for t in old["targets"]]
+    for t in old["targets"]:
+        t["status"] = "searching"
+        for h in t["history"]:
+            h["row"] = {k: v for k, v in h["row"].items() if k not in ("parent", "strategy")}
+    run.state_path.write_text(json.dumps(old))  # a state.json of version 1: no journal continues it
+    run.journal_path.unlink()
+    frame = board.read(run.leaderboard_path)
+    lines = ["\t".join(board.escape(r[c]) if r[c] == r[c] else "" for c in board.SEALED_COLUMNS)
+             for r in frame.to_dict("records")]
+    run.leaderboard_path.write_text("\t".join(board.SEALED_COLUMNS) + "\n" + "\n".join(lines) + "\n")
+
+    _, resumed, _ = run_start.resume(tmp_path, "run")
+    settings.max_experiments = 4
+    run_search.search_all(run, resumed, settings, make, starter_source=run_search.starter_sources(run),
+                          judge=never_faster_judge(clock))
+    frame = board.read(run.leaderboard_path)
+    assert list(frame["experiment"]) == [0, 1, 2, 3, 4]
+    assert set(frame["strategy"][:3]) == {""} and set(frame["strategy"][3:]) == {"tune"}
+    t = resumed.targets[0]
+    assert t.status == "done" and len(t.elites) >= 1
+    from autokernel.search.seal import check_run
+    assert check_run(run.path).errors == []
