@@ -84,6 +84,9 @@ def leaderboard(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
     check: bool = typer.Option(False, "--check", help="Check RUN's records: every row against the sha256 of "
                                                       "its experiment file, best/ against the best rows."),
+    lineage: Optional[str] = typer.Option(None, "--lineage", help="Show how TARGET's best kernel came to be: "
+                                                                  "it, its parent, the parent's parent... "
+                                                                  "(a target's name or the start of one)."),
 ) -> None:
     """Show a run's experiments, or the best kernel per target across all runs."""
     from rich.console import Console as _Console
@@ -102,6 +105,9 @@ def leaderboard(
         typer.echo(f"sealed: {report.summary()}")
         return
     if run is None:
+        if lineage is not None:
+            from autokernel.errors import UsageError
+            raise UsageError("--lineage needs a RUN", "e.g. autokernel leaderboard RUN_ID --lineage softmax")
         best = board.best_per_target(runs_dir)
         if best.empty:
             raise UserError(f"no passing experiments in any run under {runs_dir}",
@@ -113,6 +119,11 @@ def leaderboard(
     if not path.exists():
         known = ", ".join(p.name for p in board.run_dirs(runs_dir)[-5:]) or "none"
         raise UserError(f"no leaderboard at {path}", f"runs under {runs_dir}: {known}")
+    if lineage is not None:
+        chain = board.lineage(board.read(path), lineage)
+        out.print(board.rich_table(chain, board.LINEAGE_VIEW, f"Lineage of the best kernel for {lineage} "
+                                                              f"in run {folder.name} (oldest first)"))
+        return
     out.print(board.rich_table(board.read(path), board.RUN_VIEW, f"Run {folder.name}"))
 # ---- end leaderboard ------------------------------------------------------------------------
 
@@ -174,12 +185,14 @@ from autokernel.profile.modelfile import model_options as _model_options  # noqa
 def optimize(
     model: Optional[Path] = typer.Argument(None, help="A KernelBench-format file, or any file with an nn.Module class."),
     agent: Optional[str] = typer.Option(None, "--agent", help="llm or tune (default: llm when an API key is set, else tune)."),
-    llm: Optional[str] = typer.Option(None, "--llm", help="Model name at the endpoint (default: gpt-4.1)."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="Model name at the endpoint (default: gpt-4.1); "
+                                      "cheap,strong: the second takes over a target after its plateau."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="An OpenAI-compatible endpoint, e.g. http://localhost:8000/v1."),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="The environment variable holding the API key."),
     budget: Optional[str] = typer.Option(None, "--budget", help="Search time for the whole run, e.g. 8h, 90m (default 8h)."),
     max_experiments: Optional[int] = typer.Option(None, "--max-experiments", min=0, help="Proposals per target after the baseline."),
-    top: int = typer.Option(3, "--top", min=1, help="How many of the plan's targets to search, in Amdahl order."),
+    top: Optional[int] = typer.Option(None, "--top", min=1, help="Search at most this many of the plan's targets, "
+                                                                 "in Amdahl order (default: every one)."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Search only targets of this kernel type, or whose name starts so (repeatable): module, 'module[MLP.gelu'."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue the run with this id (also after a crash)."),
@@ -189,9 +202,13 @@ def optimize(
     devices: Optional[str] = typer.Option(None, "--devices", help="CUDA devices to judge on, one candidate each, e.g. 0,1,2,3."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="LLM requests in flight at once (default 1)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Judge on a Ray cluster: its address, auto (the cluster this machine is in) or local."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="The LLM's reply limit per request (a reply cut off there is recorded as truncated)."),
+    reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", help="low, medium or high: passed to a reasoning model where the server accepts it."),
+    max_unusable: Optional[int] = typer.Option(None, "--max-unusable", min=1, help="Stop the run after this many LLM replies in a row with nothing that compiles (default 20)."),
     model_opts: _ModelOptions = None,
 ) -> None:
-    """Profile MODEL, then search faster kernels for its top bottlenecks, judging every candidate."""
+    """Profile MODEL, then search faster kernels for its bottlenecks until the budget is spent, where the
+    end-to-end gain is largest, judging every candidate."""
     from autokernel import display as shown
     from autokernel.search import run_search
     from autokernel.search import run as runs
@@ -199,7 +216,8 @@ def optimize(
     from autokernel.errors import UsageError
     from autokernel.search.slots import parse_devices
     budget_s = runs.parse_duration_s(budget) if budget is not None else None
-    scale = {"workers": workers, "devices": parse_devices(devices), "concurrency": concurrency, "ray": ray}
+    scale = {"workers": workers, "devices": parse_devices(devices), "concurrency": concurrency, "ray": ray,
+             "max_tokens": max_tokens, "reasoning_effort": reasoning_effort, "max_unusable": max_unusable}
     if resume is not None:
         run, state, config = run_start.resume(runs_dir, resume, {"budget_s": budget_s, "timeout_s": timeout,
                                                              "max_experiments": max_experiments, **scale},
@@ -229,10 +247,15 @@ def optimize(
 
 def _after_search(run, state, config: dict, runs_dir: Path) -> int:
     """Once the search stopped: the summary table, verify when it finished, how to resume when it was
-    interrupted; the command's exit status."""
+    interrupted, why when the LLM gave nothing usable; the command's exit status."""
     from autokernel import display as shown
     cpu_figures = (config.get("device") or {}).get("type") == "cpu"
     Console(width=max(Console().width, 120)).print(shown.summary_table(state, cpu_figures))
+    if state.status == "stopped":  # nothing usable: never "done", and not a success
+        err.print(f"[bold red]Stopped:[/] {state.stop_reason}", highlight=False)
+        err.print(f"after a change, continue with: autokernel optimize --resume {run.run_id} --runs-dir {runs_dir}",
+                  highlight=False)
+        return 1
     verified = 0
     if state.status == "done":  # the winners inside the model; a failure is the command's, the run is kept
         from autokernel.deploy.verify_report import after_optimize

@@ -19,6 +19,8 @@ from autokernel.search.proposer import Experiment
 from autokernel.search.run import RunState, TargetState
 
 RECENT_LINES = 6
+STOP_KINDS = {"user": "stopped by the user", "budget": "budget spent", "done": "every target done",
+              "nothing_usable": "nothing usable from the LLM", "failed": "failed"}
 
 
 def _us(value: float | None) -> str:
@@ -54,9 +56,9 @@ class LogDisplay:
         self.console.print(text, markup=False)
 
     def start_target(self, target: TargetState, index: int, count: int) -> None:
-        ceiling = f", ceiling {_x(target.ceiling_speedup)}" if target.ceiling_speedup else ""
-        self.line(f"[target {index + 1}/{count}] {target.name}: {target.share:.1%} of the model's time"
-                  f"{ceiling}; {_hours(self.state.budget_left_s)} of budget left")
+        visit = f"revisit {target.parks}" if target.parks else "visit"
+        self.line(f"[target {index + 1}/{count}] {target.name}: {visit}, strategy {target.strategy or '-'}; "
+                  f"chosen: {target.chosen_because or '-'}; {_hours(self.state.budget_left_s)} of budget left")
 
     def status(self, text: str) -> None:
         pass  # progress within an experiment is for the live panel only
@@ -65,7 +67,7 @@ class LogDisplay:
         self.line(experiment_line(target, e))
 
     def end_target(self, target: TargetState) -> None:
-        self.line(f"[target done] {target.name}: {target.stop_reason or target.status}; best "
+        self.line(f"[target {target.status}] {target.name}: {target.stop_reason or target.status}; best "
                   f"{_us(target.best_median_us)} ({_x(target.speedup_vs_starter)} vs starter)")
 
     def close(self) -> None:
@@ -90,6 +92,8 @@ class LiveDisplay(LogDisplay):
         grid.add_column(style="bold")
         grid.add_column()
         grid.add_row("target", f"{t.name} {self._position}" if t else "-")
+        grid.add_row("strategy", f"{t.strategy or '-'} (plateaus so far: {t.parks})" if t else "-")
+        grid.add_row("chosen", t.chosen_because if t else "-")
         grid.add_row("experiment", f"{t.next_experiment}" if t else "-")
         grid.add_row("best", f"{_us(t.best_median_us)}  {_x(t.speedup_vs_starter)} vs starter, "
                              f"{_x(t.speedup_vs_eager)} vs eager" if t else "-")
@@ -130,18 +134,23 @@ def make_display(state: RunState, live: bool | None = None) -> LogDisplay:
 
 def summary_table(state: RunState, cpu_figures: bool = False) -> Table:
     """The end of a run: per target, what was tried and what was won."""
-    table = Table(title=f"Run {state.run_id}: {state.status} ({state.stop_reason})", title_justify="left",
-                  header_style="bold")
+    ended = STOP_KINDS.get(state.stop_kind, "")
+    table = Table(title=f"Run {state.run_id}: {state.status}{f' ({ended})' if ended else ''}: {state.stop_reason}",
+                  title_justify="left", header_style="bold")
     for name, justify in (("target", "left"), ("share", "right"), ("experiments", "right"),
                           ("starter", "right"), ("best", "right"), ("vs starter", "right"),
-                          ("vs eager", "right"), ("status", "left")):
+                          ("vs eager", "right"), ("strategy", "left"), ("status", "left")):
         table.add_column(name, justify=justify, overflow="fold")
     for t in state.targets:
         table.add_row(t.name, f"{t.share:.1%}", str(t.proposals), _us(t.baseline_median_us),
                       _us(t.best_median_us), _x(t.speedup_vs_starter), _x(t.speedup_vs_eager),
+                      f"{t.strategy or '-'}" + (f" ({t.parks} plateaus)" if t.parks else ""),
                       t.stop_reason or t.status)
     table.caption = (f"search time {_hours(state.elapsed_s)} of {_hours(state.budget_s)}; best kernels in "
                      f"best/, every experiment in leaderboard.tsv")
+    for model, used in state.tokens.items():
+        table.caption += (f"\n{model}: {used.get('replies', 0)} replies, {used.get('prompt_tokens', 0):,} prompt + "
+                          f"{used.get('completion_tokens', 0):,} completion tokens")
     if cpu_figures:
         table.caption += ("\nCPU figures: Triton-interpreter time against PyTorch on the CPU; "
                           "they say nothing about GPU speed")

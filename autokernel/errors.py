@@ -45,3 +45,11 @@ class Interrupted(StopSearch):
 
 class TargetDone(StopSearch):
     """This target's search is over for a reason other than a plateau; the run goes on."""
+
+
+class Switch(StopSearch):
+    """Another target is now the better use of the next minutes: this one waits, it is not over."""
+
+
+class NothingUsable(StopSearch):
+    """The LLM gave nothing that could be judged for too long: the run stops and says why."""

@@ -22,15 +22,18 @@ from autokernel.errors import UserError
 COLUMNS = ("experiment", "timestamp", "target", "kernel_type", "agent", "decision", "verdict",
            "failed_stage", "median_us", "baseline_us", "speedup_vs_eager", "speedup_vs_best",
            "candidate", "device", "prompt_tokens", "completion_tokens", "description", "judged_dtype",
-           "source_sha256")
+           "source_sha256", "parent", "strategy")
 HEADER = "\t".join(COLUMNS) + "\n"
 HASH_COLUMN = "source_sha256"  # of the candidate's text as the search held it before judging
-# Leaderboards written before rows carried a judged dtype and a hash: still read; a resume
-# upgrades the header, and their rows keep those cells empty.
-LEGACY_COLUMNS = COLUMNS[:-2]
+# Leaderboards written before rows carried a judged dtype and a hash, and before they carried each
+# experiment's parent and strategy: still read; a resume upgrades the header, and their rows keep
+# the newer cells empty. New columns are only ever appended, so an older row is a prefix of a new one.
+LEGACY_COLUMNS = COLUMNS[:-4]
 LEGACY_HEADER = "\t".join(LEGACY_COLUMNS) + "\n"
+SEALED_COLUMNS = COLUMNS[:-2]
+OLDER_HEADERS = (LEGACY_HEADER, "\t".join(SEALED_COLUMNS) + "\n")
 FILENAME = "leaderboard.tsv"
-INT_COLUMNS = ("experiment", "prompt_tokens", "completion_tokens")
+INT_COLUMNS = ("experiment", "prompt_tokens", "completion_tokens", "parent")
 FLOAT_COLUMNS = ("median_us", "baseline_us", "speedup_vs_eager", "speedup_vs_best")
 DECISIONS = ("BASELINE", "KEEP", "REVERT")
 
@@ -69,17 +72,20 @@ def make_row(*, experiment: int, target: str, kernel_type: str, agent: str, deci
              verdict: dict | None, candidate: str = "", description: str = "",
              best_median_us: float | None = None, prompt_tokens: int | None = None,
              completion_tokens: int | None = None, timestamp: str | None = None,
-             source_sha256: str = "") -> dict[str, Any]:
-    """One row. `verdict` None means the LLM reply held no kernel: FAIL at stage `parse`.
+             source_sha256: str = "", parent: int | None = None, strategy: str = "",
+             unjudged_stage: str = "parse") -> dict[str, Any]:
+    """One row. `verdict` None means the LLM reply held no kernel: FAIL at stage `parse` (or
+    `unjudged_stage`: `truncated` for a reply cut off at the token limit).
     `best_median_us` is the best time before this experiment (for speedup_vs_best);
-    `source_sha256` is the hash of the candidate's text as the search held it ('' with no text)."""
+    `source_sha256` is the hash of the candidate's text as the search held it ('' with no text);
+    `parent` the experiment it was made from, `strategy` the strategy of its visit."""
     timing = (verdict or {}).get("timing") or {}
     median_us = timing.get("median_us")
     return {
         "experiment": experiment, "timestamp": timestamp or now_iso(), "target": target,
         "kernel_type": kernel_type, "agent": agent, "decision": decision,
         "verdict": verdict.get("verdict", "FAIL") if verdict else "FAIL",
-        "failed_stage": verdict.get("failed_stage") if verdict else "parse",
+        "failed_stage": verdict.get("failed_stage") if verdict else unjudged_stage,
         "median_us": median_us, "baseline_us": timing.get("baseline_median_us"),
         "speedup_vs_eager": timing.get("speedup_vs_eager"),
         "speedup_vs_best": best_median_us / median_us if (median_us and best_median_us) else None,
@@ -90,6 +96,7 @@ def make_row(*, experiment: int, target: str, kernel_type: str, agent: str, deci
         # dtype stood in for it (bf16 dot products under the Triton interpreter)
         "judged_dtype": (verdict or {}).get("judged_dtype"),
         "source_sha256": source_sha256,
+        "parent": parent, "strategy": strategy,
     }
 
 
@@ -108,9 +115,9 @@ class Leaderboard:
             return True
         with open(self.path, "rb+") as f:
             first = f.readline().decode("utf-8", "replace")
-            if first == LEGACY_HEADER:
+            if first in OLDER_HEADERS:
                 f.seek(0)
-                _upgrade(self.path, f.read())
+                _upgrade(self.path, f.read(), first)
                 return False
             if first != HEADER:
                 raise UserError(f"{self.path} does not start with the leaderboard header",
@@ -148,11 +155,11 @@ def _line(row: dict[str, Any]) -> str:
     return "\t".join(escape(row.get(c)) for c in COLUMNS) + "\n"
 
 
-def _upgrade(path: Path, content: bytes) -> None:
-    """A leaderboard from before rows were sealed gains the judged-dtype and hash columns in its
-    header; its old rows keep those cells empty (`leaderboard --check` reports them unsealed).
-    Replaced atomically."""
-    body = content[len(LEGACY_HEADER.encode("utf-8")):]
+def _upgrade(path: Path, content: bytes, header: str) -> None:
+    """A leaderboard of an older layout (`header`) gains the newer columns in its header; its old
+    rows keep those cells empty (one from before rows were sealed: `leaderboard --check` reports
+    them unsealed). Replaced atomically."""
+    body = content[len(header.encode("utf-8")):]
     if body and not body.endswith(b"\n"):  # a row cut short by a crash mid-write
         body = body[:body.rfind(b"\n") + 1]
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -261,3 +268,30 @@ def rich_table(frame: pd.DataFrame, columns: tuple[str, ...], title: str):
     for _, row in frame.iterrows():
         table.add_row(*(_cell(c, row.get(c)) for c in columns))
     return table
+
+
+LINEAGE_VIEW = ("experiment", "parent", "strategy", "decision", "verdict", "median_us", "speedup_vs_eager",
+                "description")
+
+
+def lineage(frame: pd.DataFrame, target: str) -> pd.DataFrame:
+    """A target's lineage: its best kernel, that kernel's parent, the parent's parent... back to
+    the starter (oldest first). `target` is a target's name or the start of one; it must name one."""
+    names = sorted(set(frame["target"]))
+    matches = [n for n in names if n == target] or [n for n in names if n.startswith(target)]
+    if len(matches) != 1:
+        raise UserError(f"{'no target' if not matches else 'several targets'} named {target!r} in this run",
+                        f"give one of: {', '.join(names) or 'none'}")
+    rows = frame[frame["target"] == matches[0]]
+    by_number = {int(r["experiment"]): r for _, r in rows.iterrows() if pd.notna(r["experiment"])}
+    best = best_rows(rows)
+    if best.empty:
+        return rows.iloc[0:0]
+    chain, number = [], int(best.iloc[0]["experiment"])
+    while number in by_number and number not in chain:  # a loop would be a damaged file: stop there
+        chain.append(number)
+        parent = by_number[number]["parent"]
+        if parent is pd.NA or pd.isna(parent):
+            break
+        number = int(parent)
+    return rows.set_index(rows["experiment"].astype(int)).loc[list(reversed(chain))].reset_index(drop=True)

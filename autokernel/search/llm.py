@@ -4,12 +4,18 @@ Retries are ours, not the SDK's, so every one is visible on stderr and testable:
 server errors (5xx), timeouts and connection errors back off exponentially with jitter, honouring
 Retry-After. An outage never ends a run on its own: after a few minutes the client says the run is
 paused and keeps trying, until the endpoint answers or the user stops the run. Errors a retry cannot
-fix (401 bad key, 404 unknown model, 400 rejected request) become a UserError with a hint.
+fix (401 bad key, 404 unknown model, 400 rejected request) become a UserError with a hint, except a
+prompt refused for its length (PromptTooLong: the caller retries with a smaller one).
+
+A reply cut off at the token limit (finish_reason "length") says so (`Reply.truncated`); a reasoning
+model's `reasoning_content` is kept apart from the reply's text and never read as its answer;
+`reasoning_effort` is sent where the server accepts it and dropped, once, where it does not.
 """
 from __future__ import annotations
 
 import os
 import random
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -20,6 +26,14 @@ from autokernel.errors import UserError
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 RETRY_STATUSES = (408, 409, 429)  # plus every 5xx: the request may succeed when repeated
 MAX_RETRY_AFTER_S = 600.0
+# How servers word a prompt refused for its length (OpenAI, vLLM, llama.cpp, Ollama, gateways)
+CONTEXT_LENGTH_WORDS = re.compile(r"context.length|context.window|maximum context|too many tokens|prompt is too long"
+                                  r"|reduce the length|exceeds the (?:model's )?(?:max|context)|input is too long"
+                                  r"|context_length_exceeded", re.I)
+
+
+class PromptTooLong(Exception):
+    """The server refused the prompt for its length (HTTP 400): a smaller one may fit."""
 
 
 @dataclass
@@ -28,6 +42,9 @@ class Reply:
     prompt_tokens: int | None
     completion_tokens: int | None
     seconds: float  # wall time of the successful request, retries and waits excluded
+    truncated: bool = False  # finish_reason "length": cut off at the token limit
+    reasoning_chars: int = 0  # the length of a reasoning model's reasoning_content (never parsed)
+    model: str = ""
 
 
 @dataclass
@@ -90,8 +107,10 @@ class LLMClient:
                  temperature: float | None = None, retry: RetryPolicy | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic,
-                 log: Callable[[str], None] = _stderr_line, seed: int | None = None):
+                 log: Callable[[str], None] = _stderr_line, seed: int | None = None,
+                 max_tokens: int | None = None, reasoning_effort: str | None = None):
         self.model = model
+        self.max_tokens, self.reasoning_effort = max_tokens, reasoning_effort
         self.base_url = base_url
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
@@ -144,23 +163,45 @@ class LLMClient:
         while True:
             start = self._clock()
             try:
-                kwargs = {} if self.temperature is None else {"temperature": self.temperature}
-                response = client.chat.completions.create(model=self.model, messages=messages, **kwargs)
+                response = client.chat.completions.create(model=self.model, messages=messages, **self._options())
                 return self._reply(response, self._clock() - start)
             except (openai.APIConnectionError, openai.APITimeoutError, openai.APIStatusError) as e:
+                if getattr(e, "status_code", None) == 400:
+                    message = _server_message(e)
+                    if CONTEXT_LENGTH_WORDS.search(message):
+                        raise PromptTooLong(message) from None
+                    if self.reasoning_effort and "reasoning" in message.lower():
+                        self._log(f"LLM {self._where()}: {self.model} does not take reasoning_effort "
+                                  f"({message[:160]}); asking without it")
+                        self.reasoning_effort = None
+                        continue
                 if not self._retryable(e):
                     raise self._fatal(e) from None
                 failing_since = start if failing_since is None else failing_since
                 attempt += 1
                 self._back_off(e, attempt, self._clock() - failing_since)
 
+    def _options(self) -> dict:
+        kwargs: dict = {} if self.temperature is None else {"temperature": self.temperature}
+        if self.max_tokens:
+            kwargs["max_tokens"] = self.max_tokens
+        if self.reasoning_effort:
+            kwargs["reasoning_effort"] = self.reasoning_effort
+        return kwargs
+
     def _reply(self, response, seconds: float) -> Reply:
-        text = ""
+        text, truncated, reasoning = "", False, ""
         if response.choices:
-            text = response.choices[0].message.content or ""
+            choice = response.choices[0]
+            # only `content` is the answer: a reasoning model's thinking (reasoning_content, an
+            # extra field of the message) may hold code it then rejected
+            text = choice.message.content or ""
+            truncated = choice.finish_reason == "length"
+            reasoning = getattr(choice.message, "reasoning_content", None) or ""
         usage = getattr(response, "usage", None)
         return Reply(text=text, prompt_tokens=getattr(usage, "prompt_tokens", None),
-                     completion_tokens=getattr(usage, "completion_tokens", None), seconds=seconds)
+                     completion_tokens=getattr(usage, "completion_tokens", None), seconds=seconds,
+                     truncated=truncated, reasoning_chars=len(reasoning), model=self.model)
 
     @staticmethod
     def _retryable(error: Exception) -> bool:

@@ -1,12 +1,14 @@
 """The search loop over one target: baseline, then propose -> judge -> keep or revert -> log.
 
-`TargetSearch` drives one target with any Proposer (the LLM or the tuner; it does not know which)
-and the judge's subprocess boundary. Every experiment leaves its candidate, verdict (and for the LLM
-its prompt and response) under kernels/<target>/, one leaderboard row, and state.json saved in a
-`finally:`. A target stops through a small exception vocabulary: Plateau (no progress, or the
-proposer has nothing new), TargetDone (its experiment or time share is spent, or the next target
-offers more), BudgetExhausted (the run's time is spent) and Interrupted (Ctrl-C, SIGTERM).
-The run over every target, which catches them, is autokernel/search/run_search.py.
+`TargetSearch` drives one visit of one target with any Proposer (the LLM or the tuner; it does not
+know which) and the judge's subprocess boundary. Every experiment leaves its candidate, verdict (and
+for the LLM its prompt and response) under kernels/<target>/, one leaderboard row with its parent
+and strategy, and state.json saved in a `finally:`. A visit stops through a small exception
+vocabulary: Plateau (no progress this visit, or the proposer has nothing new: the target is parked),
+Switch (another target now offers more per minute), TargetDone (at its ceiling, or its experiment
+or time share is spent), BudgetExhausted (the run's time is spent), NothingUsable (the LLM's replies
+held nothing to judge for too long) and Interrupted (Ctrl-C, SIGTERM). The run over every target,
+which catches them, is autokernel/search/run_search.py.
 """
 from __future__ import annotations
 
@@ -17,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from autokernel.errors import BudgetExhausted, Plateau, TargetDone, UserError
-from autokernel.search.decision import decide, left_to_win
+from autokernel.errors import BudgetExhausted, NothingUsable, Plateau, Switch, TargetDone, UserError
+from autokernel.search import population
+from autokernel.search.decision import decide
 from autokernel.search.guard import RecordGuard
 from autokernel.search.leaderboard import Leaderboard, make_row
-from autokernel.search.proposer import HISTORY_WINDOW, NO_CODE_MESSAGE, Candidate, Experiment, Proposer, SearchContext
+from autokernel.search.proposer import (HISTORY_WINDOW, NO_CODE_MESSAGE, TRUNCATED_MESSAGE, Candidate, Experiment,
+                                        Proposer, SearchContext)
 from autokernel.search.run import REBUILT, RunDir, RunState, TargetState
 from autokernel.search.seal import seal_verdict, source_sha256
 
@@ -41,6 +45,11 @@ class SearchSettings:
     # a candidate that may be kept is also checked and timed at the shapes around the target
     # (harness/around.py), so that its record says which other shapes it may serve
     time_around: bool = False
+    # LLM replies in a row, across targets, that held nothing to judge or did not compile, before
+    # the run stops as "nothing usable" (None: never; `autokernel optimize` sets --max-unusable)
+    unusable_limit: int | None = None
+    llm_label: str = ""  # "MODEL at ENDPOINT": what the "nothing usable" stop names
+    clock: Callable[[], float] = time.monotonic  # what the budget is charged by (tests: simulated)
 
 
 def default_judge(kernel_file: Path, *, target, device: str, arch: str, timeout_s: float | None,
@@ -59,7 +68,8 @@ class TargetSearch:
 
     def __init__(self, run: RunDir, state: RunState, target: TargetState, proposer: Proposer,
                  settings: SearchSettings, *, starter_source: str, judge: JudgeFn = default_judge,
-                 display: Any = None, peaks: dict | None = None, next_offer: float = 0.0,
+                 display: Any = None, peaks: dict | None = None,
+                 should_switch: Callable[[], str] = lambda: "",
                  time_cap_s: float = math.inf, paused_s: Callable[[], float] = lambda: 0.0,
                  slots: Any = None):
         self.run, self.state, self.target = run, state, target
@@ -67,7 +77,8 @@ class TargetSearch:
         self.proposer, self.settings, self.judge = proposer, settings, judge
         self.starter_source = starter_source
         self.display, self.peaks = display, peaks or {}
-        self.next_offer, self.time_cap_s = next_offer, time_cap_s
+        # the scheduler's verdict after each experiment: why another target should take over ("": stay)
+        self.should_switch, self.time_cap_s = should_switch, time_cap_s
         self._paused_s = paused_s  # LLM outage time so far: not charged to the budget
         self.leaderboard = Leaderboard(run.leaderboard_path)
         self.guard = RecordGuard(run.path, run.written, rebuilt=REBUILT)
@@ -101,27 +112,35 @@ class TargetSearch:
         t, s = self.target, self.settings
         if self.state.budget_left_s <= 0:
             raise BudgetExhausted(f"the time budget of {self.state.budget_s / 3600:.2f} h is spent")
+        if s.unusable_limit is not None and self.state.unusable_in_a_row >= s.unusable_limit:
+            raise NothingUsable(nothing_usable_reason(self.state, s))
         if s.max_experiments is not None and t.proposals >= s.max_experiments:
             raise TargetDone(f"experiment budget spent ({s.max_experiments} per target)")
         if t.seconds >= self.time_cap_s:
             raise TargetDone(f"its share of the time budget ({self.time_cap_s / 60:.1f} min) is spent")
-        streak = t.reverts_in_a_row
+        from autokernel.search.schedule import at_ceiling
+        if at_ceiling(t):
+            raise TargetDone(f"done: its best ({t.speedup_vs_eager:.3g}x) is within noise of its roofline "
+                             f"ceiling ({t.ceiling_speedup:.3g}x)")
+        streak = t.reverts_this_visit
         if streak >= s.plateau:
             raise Plateau(f"{streak} experiments in a row without a faster kernel")
-        if left_to_win(t) < self.next_offer:
-            raise TargetDone("the next target offers more than is left to win here")
+        switch = self.should_switch()
+        if switch:
+            raise Switch(switch)
 
     def experiment(self, candidate: Candidate | None) -> Experiment:
         """One experiment: propose (unless given), judge, decide, record. State is saved whatever
         happens, so an interrupt or a crash loses this experiment at most."""
         t = self.target
         number = t.next_experiment
-        self._clock = (time.monotonic(), self._paused_s())
+        self._clock = (self.settings.clock(), self._paused_s())
         try:
             baseline = candidate is not None
             if candidate is None:
-                self._show("status", f"experiment {number}: asking the {self.proposer.name} agent")
-                candidate = self.proposer.propose(self.context(number))
+                self._show("status", f"experiment {number}: asking the {self.proposer.name} agent "
+                                     f"({self.target.strategy or 'refine'})")
+                candidate = self.propose(self.context(number))
             verdict = self._judge(number, candidate)
             decision = "BASELINE" if baseline else decide(verdict, t)
             self.proposer.observe(candidate, verdict)  # the tuner learns the starter's config too
@@ -134,7 +153,7 @@ class TargetSearch:
     def _charge(self) -> None:
         """Charge the experiment's time to the target and the run, less any LLM outage."""
         start, paused_before = self._clock
-        charged = max(time.monotonic() - start - (self._paused_s() - paused_before), 0.0)
+        charged = max(self.settings.clock() - start - (self._paused_s() - paused_before), 0.0)
         self.target.seconds += charged
         self.state.elapsed_s += charged
         self._clock = None
@@ -142,10 +161,47 @@ class TargetSearch:
     # ------------------------------------------------------------------ one experiment's parts
     def context(self, number: int) -> SearchContext:
         t = self.target
-        return SearchContext(kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype, target=t.name,
-                             best_source=self.best_source, best_verdict=self.best_verdict,
-                             history=t.recent(HISTORY_WINDOW), device=(self.best_verdict or {}).get("device", {}),
-                             peaks=self.peaks, experiment=number, proposal_count=t.proposals)
+        ctx = SearchContext(kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype, target=t.name,
+                            best_source=self.best_source, best_verdict=self.best_verdict,
+                            history=t.recent(HISTORY_WINDOW), device=(self.best_verdict or {}).get("device", {}),
+                            peaks=self.peaks, experiment=number, proposal_count=t.proposals,
+                            strategy=t.strategy or "refine", parks=t.parks, ideas=list(t.ideas),
+                            visit_proposals=sum(1 for h in t.history[t.stint_start:] if h.get("decision") != "BASELINE"))
+        self._choose_parent(ctx, number)
+        return ctx
+
+    def _choose_parent(self, ctx: SearchContext, number: int) -> None:
+        """The parent (usually the best, sometimes another elite; the starter for "a different
+        algorithm") and one or two other elites as inspirations, read from the run's files."""
+        t = self.target
+        if getattr(self.proposer, "messages_for", None) is not None or t.kernel_type == "module":
+            ctx.parent_number = t.best_experiment  # a prompt of another task's own shows the best only
+            return
+        if ctx.strategy == "different_algorithm" and t.history:
+            ctx.parent_number, ctx.parent_source = 0, self.starter_source
+            return
+        parent = population.choose_parent(t.elites, t.best_experiment, f"{t.name}:{number}")
+        if parent is None:
+            ctx.parent_number = t.best_experiment
+            return
+        ctx.parent_number, ctx.parent_median_us = parent["number"], parent["median_us"]
+        if parent["number"] != t.best_experiment:
+            ctx.parent_source = self._source_of(parent["number"])
+        ctx.inspirations = [{**e, "source": self._source_of(e["number"])}
+                            for e in population.inspirations(t.elites, parent)]
+        ctx.inspirations = [e for e in ctx.inspirations if e["source"] is not None]
+
+    def _source_of(self, number: int) -> str | None:
+        path = self.run.experiment_file(self.target, number)
+        return path.read_text(encoding="utf-8") if path.exists() else None
+
+    def propose(self, ctx: SearchContext) -> Candidate:
+        """The proposer's next candidate, with its parent and strategy noted for its row."""
+        candidate = self.proposer.propose(ctx)
+        if candidate.parent is None:
+            candidate.parent = ctx.parent_number
+        candidate.strategy = candidate.strategy or ctx.strategy
+        return candidate
 
     def _starter_candidate(self) -> Candidate:
         return Candidate(source=self.starter_source, description=STARTER_DESCRIPTION)
@@ -203,7 +259,8 @@ class TargetSearch:
         touched while it was judged), written beside the candidate."""
         if candidate.source is None:
             verdict = None
-            record = {"verdict": "FAIL", "failed_stage": "parse", "detail": NO_CODE_MESSAGE}
+            record = ({"verdict": "FAIL", "failed_stage": "truncated", "detail": TRUNCATED_MESSAGE}
+                      if candidate.truncated else {"verdict": "FAIL", "failed_stage": "parse", "detail": NO_CODE_MESSAGE})
         else:
             verdict = record = seal_verdict(verdict, source_sha256(candidate.source), touched)
         # made durable by the state's next save, which records it (autokernel.search.journal)
@@ -231,7 +288,9 @@ class TargetSearch:
                        decision=decision, verdict=verdict, candidate=candidate_path,
                        description=candidate.description, best_median_us=best_before,
                        prompt_tokens=candidate.prompt_tokens, completion_tokens=candidate.completion_tokens,
-                       source_sha256="" if candidate.source is None else source_sha256(candidate.source))
+                       source_sha256="" if candidate.source is None else source_sha256(candidate.source),
+                       parent=candidate.parent, strategy=candidate.strategy,
+                       unjudged_stage="truncated" if candidate.truncated else "parse")
         timing = (verdict or {}).get("timing") or {}
         if decision == "BASELINE":
             t.baseline_median_us = timing.get("median_us")
@@ -239,6 +298,10 @@ class TargetSearch:
         if decision == "KEEP" or (decision == "BASELINE" and verdict and verdict.get("verdict") == "PASS"
                                   and timing.get("median_us")):
             self._new_best(number, candidate, verdict)
+        if verdict and verdict.get("verdict") == "PASS" and timing.get("median_us") and timing.get("spread_ok", True):
+            t.elites = population.admit(t.elites, population.entry_of(number, timing, source_sha256(candidate.source),
+                                                                      candidate.description))
+        self._note_reply(number, candidate, verdict, experiment)
         # the hashes of the verdict, prompt and reply as written: checked at the end and on resume
         files = {rel: self.run.written[rel] for rel in (self.run.relative(self.run.experiment_file(t, number, suffix))
                                                          for suffix in (".json", ".prompt.md", ".response.md"))
@@ -251,6 +314,27 @@ class TargetSearch:
         self.leaderboard.append(row)
         self._show("experiment", t, experiment)
         return experiment
+
+    def _note_reply(self, number: int, candidate: Candidate, verdict: dict | None, e: Experiment) -> None:
+        """For an LLM's reply: its tokens per model, its ideas (the "ideas first" strategy), and the
+        run's count of replies in a row with nothing usable (nothing to judge, or no compile)."""
+        if candidate.response is None or candidate.model is None:
+            return
+        s, t = self.state, self.target
+        used = s.tokens.setdefault(candidate.model, {"prompt_tokens": 0, "completion_tokens": 0, "replies": 0})
+        used["prompt_tokens"] += candidate.prompt_tokens or 0
+        used["completion_tokens"] += candidate.completion_tokens or 0
+        used["replies"] += 1
+        if candidate.strategy == "ideas_first" and not t.ideas:
+            from autokernel.search.prompt import parse_ideas
+            t.ideas = parse_ideas(candidate.response)
+        unusable = candidate.source is None or e.failed_stage == "compile" or bool((verdict or {}).get("usage_error"))
+        if unusable:
+            s.unusable_in_a_row += 1
+            s.last_unusable = (f"experiment {number} on {t.name}: {e.failed_stage or e.verdict}: "
+                               f"{(e.message or '').splitlines()[0][:200] if e.message else ''}")
+        else:
+            s.unusable_in_a_row = 0
 
     def _new_best(self, number: int, candidate: Candidate, verdict: dict) -> None:
         t, timing = self.target, verdict["timing"]
@@ -272,3 +356,17 @@ class TargetSearch:
     def _show(self, what: str, *args: Any) -> None:
         if self.display is not None:
             getattr(self.display, what)(*args)
+
+
+def nothing_usable_reason(state: RunState, settings: SearchSettings) -> str:
+    """The "nothing usable" stop in words: the model and endpoint, the last failure, what to try."""
+    last = state.last_unusable
+    if "truncated" in last:
+        hint = "raise --max-tokens (the replies were cut off), or use a model with a longer output"
+    elif "parse" in last:
+        hint = ("the replies held no ```python block: try a stronger model (--llm), check the server's chat "
+                "template and --reasoning-effort, or search without an LLM (--agent tune)")
+    else:
+        hint = "its kernels did not compile: try a stronger model (--llm a,b), or --agent tune"
+    return (f"nothing usable: {state.unusable_in_a_row} replies in a row from {settings.llm_label or 'the LLM'} "
+            f"held no kernel that compiles (last: {last}); {hint}")

@@ -64,6 +64,7 @@ def build_messages(ctx: SearchContext, problem_source: str, tolerance: float) ->
              f"## The problem (Model is the reference)\n```python\n{problem_source.rstrip()}\n```\n",
              device_line + "\n", best_section(ctx), prompt.history_section(ctx.history),
              prompt.last_reply_section(ctx), f"## Playbook (tier {section.tier})\n{section.text}",
+             prompt.strategy_section(ctx),
              "## Your turn\nFirst line: what you changed and why. Then the complete file, defining "
              "ModelNew, in one ```python block."]
     return [{"role": "system", "content": SYSTEM.format(tol=f"{tolerance:g}")},

@@ -26,7 +26,6 @@ attack happened).
 """
 from __future__ import annotations
 
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,7 +68,7 @@ class ConcurrentSearch:
 
     def run(self) -> None:
         s = self.search
-        s._clock = (time.monotonic(), s._paused_s())  # the run is charged wall time, not a sum
+        s._clock = (s.settings.clock(), s._paused_s())  # the run is charged wall time, not a sum
         try:
             self.resubmit_pending()
             while True:
@@ -101,7 +100,8 @@ class ConcurrentSearch:
                 continue  # not the text that was submitted: dropped, its number left unused
             candidate = Candidate(source=source, description=entry.get("description", ""),
                                   config=entry.get("config"), prompt_tokens=entry.get("prompt_tokens"),
-                                  completion_tokens=entry.get("completion_tokens"))
+                                  completion_tokens=entry.get("completion_tokens"), parent=entry.get("parent"),
+                                  strategy=entry.get("strategy", ""))
             hold = getattr(s.proposer, "hold", None)
             if hold is not None and candidate.config is not None:
                 hold(candidate.config)  # the tuner must not propose it again meanwhile
@@ -128,10 +128,10 @@ class ConcurrentSearch:
             if self.threaded:
                 t.next_experiment += 1
                 self.flights[number] = Flight(number)
-                self.proposing[self.askers.submit(s.proposer.propose, context)] = number
+                self.proposing[self.askers.submit(s.propose, context)] = number
                 continue
             try:
-                candidate = s.proposer.propose(context)
+                candidate = s.propose(context)
             except StopSearch as stop:
                 self.stop = stop
                 return
@@ -157,7 +157,8 @@ class ConcurrentSearch:
             t.pending.append({"number": number, "sha256": source_sha256(candidate.source),
                               "description": candidate.description, "config": candidate.config,
                               "prompt_tokens": candidate.prompt_tokens,
-                              "completion_tokens": candidate.completion_tokens})
+                              "completion_tokens": candidate.completion_tokens, "parent": candidate.parent,
+                              "strategy": candidate.strategy})
             self.ready.append(number)
         s.run.save_state(s.state, durable=False)  # written before any judge sees it; see autokernel.search.journal
 
@@ -222,4 +223,4 @@ class ConcurrentSearch:
             verdict = s.write_verdict(number, flight.candidate, flight.verdict, sorted(flight.touched))
             s.proposer.observe(flight.candidate, verdict)
             s._record(number, flight.candidate, verdict, decide(verdict, self.target))
-            s._clock = (time.monotonic(), s._paused_s())
+            s._clock = (s.settings.clock(), s._paused_s())

@@ -1,9 +1,13 @@
 """The messages for one LLM experiment.
 
 System: what the model is and the rules of the judge (playbook/rules.md). User: the kernel type's
-contract and reference, the target's shapes and dtype, the device and its measured peaks, the best
-kernel so far in full with its timing and roofline position, the recent experiments with what the
-judge said about each failure, and the playbook section that fits where the search stands.
+contract and reference, the target's shapes and dtype, the device and its measured peaks, the parent
+kernel in full (usually the best so far) with its timing and roofline position, one or two other
+elites as inspirations, the recent experiments with what the judge said about each failure, the
+playbook section that fits where the search stands, and what the visit's strategy asks for.
+
+`level` makes the prompt smaller for a server that refused it for its length: 1 shows fewer
+history rows, a shorter playbook and no inspirations; 2 no history, no playbook, no inspirations.
 """
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ if TYPE_CHECKING:
 
 RECENT_EXPERIMENTS = 8
 MESSAGE_CHARS = 700  # a failing stage's detail, cut: enough to act on, not a page of traceback
+LEVELS = 3  # prompt sizes: 0 whole, 1 smaller, 2 smallest
+SHORT_PLAYBOOK_CHARS = 1500
+INSPIRATION_CHARS = 4000  # an inspiration longer than this is cut: it is there for its idea
 
 SYSTEM = """You are an expert GPU kernel engineer. You improve one {backend} kernel at a time for a \
 fixed judge that checks correctness against a float64 reference, blocks every shortcut listed in \
@@ -75,6 +82,11 @@ def device_section(ctx: "SearchContext") -> str:
 def best_section(ctx: "SearchContext") -> str:
     verdict = ctx.best_verdict or {}
     timing, roofline = verdict.get("timing") or {}, verdict.get("roofline") or {}
+    if ctx.parent_source is not None:  # another elite, or the starter: the best is named, not shown
+        what = "the starter" if ctx.parent_number == 0 else f"experiment {ctx.parent_number}"
+        return (f"## Parent kernel: {what}, median {_fmt(ctx.parent_median_us, ' us')} (the best so far: "
+                f"{_fmt(timing.get('median_us'), ' us')})\nStart from this kernel, not from the best.\n"
+                f"```python\n{ctx.parent_source.rstrip()}\n```\n")
     head = "## Current best kernel"
     if timing:
         head += (f": median {_fmt(timing.get('median_us'), ' us')} (IQR {_fmt(timing.get('iqr_us'), ' us')}), "
@@ -112,30 +124,80 @@ def history_section(history: "list[Experiment]") -> str:
     return "\n".join(lines) + "\n"
 
 
+def inspirations_section(ctx: "SearchContext") -> str:
+    if not ctx.inspirations:
+        return ""
+    lines = ["## Other good kernels of this search (for ideas; start from the one above)"]
+    for e in ctx.inspirations:
+        source = e["source"] if len(e["source"]) <= INSPIRATION_CHARS else e["source"][:INSPIRATION_CHARS] + "\n# ..."
+        lines.append(f"Experiment {e['number']}, median {_fmt(e.get('median_us'), ' us')}: "
+                     f"{e.get('description', '')[:120]}\n```python\n{source.rstrip()}\n```")
+    return "\n".join(lines) + "\n"
+
+
 def last_reply_section(ctx: "SearchContext") -> str:
     last = ctx.last
+    if last is not None and last.failed_stage == "truncated":
+        return ("## Your previous reply\nIt was cut off at the token limit before it ended, so nothing was "
+                "judged. This time keep it short: one or two sentences, then the complete kernel file, "
+                "compact, in one ```python block.\n")
     if last is None or last.failed_stage != "parse":
         return ""
     return ("## Your previous reply\nIt held no complete ```python block, so nothing was judged. "
             "This time end your reply with the whole kernel file in one ```python block.\n")
 
 
-def playbook_section(ctx: "SearchContext") -> str:
+def playbook_section(ctx: "SearchContext", level: int = 0) -> str:
+    if level >= 2:
+        return ""
     roofline = (ctx.best_verdict or {}).get("roofline") or {}
     last = ctx.last
+    # the "next tier" strategy moves the advice on by a tier for each plateau
+    skip = playbook.EXPERIMENTS_PER_TIER * ctx.parks if ctx.strategy == "next_tier" else 0
     section = playbook.choose(ctx.kernel_type, bound=roofline.get("bound"),
                               failed_stage=last.failed_stage if last else None,
-                              experiments=ctx.proposals + 1)
-    return f"## Playbook (tier {section.tier})\n{section.text}"
+                              experiments=ctx.proposals + 1 + skip)
+    text = section.text if level == 0 else section.text[:SHORT_PLAYBOOK_CHARS] + "\n..."
+    return f"## Playbook (tier {section.tier})\n{text}"
 
 
-def build_messages(ctx: "SearchContext") -> list[dict[str, str]]:
-    """The chat messages for experiment `ctx.experiment` on `ctx.target`."""
+def strategy_section(ctx: "SearchContext") -> str:
+    """What this visit's strategy asks for (autokernel.search.schedule): the first visit refines."""
+    if ctx.strategy == "next_tier":
+        return ("## Strategy: the next tier\nThe last experiments found nothing faster. Leave the ideas "
+                "tried so far: apply the playbook tier above, which this search has not used yet.\n")
+    if ctx.strategy == "different_algorithm":
+        return ("## Strategy: a different algorithm\nRefining the current kernel has stopped paying. Write "
+                "a different algorithm for this operation, from the kernel above or from scratch: another "
+                "decomposition, another reduction or tiling scheme, not a retuning of the same one.\n")
+    if ctx.strategy == "ideas_first":
+        if not ctx.ideas:
+            return ("## Strategy: ideas first\nFirst list three distinct ideas that could make this kernel "
+                    "faster, in words, one line each, numbered `1.` to `3.`. Then implement idea 1 only.\n")
+        idea = ctx.ideas[max(ctx.visit_proposals, 0) % len(ctx.ideas)]
+        return f"## Strategy: ideas first\nImplement this idea, and only this one: {idea}\n"
+    return ""
+
+
+def parse_ideas(text: str) -> list[str]:
+    """The numbered ideas (`1.` ... `3.`) of an "ideas first" reply, in words, outside its code."""
+    import re
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    ideas = [m.group(1).strip() for m in re.finditer(r"^\s*(?:\*\*)?[1-9][.)]\s*(.+)$", prose, re.M)]
+    return [i[:300] for i in ideas if i][:3]
+
+
+def build_messages(ctx: "SearchContext", level: int = 0) -> list[dict[str, str]]:
+    """The chat messages for experiment `ctx.experiment` on `ctx.target`; `level` 1 or 2: smaller
+    (a server refused the bigger one for its length)."""
     system = SYSTEM.format(backend=ctx.backend, rules=playbook.read("rules").strip())
+    history = ctx.history if level == 0 else ctx.history[-3:] if level == 1 else []
     parts = [f"# Experiment {ctx.experiment}: make `{ctx.kernel_type}` faster on {ctx.target}\n",
              contract_section(ctx), target_section(ctx), device_section(ctx), best_section(ctx),
-             history_section(ctx.history), last_reply_section(ctx), playbook_section(ctx),
-             "## Your turn\nPropose one change that should make the current best kernel faster "
+             inspirations_section(ctx) if level == 0 else "",
+             history_section(history), last_reply_section(ctx), playbook_section(ctx, level),
+             strategy_section(ctx),
+             "## Your turn\nPropose one change that should make the kernel above faster "
              "without breaking any stage. First line: what you changed and why. Then the complete "
              "file in one ```python block."]
     return [{"role": "system", "content": system},

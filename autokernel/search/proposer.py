@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 NO_CODE_MESSAGE = "the reply held no complete ```python block with the kernel file; nothing was judged"
+TRUNCATED_MESSAGE = "the reply was cut off at the token limit before it ended; nothing was judged"
 # The experiments a proposer is shown: the last few, never the whole run (prompt.py shows the last
 # 8), so building the next prompt costs the same at experiment 25,000 as at experiment 10.
 HISTORY_WINDOW = 16
@@ -27,6 +28,10 @@ class Candidate:
     completion_tokens: int | None = None
     config: dict[str, Any] | None = None  # the tuner's configuration, when it made the candidate
     llm_seconds: float | None = None
+    parent: int | None = None  # the experiment it was made from (the search fills it in)
+    strategy: str = ""  # the strategy of the visit it was made in (autokernel.search.schedule)
+    model: str | None = None  # the LLM model that wrote it
+    truncated: bool = False  # the reply was cut off at the token limit: nothing to judge
 
     @property
     def parse_error(self) -> bool:
@@ -64,7 +69,10 @@ class Experiment:
     @staticmethod
     def from_verdict(number: int, candidate: Candidate, verdict: dict | None, decision: str,
                      best_median_us: float | None = None) -> "Experiment":
-        if verdict is None:  # nothing to judge: the reply held no kernel
+        if verdict is None:  # nothing to judge: the reply held no kernel, or was cut off
+            if candidate.truncated:
+                return Experiment(number, candidate.description, decision, "FAIL", "truncated",
+                                  TRUNCATED_MESSAGE, config=candidate.config)
             return Experiment(number, candidate.description, decision, "FAIL", "parse",
                               NO_CODE_MESSAGE, config=candidate.config)
         timing = verdict.get("timing") or {}
@@ -99,6 +107,15 @@ class SearchContext:
     backend: str = "triton"
     # proposals made on this target so far, when `history` is only the recent window of them
     proposal_count: int | None = None
+    # the population (autokernel.search.population): the kernel to start from and others beside it
+    parent_number: int | None = None
+    parent_source: str | None = None  # None: the best is the parent
+    parent_median_us: float | None = None
+    inspirations: list[dict] = field(default_factory=list)  # number, median_us, description, source
+    strategy: str = "refine"  # autokernel.search.schedule.LLM_STRATEGIES
+    parks: int = 0  # plateaus of this target so far
+    ideas: list[str] = field(default_factory=list)  # the "ideas first" strategy's ideas
+    visit_proposals: int = 0  # proposals made in the current visit
 
     @property
     def best_median_us(self) -> float | None:

@@ -67,6 +67,16 @@ def write_json_atomic(path: Path, data: Any, indent: int | None = 1, durable: bo
     return text
 
 
+@dataclass(frozen=True)
+class Record:
+    """A target's record so far (the baseline not counted)."""
+
+    proposals: int
+    passes: int
+    keeps: int
+    seconds: float
+
+
 @dataclass
 class TargetState:
     """One target's search: where it stands and everything it has tried."""
@@ -79,7 +89,7 @@ class TargetState:
     share: float = 0.0  # of the model's time
     ceiling_speedup: float | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
-    status: str = "pending"  # pending, searching, done
+    status: str = "pending"  # pending, searching, waiting (another target came first), parked, done
     stop_reason: str = ""
     next_experiment: int = 0
     best_experiment: int | None = None
@@ -93,6 +103,15 @@ class TargetState:
     # experiments handed to a judge and not yet recorded (number, sha256, description, config):
     # a resume judges them again under their own numbers
     pending: list[dict] = field(default_factory=list)
+    # the scheduler's record (autokernel.search.schedule, population): kept in state.json, so a
+    # resume after kill -9 keeps the elites and the parked targets
+    elites: list[dict] = field(default_factory=list)  # the best few distinct passing kernels
+    parks: int = 0  # plateaus so far: each revisit takes the next strategy
+    strategy: str = ""  # the strategy of the current (or last) visit
+    chosen_because: str = ""  # why the scheduler gave it the last visit
+    stint_start: int = 0  # len(history) when the current visit began: its plateau counts from there
+    blocked: str = ""  # why it can never be searched again by this run (even the smallest prompt too long)
+    ideas: list[str] = field(default_factory=list)  # the "ideas first" strategy's ideas, in words
 
     @property
     def slug(self) -> str:
@@ -115,19 +134,36 @@ class TargetState:
         """REVERTs at the end of the history: how long the search has gone without a faster kernel."""
         return self._tally()[1]
 
-    def _tally(self) -> tuple[int, int]:
-        """(proposals, REVERTs in a row), kept beside the history: only the entries appended since
-        the last call are read, so asking after every experiment does not grow with the run."""
+    @property
+    def reverts_this_visit(self) -> int:
+        """REVERTs in a row within the current visit: a revisit starts its plateau count afresh."""
+        return min(self.reverts_in_a_row, max(len(self.history) - self.stint_start, 0))
+
+    @property
+    def record(self) -> "Record":
+        """Proposals, passes and keeps so far: what the scheduler discounts a target's promise by."""
+        proposals, _, passes, keeps = self._tally()
+        return Record(proposals, passes, keeps, self.seconds)
+
+    def _tally(self) -> tuple[int, int, int, int]:
+        """(proposals, REVERTs in a row, passes, keeps), kept beside the history: only the entries
+        appended since the last call are read, so asking after every experiment does not grow with
+        the run."""
         history = self.history
-        seen, last, counted, proposals, streak = self.__dict__.get("_counts", (None, None, 0, 0, 0))
+        seen, last, counted, *counts = self.__dict__.get("_counts", (None, None, 0, 0, 0, 0, 0))
         if seen is not history or counted > len(history) or (counted and history[counted - 1] is not last):
-            counted, proposals, streak = 0, 0, 0  # another list, or one rewritten: count it all
+            counted, counts = 0, [0, 0, 0, 0]  # another list, or one rewritten: count it all
+        proposals, streak, passes, keeps = counts
         for h in history[counted:]:
             decision = h.get("decision")
-            proposals += decision != "BASELINE"
+            if decision != "BASELINE":
+                proposals += 1
+                passes += h.get("verdict") == "PASS"
+                keeps += decision == "KEEP"
             streak = streak + 1 if decision == "REVERT" else 0
-        self.__dict__["_counts"] = (history, history[-1] if history else None, len(history), proposals, streak)
-        return proposals, streak
+        self.__dict__["_counts"] = (history, history[-1] if history else None, len(history),
+                                    proposals, streak, passes, keeps)
+        return proposals, streak, passes, keeps
 
     def to_json(self) -> dict:
         return {name: getattr(self, name) for name in _TARGET_FIELDS}
@@ -155,6 +191,12 @@ class RunState:
     elapsed_s: float = 0.0  # search time over every session of this run, LLM outages excluded
     sessions: int = 0
     targets: list[TargetState] = field(default_factory=list)
+    # which of these ended the run: "user" (stopped it), "budget" (spent), "done" (every target at
+    # its ceiling or exhausted), "nothing_usable" (the LLM gave nothing to judge); "" while running
+    stop_kind: str = ""
+    unusable_in_a_row: int = 0  # LLM replies in a row, across targets, with nothing that compiles
+    last_unusable: str = ""  # the last of them, in words
+    tokens: dict = field(default_factory=dict)  # per LLM model: prompt_tokens, completion_tokens, replies
     version: int = STATE_VERSION
 
     def to_json(self) -> dict:

@@ -1,10 +1,13 @@
-"""The run's search: every target of the plan in turn, each driven by autokernel.search.loop.TargetSearch
-(or a module target's ModuleSearch), with its proposer, its starter and its share of the time.
+"""The run's search: the scheduler (autokernel.search.schedule) gives each next visit to the target
+worth most per minute, and a visit is a TargetSearch (autokernel.search.loop; a module target's
+ModuleSearch) with its proposer, its starter and its strategy.
 
 `execute` is what `autokernel optimize` runs on a started or resumed run: it sets up the judge slots
 and the judge session, turns SIGTERM into Interrupted, kills the judge's processes on a stop, saves
 the state whatever happens, and checks the run's records against their hashes when it is done.
-BudgetExhausted ends the run as done; Plateau and TargetDone end one target and the next one starts.
+The run spends its whole budget: it ends early only when the user stops it, when every target is
+done (at its ceiling, or nothing more to try) or when the LLM gives nothing usable; state.json's
+`stop_kind` and `stop_reason` say which.
 """
 from __future__ import annotations
 
@@ -12,8 +15,8 @@ import signal
 import threading
 from typing import Any, Callable
 
-from autokernel.errors import BudgetExhausted, Interrupted, Plateau, TargetDone
-from autokernel.search.decision import offer
+from autokernel.errors import BudgetExhausted, Interrupted, NothingUsable, Plateau, Switch, TargetDone
+from autokernel.search import schedule
 from autokernel.search.loop import JudgeFn, SearchSettings, TargetSearch, default_judge
 from autokernel.search.proposer import Proposer
 from autokernel.search.run import RunDir, RunState, TargetState
@@ -29,45 +32,105 @@ def replay_into_tuner(tuner: Any, target: TargetState, starter_config: dict | No
             tuner.record(config, h.get("median_us") if h.get("verdict") == "PASS" else None)
 
 
-def time_cap_s(state: RunState, index: int) -> float:
-    """This target's share of the time left: in proportion to its share of the model's time among
-    the targets still to search, so a big bottleneck gets more time and unused time flows on."""
-    target = state.targets[index]
-    rest = [t for t in state.targets[index:] if t.status != "done"]
-    total = sum(t.share for t in rest)
-    fraction = target.share / total if total > 0 else 1.0 / max(len(rest), 1)
-    return target.seconds + state.budget_left_s * fraction
+class Visits:
+    """The targets' searches and proposers, made once each and kept across visits (a tuner keeps
+    its memory, a search its best); a revisit after a plateau gets a fresh proposer when its
+    strategy asks for one (the tuner's new seed, the stronger model)."""
+
+    def __init__(self, run: RunDir, state: RunState, settings: SearchSettings, make_proposer: Callable,
+                 starter_source: Callable[[TargetState], str], **search_kwargs: Any):
+        self.run, self.state, self.settings = run, state, settings
+        self.make_proposer, self.starter_source = make_proposer, starter_source
+        self.search_kwargs = search_kwargs
+        self.searches: dict[str, tuple[TargetSearch, tuple]] = {}
+
+    def search_for(self, target: TargetState) -> TargetSearch:
+        # a new proposer for each revisit of the tuner (its next seed) and for a change of model
+        key = (schedule.model_for(getattr(self.make_proposer, "models", ("",)), target.parks),
+               target.parks if self.state.agent != "llm" else 0)
+        held = self.searches.get(target.name)
+        if held is not None and held[1] == key:
+            return held[0]
+        source = "" if target.kernel_type == "module" else self.starter_source(target)
+        search = _search_class(target)(self.run, self.state, target, self.make_proposer(target, source), self.settings,
+                                       starter_source=source, **self.search_kwargs)
+        self.searches[target.name] = (search, key)
+        return search
 
 
 def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_proposer: Callable,
                *, starter_source: Callable[[TargetState], str], judge: JudgeFn = default_judge,
                display: Any = None, peaks: dict | None = None,
                paused_s: Callable[[], float] = lambda: 0.0, slots: Any = None) -> None:
-    """Search each target not yet done, in plan order. Returns when every target is done; raises
-    BudgetExhausted or Interrupted (and KeyboardInterrupt) to end the run early. `slots`: judge
-    slots (autokernel.search.slots) to keep several experiments in flight; None judges one at a time."""
-    for index, target in enumerate(state.targets):
-        if target.status == "done":
-            continue
-        later = [t for t in state.targets[index + 1:] if t.status != "done"]
-        source = "" if target.kernel_type == "module" else starter_source(target)
-        search = _search_class(target)(run, state, target, make_proposer(target, source), settings,
-                              starter_source=source, judge=judge, display=display, peaks=peaks,
-                              next_offer=offer(later[0]) if later else 0.0,
-                              time_cap_s=time_cap_s(state, index), paused_s=paused_s, slots=slots)
-        if display is not None:
-            display.start_target(target, index, len(state.targets))
-        try:
-            search.search()
-        except (Plateau, TargetDone) as stop:
+    """Give visits to the targets, the one worth most per minute first, until every target is
+    done. Raises BudgetExhausted, NothingUsable or Interrupted (and KeyboardInterrupt) to end the
+    run early. `slots`: judge slots (autokernel.search.slots) to keep several experiments in flight;
+    None judges one at a time."""
+    agent = state.agent
+    current: list[int | None] = [next((i for i, t in enumerate(state.targets) if t.status == "searching"), None)]
+
+    def should_switch() -> str:
+        choice = schedule.choose(state.targets, current[0])
+        if choice is None or choice.index == current[0]:
+            return ""
+        return f"{state.targets[choice.index].name} now offers more per minute"
+
+    visits = Visits(run, state, settings, make_proposer, starter_source, judge=judge, display=display, peaks=peaks,
+                    paused_s=paused_s, slots=slots, should_switch=should_switch)
+    while True:
+        if state.budget_left_s <= 0:
+            raise BudgetExhausted(f"the time budget of {state.budget_s / 3600:.2f} h is spent")
+        choice = schedule.choose(state.targets, current[0])
+        if choice is None:
+            blocked = [t for t in state.targets if t.blocked]
+            if blocked:
+                raise NothingUsable(f"nothing usable: no target left that can be searched: {blocked[-1].name}: "
+                                    f"{blocked[-1].blocked}")
+            return
+        current[0] = choice.index
+        target = state.targets[choice.index]
+        visit(visits, target, choice, agent, display, len(state.targets))
+        if target.status in ("parked", "done"):  # its turn is over: the next choice starts even
+            current[0] = None
+
+
+def visit(visits: Visits, target: TargetState, choice: schedule.Choice, agent: str, display: Any,
+          count: int) -> None:
+    """One visit of one target, from its choice to its stop: parked at a plateau, done, or waiting
+    while another target takes over."""
+    run, state = visits.run, visits.state
+    if target.status == "parked" or not target.strategy:  # a first visit, or a revisit after a plateau
+        target.strategy = schedule.strategy_for(agent, target.parks)
+        target.ideas = []
+        target.stint_start = len(target.history)
+    target.status = "searching"
+    target.chosen_because = choice.why
+    search = visits.search_for(target)
+    if display is not None:
+        display.start_target(target, choice.index, count)
+    made = len(target.history)
+    try:
+        search.search()
+    except Plateau as stop:
+        if getattr(stop, "blocked", False):  # no prompt fits the model: parked for good, with the reason
+            target.status, target.stop_reason, target.blocked = "parked", f"parked: {stop}", str(stop)
+        elif getattr(search.proposer, "exhausted", False) or len(target.history) == made:
+            # the tuner tried every configuration, or a fresh proposer had nothing at all to offer
             target.status, target.stop_reason = "done", str(stop)
-        except (BudgetExhausted, Interrupted, KeyboardInterrupt) as stop:
-            target.stop_reason = stopped_mid_search(stop)  # still "searching": a resume continues it
-            raise
-        finally:
-            run.save_state(state)
-        if display is not None:
-            display.end_target(target)
+        else:
+            target.status, target.stop_reason = "parked", f"parked: {stop}"
+            target.parks += 1
+    except Switch as stop:
+        target.status, target.stop_reason = "waiting", f"waiting: {stop}"
+    except TargetDone as stop:
+        target.status, target.stop_reason = "done", str(stop)
+    except (BudgetExhausted, Interrupted, KeyboardInterrupt, NothingUsable) as stop:
+        target.stop_reason = stopped_mid_search(stop)  # still "searching": a resume continues it
+        raise
+    finally:
+        run.save_state(state)
+    if display is not None:
+        display.end_target(target)
 
 
 def stopped_mid_search(stop: BaseException) -> str:
@@ -84,20 +147,26 @@ def _search_class(target: TargetState) -> type:
 
 
 def proposer_factory(agent: str, seed: int, client: Any = None) -> Callable[[TargetState, str], Proposer]:
-    """The proposer for each target: one LLM client shared by all, or a tuner per target that
-    remembers what a resumed run already tried."""
+    """The proposer for each visit of a target: the LLM (with several models, --llm cheap,strong:
+    the first on a first visit, the last once the target has plateaued), or a tuner per target,
+    seeded anew for each revisit, that remembers what the run already tried. `client`: one
+    LLMClient, or a dict of them by model name (in order)."""
+    clients = client if isinstance(client, dict) else {getattr(client, "model", ""): client}
+
     def make(target: TargetState, starter_source: str) -> Proposer:
         if agent == "llm":
             from autokernel.search.llm_agent import LLMProposer
-            return LLMProposer(client)
+            return LLMProposer(clients[schedule.model_for(list(clients), target.parks)])
         if target.kernel_type == "module":  # nothing to tune: ModuleSearch skips it and says why
             from autokernel.search.module_search import NoTuning
             return NoTuning()
         from autokernel.search.kernel_source import read_literals
         from autokernel.search.tuner import Tuner
-        tuner = Tuner(starter_source, seed=seed + target.rank, dims=target.dims)
+        # a revisit's strategy ("reseed"): another seed of the sampler, what was tried replayed
+        tuner = Tuner(starter_source, seed=seed + target.rank + 7919 * target.parks, dims=target.dims)
         replay_into_tuner(tuner, target, read_literals(starter_source).get("CONFIG"))
         return tuner
+    make.models = list(clients) if agent == "llm" else [""]
     return make
 
 
@@ -118,39 +187,55 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
 
 
 def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
-            judge: JudgeFn = default_judge, client: Any = None) -> RunState:
-    """Search every target of a started or resumed run until done, out of budget or interrupted.
-    Ctrl-C and SIGTERM kill the judge's processes and leave a resumable state."""
-    from autokernel.search.start import llm_client, options_of
+            judge: JudgeFn = default_judge, client: Any = None,
+            clock: Callable[[], float] | None = None) -> RunState:
+    """Search a started or resumed run until its budget is spent, every target is done, the LLM
+    gives nothing usable, or the user stops it. Ctrl-C and SIGTERM kill the judge's processes and
+    leave a resumable state. `client`: an LLMClient or a dict of them by model (tests); `clock`:
+    what the budget is charged by (tests: simulated time)."""
+    from autokernel.search.start import llm_clients, options_of
     from autokernel.search.slots import make_slots
     from harness.judge_session import judge_session
     options = options_of(config)
     settings = SearchSettings(max_experiments=options.max_experiments, plateau=options.plateau,
                               device=config["model"]["device"], timeout_s=options.timeout_s,
-                              concurrency=options.concurrency, time_around=True)
+                              concurrency=options.concurrency, time_around=True,
+                              unusable_limit=options.max_unusable)
+    if clock is not None:
+        settings.clock = clock
     if state.agent == "llm" and client is None:
-        client = llm_client(options)
-        client.check()
+        client = llm_clients(options)
+        for each in client.values():
+            each.check()
+    clients = client if isinstance(client, dict) else {getattr(client, "model", options.llm): client}
+    if state.agent == "llm":
+        settings.llm_label = f"{', '.join(clients)} at {options.base_url or 'the OpenAI API'}"
     slots = make_slots(judge, settings.device, workers=options.workers, devices=options.devices,
                        ray_address=options.ray)
-    state.status, state.stop_reason, state.sessions = "running", "", state.sessions + 1
+    if state.stop_kind == "nothing_usable":  # resumed after a change (another model, --max-tokens)
+        state.unusable_in_a_row = 0
+    state.status, state.stop_reason, state.stop_kind, state.sessions = "running", "", "", state.sessions + 1
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
     try:
         with judge_session():  # one pre-imported worker per slot and one compile baseline per target
             search_all(run, state, settings, proposer_factory(state.agent, options.seed, client),
                        starter_source=starter_sources(run), judge=judge, display=display,
-                       peaks=config.get("peaks"), paused_s=lambda: getattr(client, "waited_s", 0.0),
-                       slots=slots)
-        state.status, state.stop_reason = "done", "every target searched"
+                       peaks=config.get("peaks"), slots=slots,
+                       paused_s=lambda: sum(getattr(c, "waited_s", 0.0) for c in clients.values()))
+        state.status, state.stop_kind = "done", "done"
+        state.stop_reason = "every target done: at its ceiling, or nothing more to try"
     except BudgetExhausted as stop:
-        state.status, state.stop_reason = "done", str(stop)
+        state.status, state.stop_kind, state.stop_reason = "done", "budget", str(stop)
+    except NothingUsable as stop:  # never "done": the command exits non-zero and says what to try
+        state.status, state.stop_kind, state.stop_reason = "stopped", "nothing_usable", str(stop)
     except (KeyboardInterrupt, Interrupted) as stop:
         kill_all()
-        state.status, state.stop_reason = "interrupted", str(stop) or "stopped by Ctrl-C"
+        state.status, state.stop_kind = "interrupted", "user"
+        state.stop_reason = str(stop) or "stopped by Ctrl-C"
     except BaseException as error:
         kill_all()
-        state.status, state.stop_reason = "failed", str(error)
+        state.status, state.stop_kind, state.stop_reason = "failed", "failed", str(error)
         raise
     finally:
         if in_main:

@@ -22,7 +22,7 @@ class OptimizeOptions:
     api_key_env: str = "OPENAI_API_KEY"
     budget_s: float = 8 * 3600.0
     max_experiments: int | None = None  # proposals per target after the baseline
-    top: int = 3
+    top: int | None = None  # a cap on the plan's targets searched, in Amdahl order (None: every one)
     only: list[str] | None = None  # only targets of these kernel types ("module") or names' prefixes
     timeout_s: float | None = None  # per judge call
     plateau: int = 8
@@ -31,13 +31,16 @@ class OptimizeOptions:
     devices: list[str] | None = None  # CUDA device indices, one slot each
     concurrency: int = 1  # LLM requests in flight
     ray: str | None = None  # a Ray cluster address (or "auto"): judge slots are Ray actors
+    max_unusable: int = 20  # LLM replies in a row with nothing that compiles before the run stops
+    max_tokens: int | None = None  # the LLM's reply limit, per request
+    reasoning_effort: str | None = None  # passed to the LLM where the server accepts it
 
     def resolved_agent(self) -> str:
         from autokernel.search.llm import choose_agent
         return choose_agent(self.agent, self.api_key_env)
 
 
-def pick_targets(plan: dict, top: int, only: list[str] | None = None, count_modules: bool = True) -> list[TargetState]:
+def pick_targets(plan: dict, top: int | None, only: list[str] | None = None, count_modules: bool = True) -> list[TargetState]:
     """The top `top` entries of the plan that a starter kernel exists for, or that are module
     targets, in plan (Amdahl) order; `only`: of these kernel types, or targets named so (a prefix:
     "module[MLP.gelu"), alone. Without `count_modules` (the tuner, which skips them) module targets
@@ -45,7 +48,7 @@ def pick_targets(plan: dict, top: int, only: list[str] | None = None, count_modu
     from starter_kernels import KERNEL_TYPES
     targets, names = [], set()
     for e in plan.get("entries", []):
-        if sum(1 for t in targets if count_modules or t.kernel_type != "module") >= top:
+        if top is not None and sum(1 for t in targets if count_modules or t.kernel_type != "module") >= top:
             break
         if only and e.get("kernel_type") not in only and not any(str(e.get("target")).startswith(o) for o in only):
             continue
@@ -73,9 +76,27 @@ def pick_targets(plan: dict, top: int, only: list[str] | None = None, count_modu
     return targets
 
 
-def llm_client(options: OptimizeOptions):
+def model_names(llm: str) -> list[str]:
+    """--llm cheap,strong -> ["cheap", "strong"]: the second takes over a target after its plateau."""
+    names = [m.strip() for m in str(llm).split(",") if m.strip()]
+    if not names:
+        from autokernel.errors import UsageError
+        raise UsageError(f"--llm {llm!r} names no model", "e.g. --llm gpt-4.1 or --llm gpt-4.1-mini,gpt-4.1")
+    return names
+
+
+def llm_clients(options: OptimizeOptions) -> dict:
+    """One client per model of --llm, in order."""
     from autokernel.search.llm import LLMClient
-    return LLMClient(options.llm, base_url=options.base_url, api_key_env=options.api_key_env)
+    return {m: LLMClient(m, base_url=options.base_url, api_key_env=options.api_key_env,
+                         max_tokens=getattr(options, "max_tokens", None),
+                         reasoning_effort=getattr(options, "reasoning_effort", None))
+            for m in model_names(options.llm)}
+
+
+def llm_client(options: OptimizeOptions):
+    """The client of the first model of --llm (what a startup check needs)."""
+    return next(iter(llm_clients(options).values()))
 
 
 def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) -> tuple[RunDir, RunState, dict]:

@@ -136,7 +136,8 @@ class Tuner:
         self._pending[key] = trial
         config = self.config_of(key)
         description = "tune " + ", ".join(f"{k}={v}" for k, v in key)
-        return Candidate(source=apply_config(self.source, config), description=description, config=config)
+        # parent 0: every configuration rewrites the starter (experiment 0), whichever was best
+        return Candidate(source=apply_config(self.source, config), description=description, config=config, parent=0)
 
     def observe(self, candidate: Candidate, verdict: dict | None) -> None:
         config = candidate.config

@@ -85,7 +85,9 @@ def test_the_journal_is_compacted_once_it_is_as_large_as_the_snapshot(tmp_path, 
             snapshot = json.loads(run.state_path.read_text())
             assert len(snapshot["targets"][0]["history"]) == number + 1 and snapshot["journal"]
         assert run.journal_path.stat().st_size < max(4096, run.state_path.stat().st_size) + 2048
-    assert 2 <= compactions <= 12  # the snapshot grows each time: compactions thin out
+    # the snapshot grows each time: compactions thin out (a run's and a target's fields, which each
+    # line carries when they change, set where within that range it falls)
+    assert 2 <= compactions <= 14
     assert len(runs.RunDir(run.path).load_state().targets[0].history) == 200
 
 

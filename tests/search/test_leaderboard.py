@@ -120,3 +120,44 @@ def test_cli_renders_a_run_and_the_best_per_target(tmp_path):
     missing = runner.invoke(app, ["leaderboard", "nope", "--runs-dir", str(tmp_path)], env=env)
     assert missing.exit_code != 0 and isinstance(missing.exception, UserError)
     assert "run-a" in missing.exception.hint
+
+
+def test_a_leaderboard_from_before_parents_and_strategies_still_reads_and_takes_new_rows(tmp_path):
+    path = tmp_path / board.FILENAME
+    old = ["\t".join(board.escape(board.make_row(**r).get(c)) for c in board.SEALED_COLUMNS) + "\n"
+           for r in rows_for()[:2]]
+    path.write_text("\t".join(board.SEALED_COLUMNS) + "\n" + "".join(old))  # a run of the previous layout
+    frame = board.read(path)
+    assert list(frame["experiment"]) == [0, 1] and frame["parent"].isna().all() and set(frame["strategy"]) == {""}
+    board.Leaderboard(path).append(board.make_row(**rows_for()[2], parent=1, strategy="next_tier"))
+    lines = path.read_text().splitlines()
+    assert lines[0].split("\t") == list(board.COLUMNS) and len(lines) == 4  # header upgraded, rows kept
+    frame = board.read(path)
+    assert list(frame["experiment"]) == [0, 1, 2] and frame["parent"][2] == 1 and frame["strategy"][2] == "next_tier"
+
+
+def lineage_run(tmp_path):
+    base = dict(target=TARGET, kernel_type="softmax", agent="llm")
+    rows = [dict(base, experiment=0, decision="BASELINE", verdict=verdict(80.0)),
+            dict(base, experiment=1, decision="KEEP", verdict=verdict(60.0), parent=0, strategy="refine",
+                 description="one block per row"),
+            dict(base, experiment=2, decision="REVERT", verdict=verdict(70.0), parent=1, strategy="refine"),
+            dict(base, experiment=3, decision="REVERT", verdict=verdict(65.0), parent=0, strategy="different_algorithm"),
+            dict(base, experiment=4, decision="KEEP", verdict=verdict(40.0), parent=1, strategy="next_tier",
+                 description="vectorised loads"),
+            dict(target="reduce[8x8:float32]", kernel_type="reduce", agent="llm", experiment=0, decision="BASELINE",
+                 verdict=verdict(10.0))]
+    write_run(tmp_path, rows)
+    return tmp_path
+
+
+def test_lineage_follows_the_best_kernel_back_to_the_starter(tmp_path):
+    frame = board.read(lineage_run(tmp_path) / board.FILENAME)
+    chain = board.lineage(frame, "softmax")
+    assert list(chain["experiment"]) == [0, 1, 4] and list(chain["strategy"]) == ["", "refine", "next_tier"]
+    with pytest.raises(UserError, match="no target named 'matmul'"):
+        board.lineage(frame, "matmul")
+    result = CliRunner().invoke(app, ["leaderboard", str(tmp_path), "--lineage", "softmax"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "vectorised loads" in result.output and "next_tier" in result.output and "Lineage" in result.output
+    assert "different_algorithm" not in result.output  # not on the best's line

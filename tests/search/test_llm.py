@@ -110,8 +110,10 @@ def test_missing_key_names_the_variable(monkeypatch, fake_openai):
 
 
 def test_check_passes_against_a_live_endpoint(fake_openai, client_for):
-    client, _, _ = client_for(fake_openai)
+    client, clock, lines = client_for(fake_openai)
     client.check()  # GET /v1/models answers
+    assert fake_openai.gets == ["/v1/models"]  # the check asked the endpoint, once, and nothing else
+    assert fake_openai.requests == [] and clock.sleeps == [] and lines == []
 
 
 def test_unreachable_endpoint_at_startup(client_for, monkeypatch):
@@ -171,3 +173,26 @@ def test_llm_proposer_with_messages_of_another_task(fake_openai, client_for):
     candidate = LLMProposer(client, messages_for=lambda ctx: ask).propose(_ctx())
     assert fake_openai.requests[0]["messages"] == ask
     assert candidate.source == "class ModelNew: pass\n" and "problem 19" in candidate.prompt
+
+
+def test_max_tokens_reasoning_effort_and_a_server_that_refuses_it(fake_openai, client_for):
+    fake_openai.script(error(400, message="Unrecognized request argument supplied: reasoning_effort"),
+                       reply("ok", finish_reason="length", reasoning_content="```python\nX = 1\n```"))
+    client, clock, lines = client_for(fake_openai, max_tokens=512, reasoning_effort="high")
+    answer = client.query(MESSAGES)
+    first, second = fake_openai.requests
+    assert first["reasoning_effort"] == "high" and "reasoning_effort" not in second  # dropped, once
+    assert first["max_tokens"] == second["max_tokens"] == 512
+    assert answer.text == "ok" and answer.truncated and answer.reasoning_chars > 0  # thinking kept apart
+    assert "does not take reasoning_effort" in lines[0] and clock.sleeps == []
+
+
+def test_a_prompt_refused_for_its_length_is_not_a_fatal_error(fake_openai, client_for):
+    from autokernel.search.llm import PromptTooLong
+    fake_openai.script(error(400, message="This model's maximum context length is 4096 tokens"),
+                       error(400, message="messages: unknown role 'tool'"))
+    client, _, _ = client_for(fake_openai)
+    with pytest.raises(PromptTooLong, match="maximum context length"):
+        client.query(MESSAGES)
+    with pytest.raises(UserError, match="unknown role"):  # any other 400 still is
+        client.query(MESSAGES)

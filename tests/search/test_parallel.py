@@ -364,3 +364,27 @@ def test_devices_on_the_cpu_are_refused_before_profiling(tmp_path):
                           capture_output=True, timeout=GATE_S, env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode != 0 and "--devices names CUDA devices" in done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_two_slots_and_the_scheduler_share_the_night_between_targets(tmp_path):
+    run = runs.RunDir(tmp_path / "run")
+    run.create()
+    state = RunState(run_id="run", agent="tune", targets=[
+        TargetState(**{**TARGET, "share": 0.5, "ceiling_speedup": 20.0}),
+        TargetState(**{**TARGET, "name": "softmax[8x128:float32]#2", "share": 0.4, "ceiling_speedup": 20.0})])
+    settings = loop.SearchSettings(max_experiments=6, plateau=2)
+    judge = StubJudge()
+    slots = LocalSlots(judge, local_slots("cpu", 2))
+    try:
+        run_search.search_all(run, state, settings, run_search.proposer_factory("tune", seed=0),
+                              starter_source=run_search.starter_sources(run), judge=judge, slots=slots)
+    finally:
+        slots.close()
+    assert judge.max_active == 2
+    frame = board.read(run.leaderboard_path)
+    for t in state.targets:  # each target: its numbers in order, none lost or twice
+        numbers = [int(n) for n in frame[frame["target"] == t.name]["experiment"]]
+        assert numbers == list(range(7)) and t.pending == [] and t.status == "done"
+    # the scheduler moved between them while candidates were in flight
+    assert (frame["target"] != frame["target"].shift()).sum() > 2
+    assert check_run(run.path).errors == []

@@ -125,3 +125,28 @@ def test_render_keeps_every_message():
     messages = prompt.build_messages(context())
     text = prompt.render(messages)
     assert "<!-- system -->" in text and "<!-- user -->" in text and BEST_SOURCE.strip() in text
+
+
+def test_ideas_first_asks_for_three_ideas_then_implements_one_per_experiment():
+    ask = user_text(context(strategy="ideas_first"))[1]
+    assert "three distinct ideas" in ask and "implement idea 1" in ask
+    reply = ("1. Two rows per program.\n2) **Vectorised** loads of 8 halves.\n3. An online softmax in one pass.\n"
+             "Idea 1 below.\n```python\n1. not an idea = 2\n```\n")
+    ideas = prompt.parse_ideas(reply)
+    assert ideas == ["Two rows per program.", "**Vectorised** loads of 8 halves.", "An online softmax in one pass."]
+    later = [user_text(context(strategy="ideas_first", ideas=ideas, visit_proposals=n))[1] for n in (1, 2)]
+    assert "Implement this idea, and only this one: **Vectorised** loads" in later[0]
+    assert "An online softmax in one pass." in later[1] and "three distinct ideas" not in later[1]
+
+
+def test_a_parent_other_than_the_best_and_the_smaller_prompts():
+    inspiration = {"number": 7, "median_us": 130.0, "description": "two rows", "source": "# inspiration 7\n"}
+    ctx = context(history=failures(8), parent_number=5, parent_source="# parent 5\n", parent_median_us=140.0,
+                  inspirations=[inspiration])
+    whole = user_text(ctx)[1]
+    assert "Parent kernel: experiment 5" in whole and "# parent 5" in whole and "_launch_marker_4711" not in whole
+    assert "# inspiration 7" in whole
+    smaller, smallest = (prompt.build_messages(ctx, level)[1]["content"] for level in (1, 2))
+    assert len(whole) > len(smaller) > len(smallest)
+    assert "# inspiration 7" not in smaller and "## Playbook" in smaller and "## Playbook" not in smallest
+    assert "Recent experiments" not in smallest and "# parent 5" in smallest  # what to improve stays

@@ -1,8 +1,10 @@
 """A real OpenAI-compatible HTTP server on 127.0.0.1 for tests: scripted replies, in order.
 
-Each POST /v1/chat/completions takes the next item of the script: a text reply, an HTTP error (429
-with Retry-After, 500s...) or a delay before either. Every request body is recorded so tests can
-assert on the prompts. GET /v1/models answers with the configured model. When the script runs out
+Each POST /v1/chat/completions takes the next item of the script: a text reply (optionally cut off at
+the token limit, finish_reason "length", or with a reasoning model's `reasoning_content` beside it),
+an HTTP error (429 with Retry-After, 500s, a 400 refusing the prompt's length...) or a delay before
+either. Every request body is recorded so tests can
+assert on the prompts, and every GET's path. GET /v1/models answers with the configured model. When the script runs out
 the server answers 400, which the client does not retry: a test that asks for more replies than it
 scripted fails at once instead of retrying forever.
 
@@ -33,12 +35,14 @@ class Scripted:
     message: str = ""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    finish_reason: str = "stop"
+    reasoning_content: str | None = None
 
 
 def reply(text: str, *, prompt_tokens: int | None = None, completion_tokens: int | None = None,
-          delay_s: float = 0.0) -> Scripted:
+          delay_s: float = 0.0, finish_reason: str = "stop", reasoning_content: str | None = None) -> Scripted:
     return Scripted(text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                    delay_s=delay_s)
+                    delay_s=delay_s, finish_reason=finish_reason, reasoning_content=reasoning_content)
 
 
 def error(status: int, *, retry_after: float | None = None, message: str = "",
@@ -61,6 +65,7 @@ class FakeOpenAI:
         self._script: list[Scripted] = []
         self.requests: list[dict] = []  # JSON bodies of chat-completions requests, in order
         self.auth_headers: list[str] = []
+        self.gets: list[str] = []  # the path of every GET
         self._server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
@@ -103,11 +108,13 @@ def _completion(body: dict, item: Scripted) -> dict:
     prompt_chars = sum(len(m.get("content") or "") for m in body.get("messages", []))
     prompt_tokens = item.prompt_tokens if item.prompt_tokens is not None else prompt_chars // 4
     completion_tokens = item.completion_tokens if item.completion_tokens is not None else len(item.text) // 4
+    message = {"role": "assistant", "content": item.text}
+    if item.reasoning_content is not None:  # as vLLM and DeepSeek send a reasoning model's thinking
+        message["reasoning_content"] = item.reasoning_content
     return {
         "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
         "model": body.get("model", MODEL),
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": item.text}}],
+        "choices": [{"index": 0, "finish_reason": item.finish_reason, "message": message}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
     }
@@ -131,6 +138,7 @@ def _handler_for(fake: FakeOpenAI):
             self.wfile.write(data)
 
         def do_GET(self) -> None:
+            fake.gets.append(self.path)
             if self.path.rstrip("/").endswith("/models"):
                 self._send(200, {"object": "list", "data": [{"id": MODEL, "object": "model",
                                                               "created": 0, "owned_by": "test"}]})

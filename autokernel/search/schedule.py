@@ -1,0 +1,143 @@
+"""Which target gets the next experiment, and with which strategy.
+
+The next experiment goes to the eligible target with the highest expected end-to-end gain per
+minute: what the model as a whole would gain (Amdahl) if the target went from its best so far to
+its ceiling, times the chance that one more experiment on it is kept (its record: passes and keeps,
+with a prior so a fresh target is worth trying), times the part of what is left a keep usually
+wins, divided by its minutes per experiment. A target stays chosen until another one offers more
+by a clear margin (so the run does not hop between targets on noise).
+
+A plateau parks a target; a parked target is still eligible, and when it is chosen again it comes
+back with the next strategy of its rotation. A target within noise of its ceiling is done.
+
+Everything here is a pure function of the targets' states (autokernel.search.run.TargetState):
+the search (run_search.py) and the simulated night (benchmarks/night.py) use the same code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from autokernel.search.decision import notch_us
+from autokernel.search.run import TargetState
+
+# Where the plan knows no ceiling: a conservative guess, so such a target is neither ignored nor
+# preferred over one whose ceiling was measured.
+DEFAULT_CEILING = 2.0
+PRIOR_SECONDS = 60.0  # per experiment, until a target has a record of its own
+KEEP_STEP = 0.3  # the part of what is left that a keep wins, on average
+SWITCH_MARGIN = 1.5  # another target must offer this many times more per minute to take over
+MIN_NOISE = 0.03  # a best within 3% of the ceiling is at the ceiling, whatever its spread says
+
+LLM_STRATEGIES = ("refine", "next_tier", "different_algorithm", "ideas_first")
+TUNER_STRATEGIES = ("tune", "reseed")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The scheduler's answer: the target (its index) for the next experiment and why, in words."""
+
+    index: int
+    gain_per_min: float
+    why: str
+
+
+def speedup_now(t: TargetState) -> float:
+    """The target's best speedup over PyTorch eager so far (1.0 until it has one)."""
+    return t.speedup_vs_eager or 1.0
+
+
+def ceiling_of(t: TargetState) -> float:
+    if t.ceiling_speedup:
+        return t.ceiling_speedup
+    return max(DEFAULT_CEILING, 1.5 * speedup_now(t))
+
+
+def model_time(targets: Sequence[TargetState]) -> float:
+    """The model's time now, as a fraction of its eager time (Amdahl over every target's best)."""
+    return 1.0 - sum(t.share * (1.0 - 1.0 / speedup_now(t)) for t in targets)
+
+
+def left_share(t: TargetState) -> float:
+    """The share of the model's eager time still to win on this target, best -> ceiling."""
+    return t.share * max(1.0 / speedup_now(t) - 1.0 / ceiling_of(t), 0.0)
+
+
+def e2e_gain_left(targets: Sequence[TargetState], t: TargetState) -> float:
+    """How much faster the whole model would be if this target alone reached its ceiling."""
+    now = model_time(targets)
+    return now / max(now - left_share(t), 1e-12)
+
+
+def at_ceiling(t: TargetState) -> bool:
+    """Its best is within noise of its roofline ceiling: searching it further cannot pay."""
+    if not t.ceiling_speedup or not t.best_median_us or not t.speedup_vs_eager:
+        return False
+    noise = max(notch_us(t.best_median_us, t.best_iqr_us, t.best_reps) / t.best_median_us, MIN_NOISE)
+    return t.speedup_vs_eager * (1.0 + noise) >= t.ceiling_speedup
+
+
+def keep_chance(t: TargetState) -> float:
+    """The chance that the next experiment is kept: its passes and keeps so far, with a Laplace
+    prior (a fresh target is worth a try; a long plateau lowers it)."""
+    r = t.record
+    pass_rate = (r.passes + 1) / (r.proposals + 2)
+    keep_rate = (r.keeps + 1) / (r.passes + 2)
+    return pass_rate * keep_rate
+
+
+def minutes_per_experiment(targets: Sequence[TargetState], t: TargetState) -> float:
+    """Its own time per experiment so far; for a target not yet tried, the run's (so a fresh
+    target is neither favoured nor held back by a guess), PRIOR_SECONDS before anything ran."""
+    experiments, seconds = len(t.history), t.seconds
+    if not experiments or seconds <= 0:
+        experiments = sum(len(o.history) for o in targets if o.seconds > 0)
+        seconds = sum(o.seconds for o in targets if o.history)
+    per_s = seconds / experiments if experiments and seconds > 0 else PRIOR_SECONDS
+    return max(per_s, 1e-3) / 60.0
+
+
+def gain_per_min(targets: Sequence[TargetState], t: TargetState) -> float:
+    """Expected end-to-end gain (the model's speedup minus 1) per minute of search on `t`."""
+    return (e2e_gain_left(targets, t) - 1.0) * KEEP_STEP * keep_chance(t) / minutes_per_experiment(targets, t)
+
+
+def eligible(t: TargetState) -> bool:
+    return t.status != "done" and not t.blocked
+
+
+def choose(targets: Sequence[TargetState], current: int | None = None) -> Choice | None:
+    """The target for the next experiment (None: no target is left to search). `current` is the
+    one being searched: it keeps the turn unless another offers SWITCH_MARGIN times more."""
+    scores = {i: gain_per_min(targets, t) for i, t in enumerate(targets) if eligible(t)}
+    if not scores:
+        return None
+    best = max(scores, key=lambda i: (scores[i], -i))
+    if current in scores and scores[current] * SWITCH_MARGIN >= scores[best]:
+        best = current
+    return Choice(best, scores[best], _why(targets, best, scores))
+
+
+def _why(targets: Sequence[TargetState], index: int, scores: dict[int, float]) -> str:
+    t = targets[index]
+    r = t.record
+    others = sorted((s for i, s in scores.items() if i != index), reverse=True)
+    versus = f"; next best {others[0]:.2g}/min" if others else "; the only target left"
+    return (f"{t.share:.0%} of the model, {speedup_now(t):.3g}x of a {ceiling_of(t):.3g}x ceiling "
+            f"(up to {e2e_gain_left(targets, t):.3g}x end to end), {r.keeps} kept of {r.proposals}: "
+            f"expected gain {scores[index]:.2g}/min{versus}")
+
+
+def strategy_for(agent: str, parks: int) -> str:
+    """The strategy of a target's visit after `parks` plateaus: the first visit refines the best;
+    each revisit takes the next of the others, in turn."""
+    rotation = LLM_STRATEGIES if agent == "llm" else TUNER_STRATEGIES
+    if parks <= 0:
+        return rotation[0]
+    return rotation[1 + (parks - 1) % (len(rotation) - 1)]
+
+
+def model_for(models: Sequence[str], parks: int) -> str:
+    """With several models (--llm cheap,strong): the first for a first visit, the last (the
+    strongest) once the target has plateaued."""
+    return models[0] if parks <= 0 or len(models) == 1 else models[-1]

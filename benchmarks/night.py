@@ -1,0 +1,246 @@
+"""A simulated eight-hour night, in simulated time: how much of the budget each policy spends, how
+many experiments it makes, and what the model gains end to end.
+
+Each of 20 seeded worlds is a model with several targets, each with a hidden ceiling (what any
+kernel can reach; the plan's roofline ceiling is an optimistic guess of it), a failure rate, a
+starter, and candidates whose speed depends on their parent's: a step from the parent, smaller as
+the parent nears the ceiling, rarely better as one line of ideas runs dry, fresh again with a new
+strategy (the next tier, a different algorithm from the starter, ideas first). An LLM reply takes
+about 30 s and a verdict about 10 s of simulated time; measured medians carry 1% noise.
+
+Both policies run the real search loop (autokernel.search.loop.TargetSearch: leaderboard, state,
+population, decisions) with the world at its two seams, a Proposer and the judge function, and a
+simulated clock; the new policy is the real run (run_search.search_all with its scheduler), and
+today's is what the search did before it: the plan's top 3 in order, a plateau of 8 ends a target,
+the best as the only parent. The end-to-end speedup is Amdahl over the winners' true speeds.
+
+Targets: >= 95% of the budget used by the new policy on every world where a target still has
+headroom; a median end-to-end gain (speedup - 1) at least 1.25x today's; no world worse than
+today's beyond noise (2%). Run:
+
+    python benchmarks/night.py [--worlds 20] [--budget-h 8] [--seed 0]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autokernel.errors import BudgetExhausted, Plateau, TargetDone  # noqa: E402
+from autokernel.search import run_search  # noqa: E402
+from autokernel.search.loop import SearchSettings, TargetSearch  # noqa: E402
+from autokernel.search.proposer import Candidate, SearchContext  # noqa: E402
+from autokernel.search.run import RunDir, RunState, TargetState  # noqa: E402
+
+EAGER_US = 100.0  # every target's PyTorch eager time in the simulated units
+NOISE = 0.01  # relative spread of a measured median
+REPLY_S, VERDICT_S, FAILED_VERDICT_S = 30.0, 10.0, 4.0
+SPEED = re.compile(r"^SPEED = ([0-9.]+)$", re.M)
+
+
+@dataclass
+class Hidden:
+    """What the world knows of a target and the search does not."""
+
+    ceiling: float  # the best speedup over eager any kernel can reach
+    failure: float  # the chance a candidate fails a stage
+    starter: float  # the starter's speedup over eager
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_world(seed: int, count: int = 8) -> tuple[list[TargetState], dict[str, Hidden]]:
+    rng = random.Random(seed)
+    weights = [rng.expovariate(1.0) for _ in range(count)]
+    coverage = rng.uniform(0.75, 0.95)  # the rest of the model's time is in ops nobody searches
+    targets, hidden = [], {}
+    for i, w in enumerate(weights):
+        name = f"t{i}[{seed}]"
+        ceiling = rng.uniform(1.3, 5.0)
+        hidden[name] = Hidden(ceiling=ceiling, failure=rng.uniform(0.2, 0.7), starter=rng.uniform(0.5, 1.1))
+        targets.append(TargetState(name=name, kernel_type="softmax", dims={"M": 1, "N": 1}, dtype="float32",
+                                   share=coverage * w / sum(weights), ceiling_speedup=ceiling * rng.uniform(1.0, 1.6)))
+    # the plan's order: what each target could win at its (roofline) ceiling, most first
+    targets.sort(key=lambda t: -t.share * (1 - 1 / t.ceiling_speedup))
+    for rank, t in enumerate(targets, 1):
+        t.rank = rank
+    return targets, hidden
+
+
+def kernel_text(speed: float, n: int, failed: bool = False) -> str:
+    return f"SPEED = {speed:.6f}\nFAILED = {int(failed)}\n# candidate {n}\n"
+
+
+class WorldProposer:
+    """The LLM at the Proposer seam: a candidate a step away from its parent, in simulated time."""
+
+    name = "llm"
+
+    def __init__(self, hidden: Hidden, clock: Clock, rng: random.Random, one_best: bool = False):
+        self.hidden, self.clock, self.rng, self.one_best = hidden, clock, rng, one_best
+        self.count = 0
+        self.tries: dict[tuple, int] = {}  # (strategy, parent) -> proposals: a line of ideas runs dry
+
+    def propose(self, ctx: SearchContext) -> Candidate:
+        self.clock.now += self.rng.uniform(0.6, 1.4) * REPLY_S
+        self.count += 1
+        source = ctx.best_source if self.one_best or ctx.parent_source is None else ctx.parent_source
+        parent = float(SPEED.search(source).group(1))
+        line = (ctx.strategy, ctx.parks, round(parent, 6))
+        tried = self.tries[line] = self.tries.get(line, 0) + 1
+        if self.rng.random() < self.hidden.failure:
+            return Candidate(source=kernel_text(parent, self.count, failed=True), description="fails a stage")
+        return Candidate(source=kernel_text(self.step(parent, ctx.strategy, tried), self.count),
+                         description=f"{ctx.strategy} step")
+
+    def step(self, parent: float, strategy: str, tried: int) -> float:
+        h = self.hidden
+        gap = math.log(h.ceiling / parent) if parent < h.ceiling else 0.0
+        if strategy == "different_algorithm":  # a new algorithm: anywhere between the starter and the ceiling
+            return min(h.starter * math.exp(self.rng.uniform(0.0, 1.2) * math.log(h.ceiling / h.starter)), h.ceiling)
+        fresh = 1.5 if strategy in ("next_tier", "ideas_first") else 1.0
+        mean = gap * (0.15 * fresh / (1 + 0.3 * tried) - 0.1)  # the same line of ideas pays less each time
+        speed = parent * math.exp(self.rng.gauss(mean, 0.05 + 0.2 * gap))
+        return min(speed, h.ceiling)
+
+    def observe(self, candidate: Candidate, verdict: dict | None) -> None:
+        pass
+
+
+def world_judge(clock: Clock, rng: random.Random):
+    """The judge at its seam: a FAIL, or a PASS timed at the candidate's true speed with noise."""
+    def judge(kernel_file: Path, **_: object) -> dict:
+        text = Path(kernel_file).read_text()
+        speed = float(SPEED.search(text).group(1))
+        if "FAILED = 1" in text:
+            clock.now += FAILED_VERDICT_S
+            return {"verdict": "FAIL", "failed_stage": "smoke", "timing": None, "device": {"type": "sim"},
+                    "stages": [{"name": "smoke", "status": "fail", "detail": "wrong values"}]}
+        clock.now += rng.uniform(0.8, 1.2) * VERDICT_S
+        median_us = EAGER_US / speed * (1 + rng.gauss(0, NOISE))
+        return {"verdict": "PASS", "failed_stage": None, "stages": [], "device": {"type": "sim"},
+                "timing": {"median_us": median_us, "iqr_us": 2 * NOISE * median_us, "reps": 20,
+                           "baseline_median_us": EAGER_US, "speedup_vs_eager": EAGER_US / median_us}}
+    return judge
+
+
+@dataclass
+class Outcome:
+    used: float  # of the budget
+    experiments: int
+    e2e: float  # Amdahl over the winners' true speeds
+    headroom: bool  # some target could still be made faster when the run ended
+    ended: str
+
+
+def true_e2e(run: RunDir, targets: list[TargetState]) -> float:
+    saved = 0.0
+    for t in targets:
+        if t.best_experiment is None:
+            continue
+        speed = float(SPEED.search(run.experiment_file(t, t.best_experiment).read_text()).group(1))
+        saved += t.share * (1 - 1 / max(speed, 1.0))  # a winner slower than eager is not plugged in
+    return 1 / (1 - saved)
+
+
+def night(seed: int, budget_s: float, policy: str, folder: Path) -> Outcome:
+    targets, hidden = make_world(seed)
+    clock, rng = Clock(), random.Random(seed * 7 + (policy == "new"))
+    run = RunDir(folder / f"{policy}-{seed}")
+    run.create()
+    state = RunState(run_id=run.run_id, agent="llm", budget_s=budget_s, targets=targets)
+    settings = SearchSettings(plateau=8, clock=clock)
+    judge = world_judge(clock, rng)
+
+    def make(target: TargetState, starter: str) -> WorldProposer:
+        return WorldProposer(hidden[target.name], clock, rng, one_best=policy == "today")
+
+    def starter(target: TargetState) -> str:
+        return kernel_text(hidden[target.name].starter, 0)
+    ended = "every target done"
+    try:
+        if policy == "new":
+            run_search.search_all(run, state, settings, make, starter_source=starter, judge=judge)
+        else:
+            today(run, state, settings, make, starter, judge)
+    except BudgetExhausted:
+        ended = "budget spent"
+    experiments = sum(len(t.history) for t in targets)
+    headroom = any(_true_best(run, t) < hidden[t.name].ceiling * 0.98 for t in targets)
+    return Outcome(state.elapsed_s / budget_s, experiments, true_e2e(run, targets), headroom, ended)
+
+
+def _true_best(run: RunDir, t: TargetState) -> float:
+    if t.best_experiment is None:
+        return 0.0
+    return float(SPEED.search(run.experiment_file(t, t.best_experiment).read_text()).group(1))
+
+
+def today(run, state, settings, make, starter, judge) -> None:
+    """The search before the scheduler: the plan's top 3 in order, each until 8 non-keeps in a row."""
+    for t in state.targets[:3]:
+        source = starter(t)
+        search = TargetSearch(run, state, t, make(t, source), settings, starter_source=source, judge=judge)
+        try:
+            search.search()
+        except (Plateau, TargetDone) as stop:
+            t.status, t.stop_reason = "done", str(stop)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--worlds", type=int, default=20)
+    parser.add_argument("--budget-h", type=float, default=8.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    budget_s = args.budget_h * 3600
+    start = time.perf_counter()
+    results: dict[str, list[Outcome]] = {"today": [], "new": []}
+    base = "/dev/shm" if Path("/dev/shm").is_dir() else None  # records on tmpfs: the fsyncs cost nothing
+    with tempfile.TemporaryDirectory(prefix="ak-night-", dir=base) as tmp:
+        for seed in range(args.seed, args.seed + args.worlds):
+            for policy in results:
+                results[policy].append(night(seed, budget_s, policy, Path(tmp)))
+    return report(results, time.perf_counter() - start)
+
+
+def report(results: dict[str, list[Outcome]], wall_s: float) -> int:
+    print("| policy | budget used (median, min) | experiments (median) | e2e speedup (median, min, max) |")
+    print("|---|---|---|---|")
+    for policy, outs in results.items():
+        used = [o.used for o in outs]
+        e2e = [o.e2e for o in outs]
+        print(f"| {policy} | {statistics.median(used):.0%}, {min(used):.0%} | "
+              f"{statistics.median([o.experiments for o in outs]):.0f} | "
+              f"{statistics.median(e2e):.3f}x, {min(e2e):.3f}x, {max(e2e):.3f}x |")
+    today, new = results["today"], results["new"]
+    gain_ratio = statistics.median(n.e2e - 1 for n in new) / max(statistics.median(t.e2e - 1 for t in today), 1e-9)
+    spent = all(n.used >= 0.95 or not n.headroom for n in new)
+    worse = [i for i, (t, n) in enumerate(zip(today, new)) if n.e2e < t.e2e * 0.98]
+    checks = [("the new policy used >= 95% of the budget on every world with headroom left", spent),
+              (f"median end-to-end gain {gain_ratio:.2f}x today's (>= 1.25x)", gain_ratio >= 1.25),
+              (f"no world worse than today's beyond 2% (worse: {worse or 'none'})", not worse)]
+    print()
+    for text, ok in checks:
+        print(f"{'PASS' if ok else 'FAIL'}: {text}")
+    print(f"\n{len(today)} worlds, {sum(o.experiments for o in today + new)} simulated experiments in {wall_s:.1f} s")
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

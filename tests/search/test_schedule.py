@@ -1,0 +1,87 @@
+"""The scheduler, the strategy rotation and the population: pure functions of the targets' states."""
+import pytest
+
+from autokernel.search import population, schedule
+from autokernel.search.run import TargetState
+
+
+def target(name="softmax[8x128:float32]", share=0.5, ceiling=4.0, eager=100.0, best=None, history=(), **kw):
+    t = TargetState(name=name, kernel_type="softmax", dims={"M": 8, "N": 128}, dtype="float32", share=share,
+                    ceiling_speedup=ceiling, eager_median_us=eager, best_median_us=best, **kw)
+    t.history = [{"decision": "BASELINE", "verdict": "PASS"}, *history]
+    return t
+
+
+def reverts(n, verdict="PASS"):
+    return [{"decision": "REVERT", "verdict": verdict}] * n
+
+
+def test_amdahl_on_the_whole_model():
+    a, b = target(share=0.6, best=50.0), target(share=0.2, best=100.0)  # a at 2x of 4x, b at 1x
+    targets = [a, b]
+    assert schedule.model_time(targets) == pytest.approx(1 - 0.6 * 0.5)
+    assert schedule.left_share(a) == pytest.approx(0.6 * (0.5 - 0.25))
+    assert schedule.e2e_gain_left(targets, a) == pytest.approx(0.7 / (0.7 - 0.15))
+    assert schedule.e2e_gain_left(targets, b) == pytest.approx(0.7 / (0.7 - 0.2 * 0.75))
+
+
+def test_the_next_experiment_goes_where_the_gain_per_minute_is_largest():
+    big, small = target("big", share=0.6), target("small", share=0.1)
+    assert schedule.choose([small, big]).index == 1 and "60% of the model" in schedule.choose([small, big]).why
+    # a record of failures and reverts discounts a target; a slow one is worth less per minute
+    failing = target("failing", share=0.3, history=reverts(12, "FAIL"))
+    assert schedule.choose([target("fresh", share=0.3), small]).index == 0
+    assert schedule.choose([failing, small]).index == 1
+    slow = target("slow", share=0.2, seconds=6000.0)
+    assert schedule.choose([slow, target("quick", share=0.15, seconds=60.0)]).index == 1
+    # at its ceiling: nothing left, it is never chosen over a target with headroom
+    assert schedule.choose([target("top", share=0.9, best=25.0), small]).index == 1
+
+
+def test_the_current_target_keeps_its_turn_unless_another_offers_clearly_more():
+    a, b = target("a", share=0.5), target("b", share=0.45)
+    assert schedule.choose([a, b]).index == 0
+    assert schedule.choose([a, b], current=1).index == 1  # within the margin: no hop on noise
+    assert schedule.choose([a, target("c", share=0.05)], current=1).index == 0
+
+
+def test_done_and_blocked_targets_are_not_eligible():
+    assert schedule.choose([target(status="done"), target(blocked="no prompt fits")]) is None
+    assert schedule.choose([target(status="parked"), target(status="done")]).index == 0  # parked comes back
+
+
+def test_within_noise_of_the_ceiling_is_done():
+    assert schedule.at_ceiling(target(best=25.5, best_iqr_us=0.1, best_reps=20))  # 3.92x of 4x: within 3%
+    assert not schedule.at_ceiling(target(best=30.0, best_iqr_us=0.1, best_reps=20))
+    assert schedule.at_ceiling(target(best=28.0, best_iqr_us=20.0, best_reps=4))  # a noisy best: within noise
+    assert not schedule.at_ceiling(target(ceiling=None, best=10.0))  # no ceiling known: never done by it
+
+
+def test_the_strategy_rotation_and_the_stronger_model():
+    assert [schedule.strategy_for("llm", p) for p in range(6)] == [
+        "refine", "next_tier", "different_algorithm", "ideas_first", "next_tier", "different_algorithm"]
+    assert [schedule.strategy_for("tune", p) for p in range(3)] == ["tune", "reseed", "reseed"]
+    assert schedule.model_for(["cheap", "strong"], 0) == "cheap"
+    assert schedule.model_for(["cheap", "strong"], 1) == "strong" and schedule.model_for(["only"], 3) == "only"
+
+
+def elite(number, median_us, sha=None):
+    return {"number": number, "median_us": median_us, "iqr_us": 0.0, "reps": 20, "sha256": sha or f"h{number}",
+            "description": ""}
+
+
+def test_elites_are_the_best_few_distinct_kernels():
+    elites = []
+    for e in (elite(0, 100), elite(1, 80), elite(2, 90), elite(3, 80, sha="h1"), elite(4, 70), elite(5, 95),
+              elite(6, 120)):
+        elites = population.admit(elites, e)
+    assert [e["number"] for e in elites] == [4, 1, 2, 5]  # fastest first, no text twice, at most 4
+
+
+def test_a_parent_is_usually_the_best_and_inspirations_are_the_others():
+    elites = [elite(4, 70), elite(1, 80), elite(2, 90)]
+    parents = [population.choose_parent(elites, 4, f"t:{n}")["number"] for n in range(200)]
+    assert 0.6 < parents.count(4) / 200 < 0.8 and {1, 2} <= set(parents)
+    assert parents == [population.choose_parent(elites, 4, f"t:{n}")["number"] for n in range(200)]  # seeded
+    assert [e["number"] for e in population.inspirations(elites, elites[1])] == [4, 2]
+    assert population.choose_parent([], None, "x") is None
