@@ -68,10 +68,10 @@ def install_for_candidate(*, candidate_dir: str, records_dir: str, sandbox_write
     from harness.static_check import submodule_prefixes
     scratch = [os.getcwd(), tempfile.gettempdir()]
     records = os.path.realpath(records_dir) + "/"
+    from harness.sandbox import caches_for_worker
     caches = [p for p in sandbox_write if not records.startswith(os.path.realpath(p) + "/")]
-    if not sandbox_write:  # no sandbox: the caches are still the only other place to write
-        from harness.sandbox import caches_for_worker
-        caches = [str(c) for c in caches_for_worker(extensions)]
+    # the judgement's own compiler caches (beneath its scratch, beside the records' folder)
+    caches += [str(c) for c in caches_for_worker(extensions)]
     install(standard_policy(untrusted=[candidate_dir, *scratch, *sandbox_write], reads=[*reads, candidate_dir],
                             writes=[*scratch, *caches], allowed_imports=allowed,
                             allowed_prefixes=submodule_prefixes(allowed), report=report))

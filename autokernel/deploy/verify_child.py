@@ -33,6 +33,7 @@ def verify_confined(run_path: str | Path, device: str | None = None, compile_bas
     from autokernel.search.seal import require_sealed
     from harness.isolation import scrubbed_env
     from harness.judge import sandbox_argv
+    from harness.sandbox import private_caches  # the winners build from source: no candidate's binary
     run = Path(run_path).resolve()
     require_sealed(run, "verify refused")  # checked here, outside the child: never serve unjudged text
     root = str(Path(__file__).resolve().parents[2])  # the folder that holds autokernel/ and harness/
@@ -44,7 +45,7 @@ def verify_confined(run_path: str | Path, device: str | None = None, compile_bas
         argv += sandbox_argv(Path(tmp)) if sandbox else ["--no-sandbox"]
         argv += (["--device", device] if device else []) + _compile_flag(compile_baseline)
         env = scrubbed_env({"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
-                            "TMPDIR": str(scratch_tmp)})
+                            "TMPDIR": str(scratch_tmp), **private_caches(Path(tmp))})
         code = subprocess.call(argv, env=env, cwd=tmp)
         written = copy / FILENAME
         if code != 0 or not written.is_file():
