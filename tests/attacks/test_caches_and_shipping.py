@@ -64,3 +64,15 @@ def test_a_dormant_gadget_is_refused_before_import(tmp_path):
     assert (v["verdict"], v["failed_stage"]) == ("FAIL", "compile")
     detail = next(s["detail"] for s in v["stages"] if s["name"] == "compile")
     assert "refused the file before import" in detail and "torch.serialization" in detail
+
+
+def test_the_filter_refuses_the_suites_attacks_first(tmp_path):
+    """The attacks of tests/attacks/attack_kernels.py are judged with the static check off, to test
+    the layers behind it; with it on, the allow-list refuses every one of them before import."""
+    import attack_kernels
+    from harness.static_check import check_source
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "leaderboard.tsv").write_text("x\n")
+    bait = attack_kernels.Bait(tmp_path / "secret", "s", tmp_path / "run", 9, tmp_path / "sock")
+    passed = [name for name, text in attack_kernels.sources(bait).items() if not check_source(text)]
+    assert passed == [], passed
