@@ -87,13 +87,17 @@ def _child(ns: argparse.Namespace) -> int:
     sandbox.warn_if_open(state, "autokernel verify")
     reads = [*(state.get("reads") or sandbox.read_roots()), ns.run, *([model_folder] if model_folder else [])]
     caches = [p for p in ns.sandbox_write if not (ns.run + "/").startswith(os.path.realpath(p) + "/")]
-    audit_policy.install_for_winners(untrusted=[ns.run], reads=reads,
+    from autokernel.deploy.routing import KernelRefused, refusals
+    audit_policy.install_for_winners(untrusted=[ns.run], reads=reads, report=refusals.report,
                                      writes=[tempfile.gettempdir(), *caches, *map(str, caches_for_worker())])
     try:
         verifier.verify(Path(ns.run), device=ns.device, compile_baseline=ns.compile,
                         log=lambda m: print(m, file=sys.stderr, flush=True))
     except UserError as e:
         return _refused(e)
+    except KernelRefused as e:  # a winner reached what no kernel needs: it must not ship
+        return _refused(UserError(f"a winner reached an event the audit hook refuses, so verify stopped: {e}",
+                                  "judge that target again; its winner does more than a kernel does"))
     path = Path(ns.run) / FILENAME
     data = json.loads(path.read_text(encoding="utf-8"))
     data["sandbox"] = state  # what was enforced, in the record the parent copies back
