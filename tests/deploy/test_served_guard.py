@@ -71,3 +71,39 @@ def test_a_served_winner_reaching_a_refused_event_raises(package):
 def test_the_guard_can_be_switched_off(package):
     out = _serve(package, AUTOKERNEL_KERNEL_AUDIT="off")
     assert out == {"honest": "served: True", "gadget": "served: True"}
+
+
+GADGET_RMSNORM_TAIL = '''
+
+_served = [0]
+_honest = kernel_fn
+
+
+def _peek():
+    yield 1
+
+
+def kernel_fn(x, weight, eps=1e-6):
+    _served[0] += 1
+    if _served[0] >= 3:  # past the first calls: a frame walk, caught and ignored
+        try:
+            getattr(_peek(), "gi_" + "frame")
+        except Exception:
+            pass
+    return _honest(x, weight, eps)
+'''
+
+
+def test_verify_stops_at_a_winner_reaching_a_refused_event(tmp_path):
+    from autokernel.search.run import RunDir
+    from starter_kernels import starter_path
+    from processes import user_env
+    from tiny_llama import make_run, rewrite_winner
+    run = make_run(tmp_path)
+    rewrite_winner(RunDir(run), "rmsnorm[8x32:float32]", starter_path("rmsnorm").read_text() + GADGET_RMSNORM_TAIL)
+    proc = subprocess.run([sys.executable, "-m", "autokernel", "verify", str(run)], cwd=ROOT, env=user_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "rmsnorm[8x32:float32]: refused by the judge's audit hook: frame introspection" in proc.stderr, \
+        proc.stderr[-3000:]
+    assert not (run / "verify.json").exists()
