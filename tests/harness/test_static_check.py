@@ -134,6 +134,10 @@ def test_the_allow_list_refuses_what_a_kernel_does_not_need(text, why):
     ("def f(x):\n    x.numpy().tofile('/tmp/out')\n", "forbidden name"),
     ("def f(x):\n    return x.__class__.__base__\n", "forbidden name"),
     ("def f(x):\n    return x.__reduce_ex__(2)\n", "forbidden name"),
+    ("def f(x, s):\n    x.record_stream(s)\n", "forbidden name"),
+    ("def f(a, b):\n    a.wait_stream(b)\n", "forbidden name"),
+    ("import torch\nclass Lazy(torch.Tensor):\n    pass\n", "tensor subclass"),
+    ("from torch import Tensor\nclass Lazy(Tensor):\n    pass\n", "tensor subclass"),
 ])
 def test_no_chain_leaves_the_file_unchecked(text, rule):
     assert rule in {r for _, r in _rules(text)}
