@@ -155,3 +155,28 @@ def test_what_kernels_use_stays_allowed():
              "    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(4, 4)\n"
              "    def forward(self, x):\n        return F.relu(self.lin(x))\n")
     assert check_source(model, model=True) == []
+
+
+def test_what_the_playbook_tells_the_model_matches_the_allow_list():
+    """rules.md names what the allow-list admits and refuses, and its code passes the check."""
+    import re
+
+    from harness import kernel_surface
+    rules = (ROOT / "playbook" / "rules.md").read_text()
+    for module in ("torch.cuda", "triton", "harness.cuda_launcher", "harness.cuda_build"):
+        for name in kernel_surface.MODULE_NAMES[module]:
+            assert f"`{name}`" in rules or f"`{module}.{name}`" in rules or name == "tools", (module, name)
+    for name in kernel_surface.REFUSED_NAMES["torch"] - {"set_default_device", "set_default_dtype",
+                                                        "use_deterministic_algorithms", "UntypedStorage",
+                                                        "TypedStorage", "Storage", "set_printoptions"}:
+        assert f"`{name}`" in rules or f"`torch.{name}`" in rules, name
+    checked = 0
+    for path in sorted((ROOT / "playbook").glob("*.md")):
+        for code in re.findall(r"```python\n(.*?)```", path.read_text(), re.S):
+            try:
+                compile(code, path.name, "exec")
+            except SyntaxError:
+                continue  # a fragment with `...` in place of a parameter list
+            assert check_source(code, "cuda" if "cuda_launcher" in code else "triton") == [], path.name
+            checked += 1
+    assert checked
