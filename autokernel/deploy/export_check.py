@@ -68,7 +68,9 @@ def _child(ns: argparse.Namespace) -> int:
         ns.sandbox_write, readable=[package], namespace=network)
     sandbox.warn_if_open(state, "the package's selftest")
     # the package's kernel files are the judged winners: the hook watches what runs from there
-    audit_policy.install_for_winners(untrusted=[str(Path(package, "kernels"))],
+    # the package's routing: a refused event fails the winner's call there (routing/refusals.py)
+    report = getattr(getattr(getattr(loaded, "routing", None), "refusals", None), "report", None)
+    audit_policy.install_for_winners(untrusted=[str(Path(package, "kernels"))], report=report,
                                      reads=[*(state.get("reads") or sandbox.read_roots()), package],
                                      writes=[tempfile.gettempdir(), *ns.sandbox_write, *map(str, caches_for_worker())])
     result: dict = {"sandbox": state}
