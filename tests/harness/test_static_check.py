@@ -2,7 +2,6 @@
 kernel and solution in the project passes (a judge that rejects a correct kernel is broken)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
