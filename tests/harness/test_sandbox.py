@@ -197,6 +197,8 @@ def test_verify_runs_winners_confined_and_only_the_parent_writes_the_run(tmp_pat
     assert board.read_bytes() == before and winner.read_bytes() == original_winner
     result = json.loads((run / "verify.json").read_text())  # written by the parent, from the child's copy
     assert result["sandbox"]["kind"] == "landlock"
+    # its compiler caches are its own: nothing a candidate wrote is loaded, nothing it builds is kept
+    assert all("ak-verify-" in w for w in result["sandbox"]["writes"] if not w.startswith("/dev"))
     assert "rmsnorm[8x32:float32]" in result["guilty"]
     assert "Permission denied" in result["per_kernel"]["rmsnorm[8x32:float32]"]["guilty_reason"]
 
@@ -205,3 +207,20 @@ def test_host_support_states_what_children_get():
     from harness.sandbox import host_support
     support = host_support()
     assert support["kind"] == ("landlock" if abi_version() >= 1 else "none")
+
+
+def test_each_judgement_compiles_into_caches_of_its_own(tmp_path, monkeypatch):
+    """Triton's cache, the CUDA build cache and torch's extension cache lie beneath the judgement's
+    scratch; the torch.compile baseline's cache (written before any candidate runs) stays shared."""
+    from harness import compile_cache, cuda_build, sandbox
+    from harness.judge import sandbox_argv
+    env = sandbox.private_caches(tmp_path)
+    assert set(env) == {"TRITON_CACHE_DIR", "AUTOKERNEL_BUILD_CACHE", "TORCH_EXTENSIONS_DIR"}
+    assert all(Path(p).is_dir() and Path(p).is_relative_to(tmp_path) for p in env.values())
+    shared = compile_cache.root()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert cuda_build.cache_root() == Path(env["AUTOKERNEL_BUILD_CACHE"])
+    assert {str(p) for p in sandbox.caches_for_worker(extensions=True)} == set(env.values())
+    assert compile_cache.root() == shared and not shared.is_relative_to(tmp_path)
+    assert sandbox_argv(tmp_path, extensions=True) == ["--sandbox-write", str(tmp_path)]
