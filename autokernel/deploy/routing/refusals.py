@@ -28,9 +28,15 @@ def report(text: str) -> None:
     REFUSALS.append(text)
 
 
+def check(target: str, seen: int, cause: BaseException | None = None) -> None:
+    """Raise KernelRefused when the hook reported a refusal since `seen` (len(REFUSALS) before the call)."""
+    if len(REFUSALS) > seen:
+        raise KernelRefused(f"{target}: {REFUSALS[-1]}") from cause
+
+
 def guarded(kernel_fn: Callable, target: str) -> Callable:
     """kernel_fn, raising KernelRefused after any call during which the hook refused something.
-    A class (a KernelBench ModelNew) is left as it is: its forwards raise the hook's own error."""
+    A class (a KernelBench ModelNew) is left as it is: modules.py checks around its forwards."""
     if inspect.isclass(kernel_fn) or getattr(kernel_fn, "guarded_target", None):
         return kernel_fn
 
@@ -40,11 +46,9 @@ def guarded(kernel_fn: Callable, target: str) -> Callable:
         try:
             out = kernel_fn(*args, **kwargs)
         except Exception as e:
-            if len(REFUSALS) > seen:
-                raise KernelRefused(f"{target}: {REFUSALS[-1]}") from e
+            check(target, seen, e)
             raise
-        if len(REFUSALS) > seen:
-            raise KernelRefused(f"{target}: {REFUSALS[-1]}")
+        check(target, seen)
         return out
 
     call.guarded_target = target
