@@ -57,8 +57,16 @@ REFUSED_NAMES = {
 }
 
 
+# imported where the check needs them, so that its answer never depends on what the process
+# imported before (the judge's processes have all of them already; Triton is listed, not imported)
+INTROSPECTED = ("torch", "math", "functools", "typing", "dataclasses")
+
+
 def _module(name: str) -> types.ModuleType | None:
-    """The module named, if this process has imported it (torch always has, in the judge)."""
+    """The module named, imported if it is one the check looks into; else only if already imported."""
+    if name in INTROSPECTED and name not in sys.modules:
+        import importlib
+        importlib.import_module(name)
     return sys.modules.get(name)
 
 
