@@ -120,6 +120,7 @@ def test_the_message_names_the_file_line_and_rule():
     ("import triton\ntriton.knobs.cache.dir\n", "triton.knobs"),
     ("import triton\ntriton.testing.do_bench\n", "triton.testing"),
     ("import typing\ntyping.types.FunctionType\n", "typing.types"),
+    ("import torch\ntorch.quasirandom.SobolEngine\n", "torch.quasirandom is a module"),  # in no list: a module
     ("import triton.language as tl\ntl.core._semantic\n", "_semantic is private"),
     ("from torch.utils.cpp_extension import load\n", "torch.utils.cpp_extension.load"),
 ])
