@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from harness.audit_hook import Policy, install
+# relative: an exported kernel package carries this file and audit_hook.py as its own guard/
+from .audit_hook import Policy, install
 
 
 def _roots(paths) -> tuple[str, ...]:
@@ -37,8 +38,10 @@ def _package_dir(name: str) -> str | None:
 
 
 def standard_policy(*, untrusted, reads, writes, allowed_imports: tuple[str, ...],
-                    allowed_prefixes: tuple[str, ...] = (), report: Callable[[str], None] | None = None) -> Policy:
-    """The policy of a process that imports candidate code, from what it has already imported."""
+                    allowed_prefixes: tuple[str, ...] = (), report: Callable[[str], None] | None = None,
+                    builders=()) -> Policy:
+    """The policy of a process that imports candidate code, from what it has already imported;
+    `builders`: more files or folders of loaders that may run tools for it (a vendored launcher)."""
     import site
     import sysconfig
     paths = sysconfig.get_paths()
@@ -48,7 +51,8 @@ def standard_policy(*, untrusted, reads, writes, allowed_imports: tuple[str, ...
     torch_dir, triton_dir = _package_dir("torch"), _package_dir("triton")
     builders = [triton_dir, torch_dir and os.path.join(torch_dir, "utils", "cpp_extension.py"),
                 torch_dir and os.path.join(torch_dir, "cuda"),
-                *(os.path.join(harness_dir, f) for f in ("cuda_build.py", "cuda_launcher.py", "target_compile.py"))]
+                *(os.path.join(harness_dir, f) for f in ("cuda_build.py", "cuda_launcher.py", "target_compile.py")),
+                *builders]
     return Policy(untrusted=_roots(untrusted), reads=_roots(reads), writes=_roots(writes),
                   allowed_imports=tuple(allowed_imports), allowed_prefixes=tuple(allowed_prefixes),
                   builders=_roots(builders),
@@ -68,10 +72,10 @@ def install_for_candidate(*, candidate_dir: str, records_dir: str, sandbox_write
     from harness.static_check import submodule_prefixes
     scratch = [os.getcwd(), tempfile.gettempdir()]
     records = os.path.realpath(records_dir) + "/"
+    from harness.sandbox import caches_for_worker
     caches = [p for p in sandbox_write if not records.startswith(os.path.realpath(p) + "/")]
-    if not sandbox_write:  # no sandbox: the caches are still the only other place to write
-        from harness.sandbox import caches_for_worker
-        caches = [str(c) for c in caches_for_worker(extensions)]
+    # the judgement's own compiler caches (beneath its scratch, beside the records' folder)
+    caches += [str(c) for c in caches_for_worker(extensions)]
     install(standard_policy(untrusted=[candidate_dir, *scratch, *sandbox_write], reads=[*reads, candidate_dir],
                             writes=[*scratch, *caches], allowed_imports=allowed,
                             allowed_prefixes=submodule_prefixes(allowed), report=report))
@@ -79,7 +83,8 @@ def install_for_candidate(*, candidate_dir: str, records_dir: str, sandbox_write
 
 def install_for_winners(*, untrusted, reads, writes, report: Callable[[str], None] | None = None) -> None:
     """The hook in a process that runs judged winners (verify, an exported package's selftest): any
-    kernel file or ModelNew may import what the static check allows either of them."""
+    kernel file or ModelNew may import what the static check allows either of them. `report`:
+    the routing's refusals.report, so that a served winner's refused event fails its call."""
     from harness.static_check import allowed_imports, submodule_prefixes
     allowed = allowed_imports("cuda", model=True)
     install(standard_policy(untrusted=untrusted, reads=reads, writes=writes, allowed_imports=allowed,

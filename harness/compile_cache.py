@@ -8,8 +8,8 @@ Inductor's default cache. Here the compile uses a cache beside the CUDA build ca
 code-generated once per machine.
 
 It is written only before the sandbox: no candidate can write it afterwards (the sandbox's writable
-folders are the scratch folder, Triton's cache and the CUDA build cache), so no candidate can plant
-a slow baseline for a later one. Inductor's keys hold the graph, the config and the versions of
+folders are the judgement's scratch folder and its own compiler caches beneath it), so no candidate
+can plant a slow baseline for a later one. Inductor's keys hold the graph, the config and the versions of
 torch and the compiler, so a stale entry is never reused.
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"
 
 
 def root() -> Path:
-    from harness.cuda_build import cache_root
-    return cache_root().parent / "compile-baseline"
+    from harness.cuda_build import shared_cache_root
+    return shared_cache_root().parent / "compile-baseline"
 
 
 @contextlib.contextmanager

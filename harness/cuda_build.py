@@ -322,9 +322,20 @@ def _short_signature(text: str) -> str:
     return text
 
 
-def cache_root() -> Path:
+# A judgement's own build cache (harness/sandbox.py's private_caches): what one candidate's
+# process builds is never loaded by another judgement, nor by verify or an exported package.
+PRIVATE_CACHE_VARIABLE = "AUTOKERNEL_BUILD_CACHE"
+
+
+def shared_cache_root() -> Path:
+    """The machine's build cache: written by the project's own processes only, never by a candidate."""
     base = os.environ.get("AUTOKERNEL_CACHE_DIR")
     return Path(base) / "cuda" if base else Path.home() / ".cache" / "autokernel" / "cuda"
+
+
+def cache_root() -> Path:
+    private = os.environ.get(PRIVATE_CACHE_VARIABLE)
+    return Path(private) if private else shared_cache_root()
 
 
 def build_hash(source: str, arch: str | None) -> str:

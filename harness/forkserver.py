@@ -27,7 +27,9 @@ from harness.isolation import ChildResult, _kill_group, _live_groups, _read
 from harness.zygote import TITLE_ROOM
 
 START_TIMEOUT_S = 300.0  # importing torch and triton on a loaded machine
-PER_CALL_ENV = ("TMPDIR",)  # set in the child after the fork: never read at import
+# set in the child after the fork, never read at import: the scratch folder and the judgement's
+# own compiler caches (harness/sandbox.py's private_caches)
+PER_CALL_ENV = ("TMPDIR", "TRITON_CACHE_DIR", "AUTOKERNEL_BUILD_CACHE", "TORCH_EXTENSIONS_DIR")
 ZYGOTE_ARGV = ["-m", "harness.zygote", " " * TITLE_ROOM]  # blank room for each child's own command line
 
 

@@ -28,7 +28,7 @@ import torch
 
 import harness
 from harness import judge_session, references
-from harness.sandbox import caches_for_worker
+from harness.sandbox import private_caches
 from harness.around import around_lie
 from harness.candidate import ContractError, check_header, read_header
 from harness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
@@ -80,10 +80,9 @@ def child_env(device: str, visible_devices: str | None = None) -> dict[str, str]
 
 
 def sandbox_argv(scratch: Path, extensions: bool = False) -> list[str]:
-    argv = ["--sandbox-write", str(scratch)]
-    for folder in caches_for_worker(extensions):
-        argv += ["--sandbox-write", str(folder)]
-    return argv
+    """The folders a child may write: its scratch folder, which holds its own compiler caches
+    (harness/sandbox.py's private_caches; `extensions` is kept for the callers' signature)."""
+    return ["--sandbox-write", str(scratch)]
 
 
 def sandbox_record(events: list[dict], requested: bool) -> dict:
@@ -182,7 +181,8 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     spawned = time.time()
     try:
         child, started_by = judge_session.run_worker(
-            argv, timeout_s, {**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp)}, cwd, out_dir,
+            argv, timeout_s, {**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp), **private_caches(tmp)},
+            cwd, out_dir,
             restart=witness.reset)
     finally:
         witnessed = witness.close()

@@ -242,10 +242,30 @@ def import_triton() -> None:
         pass
 
 
+# the compiler caches of a process that runs candidate code, each the judgement's own
+CACHE_VARIABLES = {"TRITON_CACHE_DIR": "triton", "AUTOKERNEL_BUILD_CACHE": "cuda", "TORCH_EXTENSIONS_DIR": "extensions"}
+
+
+def private_caches(root: Path) -> dict[str, str]:
+    """Compiler caches of one judgement (or one verify, one selftest) beneath `root`, its scratch
+    folder, as the environment variables that point Triton, the CUDA loaders and torch's extension
+    builder at them. A candidate may rewrite what it compiled (a Triton kernel's metadata, a built
+    library), so nothing it wrote is read by another judgement: every judgement compiles from its
+    own source. A compile costs what it did before the first judgement of a machine; see
+    docs/judge-vs-kernelbench.md for the figures."""
+    env = {}
+    for variable, name in CACHE_VARIABLES.items():
+        folder = Path(root, "caches", name)
+        folder.mkdir(parents=True, exist_ok=True)
+        env[variable] = str(folder)
+    return env
+
+
 def caches_for_worker(extensions: bool = False) -> list[Path]:
     """The caches a worker may write besides its scratch folder: Triton's and the CUDA build cache
-    (and torch's extension cache, where a KernelBench solution's load_inline builds). Created here,
-    since a sandbox rule needs an existing folder."""
+    (and torch's extension cache, where a KernelBench solution's load_inline builds), as this
+    process's environment names them (its private_caches in a judge's child). Created here, since a
+    sandbox rule needs an existing folder."""
     from harness.cuda_build import cache_root
     triton_cache = os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache"
     folders = [Path(triton_cache), cache_root()]

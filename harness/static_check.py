@@ -12,17 +12,17 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from harness import syntax
+from harness import kernel_surface, syntax
 
 # What a kernel file may import: the kernel languages and pure helpers of the standard library.
 # triton.tools.tensor_descriptor is the host side of Hopper's TMA: a plain descriptor of a tensor.
-KERNEL_IMPORTS = ("torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math", "functools",
-                  "typing", "dataclasses", "__future__")
+KERNEL_IMPORTS = ("torch", *kernel_surface.TORCH_MODULES, "triton", "triton.language",
+                  "triton.tools.tensor_descriptor", "math", "functools", "typing", "dataclasses", "__future__")
 # A CUDA C++ kernel builds and launches through the project's loaders, which cache and observe it:
 # the launch library (harness.cuda_launcher) or a torch extension (harness.cuda_build).
 CUDA_IMPORTS = ("harness.cuda_launcher", "harness.cuda_build")
 # A KernelBench ModelNew is an nn.Module and may build CUDA C++ with load_inline.
-MODEL_IMPORTS = ("torch.nn", "torch.nn.functional", "torch.utils.cpp_extension")
+MODEL_IMPORTS = kernel_surface.MODEL_MODULES
 # Prefixes whose submodules are kernel language too (libdevice lives in triton.language.extra).
 SUBMODULE_PREFIXES = ("triton.language.",)
 
@@ -38,6 +38,16 @@ FORBIDDEN_NAMES = frozenset({
 # torch.compile and a Triton object's .compile are not the builtin.
 FORBIDDEN_ATTRIBUTES = FORBIDDEN_NAMES - {"compile", "open", "exec", "eval", "globals", "locals", "vars",
                                           "breakpoint", "setattr", "delattr"}
+# ... and, on any object, what serializes, reads or writes files: a tensor's storage from a file,
+# a numpy array written out or pickled, a pickle or marshal module reached through another's
+SERIALIZING_ATTRIBUTES = frozenset({"from_file", "tofile", "dump", "dumps", "loads", "pickle", "marshal",
+                                    "_pickle", "cPickle", "shelve",
+                                    # and a running frame, reached from a traceback or a generator
+                                    "tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals",
+                                    "f_globals",
+                                    # work handed to another stream, finishing after the timed region
+                                    # (KernelBench's stream check), and a lazy tensor's constructor
+                                    "wait_stream", "record_stream", "_make_subclass"})
 
 
 @dataclass(frozen=True)
@@ -68,7 +78,10 @@ def module_allowed(name: str, allowed: tuple[str, ...]) -> bool:
 class _Checker(ast.NodeVisitor):
     def __init__(self, allowed: tuple[str, ...]):
         self.allowed = allowed
-        self.imported: set[str] = set()  # names bound by an import: modules, or objects of modules
+        self.imported: dict[str, str] = {}  # name bound by an import -> what it names (a.b.c)
+        self.modules: set[str] = set()  # ... those of them that name a module
+        self.chained: set[int] = set()  # Name nodes that begin an attribute chain
+        self.inner: set[int] = set()  # Attribute nodes inside a longer chain
         self.violations: list[Violation] = []
 
     def flag(self, node: ast.AST, rule: str, detail: str) -> None:
@@ -79,7 +92,9 @@ class _Checker(ast.NodeVisitor):
         for alias in node.names:
             if not module_allowed(alias.name, self.allowed):
                 self.flag(node, "import not allowed", f"import {alias.name} (allowed: {', '.join(self.allowed)})")
-            self.imported.add(alias.asname or alias.name.split(".")[0])
+            bound = alias.asname or alias.name.split(".")[0]
+            self.imported[bound] = alias.name if alias.asname else bound
+            self.modules.add(bound)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = "." * node.level + (node.module or "")
@@ -90,17 +105,32 @@ class _Checker(ast.NodeVisitor):
             elif not (module_allowed(module, self.allowed) or module_allowed(full, self.allowed)):
                 self.flag(node, "import not allowed",
                           f"from {module} import {alias.name} (allowed: {', '.join(self.allowed)})")
-            self.imported.add(alias.asname or alias.name)
+            else:
+                self._reference(node, full.lstrip("."))
+            bound = alias.asname or alias.name
+            self.imported[bound] = full
+            if module_allowed(full, self.allowed) or kernel_surface.is_module(full):
+                self.modules.add(bound)
 
     # -- the interpreter's back doors
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in FORBIDDEN_NAMES:
             self.flag(node, "forbidden name", f"{node.id} reaches outside a kernel's business")
+        elif node.id in self.modules and id(node) not in self.chained and isinstance(node.ctx, ast.Load):
+            # a module held in a variable or passed along hides every chain through it from this check
+            self.flag(node, "module used as a value", f"{node.id}: use the module's attributes by name")
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr in FORBIDDEN_ATTRIBUTES:
+        if node.attr in FORBIDDEN_ATTRIBUTES or node.attr in SERIALIZING_ATTRIBUTES:
             self.flag(node, "forbidden name", f".{node.attr} reaches outside a kernel's business")
+        elif node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in kernel_surface.DUNDERS:
+            self.flag(node, "forbidden name", f".{node.attr} walks out of the kernel's own objects")
+        if isinstance(node.value, ast.Attribute):
+            self.inner.add(id(node.value))  # the whole chain is checked once, at its outermost name
+        dotted = self._dotted(node) if id(node) not in self.inner else None
+        if dotted is not None:
+            self._reference(node, dotted)
         if isinstance(node.ctx, (ast.Store, ast.Del)) and self._rooted_in_import(node.value):
             # rebinding another module's attribute (time.perf_counter, torch.cuda.Event) fakes the judge
             self.flag(node, "assignment to a module attribute",
@@ -118,15 +148,55 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, "forbidden name", f"{node.func.id}(..., {name_arg.value!r})")
         self.generic_visit(node)
 
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        # a tensor subclass can defer or fake the work while looking like the output (KernelBench's
+        # lazy-tensor check); the integrity stage wants a plain dense tensor anyway
+        for base in node.bases:
+            if isinstance(base, (ast.Name, ast.Attribute)) and ast.unparse(base).split(".")[-1] == "Tensor":
+                self.flag(node, "tensor subclass", f"class {node.name}({ast.unparse(base)}): return plain tensors")
+        self.generic_visit(node)
+
+    def _dotted(self, node: ast.Attribute) -> str | None:
+        """`torch.cuda.Event` for a chain of names rooted in an import (the root marked as chained)."""
+        parts: list[str] = []
+        value: ast.AST = node
+        while isinstance(value, ast.Attribute):
+            parts.append(value.attr)
+            value = value.value
+        if isinstance(value, ast.Name):
+            self.chained.add(id(value))
+        if not (isinstance(value, ast.Name) and value.id in self.imported):
+            return None
+        return ".".join([self.imported[value.id], *reversed(parts)])
+
+    def _reference(self, node: ast.AST, dotted: str) -> None:
+        why = kernel_surface.refusal(dotted, self.allowed, module_allowed)
+        if why:
+            self.flag(node, "not on the kernel allow-list", why)
+
     def _rooted_in_import(self, node: ast.AST) -> bool:
         while isinstance(node, (ast.Attribute, ast.Subscript)):
             node = node.value
         return isinstance(node, ast.Name) and node.id in self.imported
 
 
+# Set to "off" to judge with the filter switched off: only to test the layers behind it (the audit
+# hook, the sandbox, the witness) with attacks the filter would refuse first. Read by the judging
+# process and its worker before any candidate runs; a candidate cannot reach either's environment.
+SWITCH = "AUTOKERNEL_STATIC_CHECK"
+
+
+def enforced() -> bool:
+    import os
+    return os.environ.get(SWITCH, "on").lower() not in ("off", "0", "false")
+
+
 def check_source(text: str, backend: str = "triton", *, model: bool = False, filename: str = "") -> list[Violation]:
-    """Every violation in `text`, in line order; empty when the file may be imported.
-    A syntax error is left to the caller (it is reported as such, not as a rule)."""
+    """Every violation in `text`, in line order; empty when the file may be imported (or when the
+    check is switched off: SWITCH). A syntax error is left to the caller (it is reported as such)."""
+    if not enforced():
+        syntax.parse(text, filename=filename or "<kernel>")
+        return []
     tree = syntax.parse(text, filename=filename or "<kernel>")
     checker = _Checker(allowed_imports(backend, model))
     # imports first, wherever they are: an attribute store may precede the import in the file

@@ -38,6 +38,9 @@ FORMATS = ("package", "hf-kernels")
 OWN_PACKAGES = ("autokernel", "harness", "starter_kernels")
 # what a CUDA C++ kernel file imports of the judge: the package carries these files (vendor/harness/)
 VENDORED = {"harness.cuda_launcher": ("cuda_launcher.py", "cuda_build.py")}
+# The audit hook that watches the winners in the user's process (kernel_package.py's _guard)
+GUARD = ("audit_hook.py", "audit_policy.py")
+GUARD_INIT = '"""The judge\'s audit hook, copied verbatim: what a served winner may not do (see ../__init__.py)."""\n'
 VENDOR_INIT = '"""The files of autokernel\'s judge a CUDA C++ winner needs, copied verbatim."""\n'
 TEST_FILE = '''"""Each exported kernel against PyTorch at its target shape (no GPU: TRITON_INTERPRET=1)."""
 import sys
@@ -113,6 +116,11 @@ def write_package(exported: Exported, package: Path, manifest_extra: dict | None
     here = Path(__file__).resolve().parent
     shutil.copytree(here / "routing", package / "routing", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copyfile(here / "kernel_package.py", package / "__init__.py")
+    judge = Path(importlib.util.find_spec("harness").origin).parent
+    (package / "guard").mkdir()
+    (package / "guard" / "__init__.py").write_text(GUARD_INIT, encoding="utf-8")
+    for name in GUARD:
+        shutil.copyfile(judge / name, package / "guard" / name)
     (package / "kernels").mkdir()
     (package / "kernels" / "__init__.py").write_text('"""The exported kernel files, as judged."""\n', encoding="utf-8")
     for module, path in exported.sources.items():
@@ -121,10 +129,12 @@ def write_package(exported: Exported, package: Path, manifest_extra: dict | None
         vendor = package / "vendor" / "harness"
         vendor.mkdir(parents=True)
         (vendor / "__init__.py").write_text(VENDOR_INIT, encoding="utf-8")
-        judge = Path(importlib.util.find_spec("harness").origin).parent
         for name in sorted({n for files in VENDORED.values() for n in files}):
             shutil.copyfile(judge / name, vendor / name)
-    manifest = {**exported.manifest, **(manifest_extra or {})}
+    from harness.static_check import allowed_imports, submodule_prefixes
+    allowed = allowed_imports("cuda", model=True)  # what the guard lets a winner import when served
+    manifest = {**exported.manifest, "kernel_imports": list(allowed),
+                "kernel_import_prefixes": list(submodule_prefixes(allowed)), **(manifest_extra or {})}
     (package / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
 
 

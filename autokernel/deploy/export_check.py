@@ -31,6 +31,7 @@ def selftest_confined(package_parent: str | Path, device: str | None = None, san
 
     from harness.isolation import run_isolated
     from harness.judge import child_env, sandbox_argv
+    from harness.sandbox import private_caches
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory(prefix="ak-selftest-") as tmp:
         scratch_tmp = Path(tmp, "tmp")
@@ -38,7 +39,9 @@ def selftest_confined(package_parent: str | Path, device: str | None = None, san
         argv = [sys.executable, "-m", "autokernel.deploy.export_check", str(Path(package_parent).resolve()), "--child",
                 "--device", device, "--package", package]
         argv += sandbox_argv(Path(tmp)) if sandbox else ["--no-sandbox"]
-        child = run_isolated(argv, timeout_s, env={**child_env(device), "TMPDIR": str(scratch_tmp)}, cwd=tmp)
+        # the package's kernels build from source into the selftest's own caches
+        child = run_isolated(argv, timeout_s, env={**child_env(device), "TMPDIR": str(scratch_tmp),
+                                                   **private_caches(Path(tmp))}, cwd=tmp)
     lines = child.stdout.strip().splitlines()
     try:
         result = json.loads(lines[-1])
@@ -65,7 +68,9 @@ def _child(ns: argparse.Namespace) -> int:
         ns.sandbox_write, readable=[package], namespace=network)
     sandbox.warn_if_open(state, "the package's selftest")
     # the package's kernel files are the judged winners: the hook watches what runs from there
-    audit_policy.install_for_winners(untrusted=[str(Path(package, "kernels"))],
+    # the package's routing: a refused event fails the winner's call there (routing/refusals.py)
+    report = getattr(getattr(getattr(loaded, "routing", None), "refusals", None), "report", None)
+    audit_policy.install_for_winners(untrusted=[str(Path(package, "kernels"))], report=report,
                                      reads=[*(state.get("reads") or sandbox.read_roots()), package],
                                      writes=[tempfile.gettempdir(), *ns.sandbox_write, *map(str, caches_for_worker())])
     result: dict = {"sandbox": state}

@@ -32,6 +32,16 @@ Where one of them is missing the kernel is left out with a warning that names wh
 UNAVAILABLE says why, and the calls it would serve run in PyTorch. `build_cuda(arch)` builds the
 libraries ahead of time, without a GPU.
 
+The kernels are LLM-written code judged in a sandbox; here they run in your process. So before the
+first kernel file is imported, the package installs the judge's audit hook (guard/, a PEP 578 hook
+that cannot be removed) watching only the code of kernels/: a kernel that starts a process, opens
+a socket, unpickles, compiles Python code, walks frames, imports beyond what a kernel needs, or
+writes outside the compiler caches and the temporary folder gets the event refused, and the call
+raises `routing.KernelRefused` (never a quiet fallback). Everything else in the process, your own
+code, torch and Triton working for you, is untouched. Cost: the hook runs on each audit event in
+the process (most return at once; see docs/judge-vs-kernelbench.md for the figure per served
+call). AUTOKERNEL_KERNEL_AUDIT=off, set before the first kernel loads, leaves it out.
+
 In a Hugging Face kernel repository (`export --format hf-kernels`) the package also has `layers`
 (layers.py), which `kernels.kernelize` binds onto a transformers model's kernel-aware layers;
 PATCH_ONLY names the kernels no layer carries: `patch(model, targets=PATCH_ONLY)` serves those.
@@ -42,6 +52,7 @@ import contextlib
 import importlib
 import importlib.util
 import json
+import os
 import shutil
 import sys
 import warnings
@@ -103,7 +114,46 @@ def winners(targets: Optional[Iterable[str]] = None) -> list:
     return found
 
 
+GUARD_SWITCH = "AUTOKERNEL_KERNEL_AUDIT"
+_guarded: list[str] = []  # "on" or "off", once decided
+
+
+def _guard() -> None:
+    """The audit hook over kernels/, installed once, before the first kernel file is imported."""
+    if _guarded:
+        return
+    if os.environ.get(GUARD_SWITCH, "on").strip().lower() in ("off", "0", "false", "no"):
+        _guarded.append("off")
+        return
+    judges = sys.modules.get("harness.audit_hook")
+    if judges is not None and judges.installed():
+        # `export --selftest`: the judge's own hook watches kernels/ already; a second hook would
+        # see the first one's frame reads as the kernels' own
+        _guarded.append("the judge's")
+        return
+    import tempfile
+    from .guard import audit_hook, audit_policy
+    from .routing import refusals
+    launcher = None
+    if any(k.get("backend") == "cuda" for k in KERNELS):  # its loader runs nvcc and ctypes for the kernel
+        _vendor()
+        try:
+            launcher = importlib.util.find_spec("harness.cuda_launcher")
+        except ImportError:
+            launcher = None
+    triton_cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    ours = os.environ.get("AUTOKERNEL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "autokernel")
+    policy = audit_policy.standard_policy(
+        untrusted=[str(HERE / "kernels")], reads=["/"], writes=[tempfile.gettempdir(), triton_cache, ours],
+        allowed_imports=tuple(_MANIFEST.get("kernel_imports", ("torch", "triton", "triton.language", "math"))),
+        allowed_prefixes=tuple(_MANIFEST.get("kernel_import_prefixes", ("triton.language.",))),
+        report=refusals.report, builders=[os.path.dirname(launcher.origin)] if launcher and launcher.origin else [])
+    audit_hook.install(policy)
+    _guarded.append("on")
+
+
 def _load(k: dict, entry: str = "kernel_fn"):
+    _guard()
     return routing.load_kernel(HERE / k["source"], f"{__name__}.kernels.{Path(k['source']).stem}", entry)
 
 

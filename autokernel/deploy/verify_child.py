@@ -33,6 +33,7 @@ def verify_confined(run_path: str | Path, device: str | None = None, compile_bas
     from autokernel.search.seal import require_sealed
     from harness.isolation import scrubbed_env
     from harness.judge import sandbox_argv
+    from harness.sandbox import private_caches  # the winners build from source: no candidate's binary
     run = Path(run_path).resolve()
     require_sealed(run, "verify refused")  # checked here, outside the child: never serve unjudged text
     root = str(Path(__file__).resolve().parents[2])  # the folder that holds autokernel/ and harness/
@@ -44,7 +45,7 @@ def verify_confined(run_path: str | Path, device: str | None = None, compile_bas
         argv += sandbox_argv(Path(tmp)) if sandbox else ["--no-sandbox"]
         argv += (["--device", device] if device else []) + _compile_flag(compile_baseline)
         env = scrubbed_env({"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
-                            "TMPDIR": str(scratch_tmp)})
+                            "TMPDIR": str(scratch_tmp), **private_caches(Path(tmp))})
         code = subprocess.call(argv, env=env, cwd=tmp)
         written = copy / FILENAME
         if code != 0 or not written.is_file():
@@ -86,13 +87,17 @@ def _child(ns: argparse.Namespace) -> int:
     sandbox.warn_if_open(state, "autokernel verify")
     reads = [*(state.get("reads") or sandbox.read_roots()), ns.run, *([model_folder] if model_folder else [])]
     caches = [p for p in ns.sandbox_write if not (ns.run + "/").startswith(os.path.realpath(p) + "/")]
-    audit_policy.install_for_winners(untrusted=[ns.run], reads=reads,
+    from autokernel.deploy.routing import KernelRefused, refusals
+    audit_policy.install_for_winners(untrusted=[ns.run], reads=reads, report=refusals.report,
                                      writes=[tempfile.gettempdir(), *caches, *map(str, caches_for_worker())])
     try:
         verifier.verify(Path(ns.run), device=ns.device, compile_baseline=ns.compile,
                         log=lambda m: print(m, file=sys.stderr, flush=True))
     except UserError as e:
         return _refused(e)
+    except KernelRefused as e:  # a winner reached what no kernel needs: it must not ship
+        return _refused(UserError(f"a winner reached an event the audit hook refuses, so verify stopped: {e}",
+                                  "judge that target again; its winner does more than a kernel does"))
     path = Path(ns.run) / FILENAME
     data = json.loads(path.read_text(encoding="utf-8"))
     data["sandbox"] = state  # what was enforced, in the record the parent copies back

@@ -58,6 +58,7 @@ class Solution:
     """The solution's text as read once by the parent: what is judged, hashed and copied to children."""
     path: Path
     text: str
+    caches: str | None = None  # this solution's own compiler caches, shared by its children only
 
     @property
     def sha256(self) -> str:
@@ -95,6 +96,7 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
     import torch
     from harness.judge import child_env, sandbox_argv
     from harness.judge_session import run_module
+    from harness.sandbox import private_caches
     from harness.witness import Witness
     witness = Witness() if solution is not None else None
     with tempfile.TemporaryDirectory(prefix="ak-kb-") as tmp:
@@ -113,6 +115,11 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
             argv += sandbox_argv(Path(tmp), extensions=True) if opts.sandbox else ["--no-sandbox"]
             argv += ["--witness", str(witness.path)]
             env["TMPDIR"] = str(scratch_tmp)
+            # the solution's own compiler caches: what one solution builds no other one loads
+            cache_root = Path(solution.caches) if solution.caches else Path(tmp)
+            env.update(private_caches(cache_root))
+            if opts.sandbox and solution.caches:
+                argv += ["--sandbox-write", str(Path(solution.caches, "caches"))]
         try:
             # forked from the judge session's pre-imported worker where there is one, else spawned
             child, started_by = run_module("harness.kb_worker", argv, timeout_s or opts.timeout_s, env, cwd, out,
@@ -239,11 +246,12 @@ def evaluate(problem: str | Path, solution: str | Path, options: EvalOptions | N
     """Judge `solution` (a ModelNew file) against `problem`; always returns the verdict dict. Its
     children fork from one pre-imported worker: the caller's judge session, or one of its own."""
     from harness.judge_session import judge_session
-    with judge_session():
-        return _evaluate(Path(problem), Path(solution), options, cache)
+    with judge_session(), tempfile.TemporaryDirectory(prefix="ak-kb-caches-") as caches:
+        return _evaluate(Path(problem), Path(solution), options, cache, caches)
 
 
-def _evaluate(problem: Path, solution: Path, options: EvalOptions | None, cache: RefCache | None) -> dict:
+def _evaluate(problem: Path, solution: Path, options: EvalOptions | None, cache: RefCache | None,
+              caches: str | None = None) -> dict:
     opts = resolve(options or EvalOptions())
     check_problem_file(problem)
     check_solution_file(solution)
@@ -251,7 +259,7 @@ def _evaluate(problem: Path, solution: Path, options: EvalOptions | None, cache:
     v = Verdict(problem, solution, opts)
     ref = cache.reference(problem, opts)
     v.data.update(device=ref.result["device"], versions=ref.result["versions"])
-    sol = Solution(solution, solution.read_text(encoding="utf-8", errors="replace"))
+    sol = Solution(solution, solution.read_text(encoding="utf-8", errors="replace"), caches)
     v.data["source_sha256"] = sol.sha256
     v.data["flags"] += checks.source_flags(sol.text)
     if (ended := _static_check(v, sol)) is not None:

@@ -16,6 +16,12 @@ from harness.judge import judge
 from harness.sandbox import abi_version
 from paths import KERNELBENCH
 
+
+@pytest.fixture
+def behind_the_filter(monkeypatch):
+    """The static check off: these files reach what its allow-list refuses, to test the layers behind it."""
+    monkeypatch.setenv("AUTOKERNEL_STATIC_CHECK", "off")
+
 LANDLOCK = pytest.mark.skipif(abi_version() < 4, reason="needs Landlock ABI 4 or later (file and TCP rules)")
 # a clock that hides 99% of the time: the probe that got a 100x faster PASS before these checks
 FAKE_CLOCK = '''
@@ -47,7 +53,7 @@ def test_clock_patch_seen_by_the_static_check_fails_compile_before_import(tmp_pa
     assert v["sandbox"]["kind"] == "none" and "no worker" in v["sandbox"]["reason"]  # refused before a worker
 
 
-def test_clock_patch_reached_at_run_time_fails_integrity_naming_the_clock(tmp_path):
+def test_clock_patch_reached_at_run_time_fails_integrity_naming_the_clock(behind_the_filter, tmp_path):
     # an attribute chain through an allowed module, stored through a list: no rule of the static
     # check sees it, so the worker's identity check must
     prelude = "_clocks = [triton.runtime.autotuner.time]\n" + FAKE_CLOCK.format(clock="_clocks[0]") + \
@@ -93,7 +99,7 @@ def _writer_prelude(run: Path) -> str:
 
 
 @LANDLOCK
-def test_candidate_writing_into_the_run_folder_fails_and_writes_nothing(tmp_path):
+def test_candidate_writing_into_the_run_folder_fails_and_writes_nothing(behind_the_filter, tmp_path):
     run, board = _run_folder(tmp_path)
     before = board.read_bytes()
     v = judge(_kernel(tmp_path, "forger", prelude=_writer_prelude(run)), device="cpu", timeout_s=120)
@@ -105,7 +111,7 @@ def test_candidate_writing_into_the_run_folder_fails_and_writes_nothing(tmp_path
 
 
 @LANDLOCK
-def test_without_the_sandbox_the_same_write_lands(tmp_path, capfd):
+def test_without_the_sandbox_the_same_write_lands(behind_the_filter, tmp_path, capfd):
     """The other direction: the attack is real, and only the sandbox stops it. (Wrong math, so the
     unsandboxed candidate is rejected quickly after its write.)"""
     run, board = _run_folder(tmp_path)
@@ -120,7 +126,7 @@ def test_without_the_sandbox_the_same_write_lands(tmp_path, capfd):
 
 
 @LANDLOCK
-def test_candidate_opening_a_socket_to_localhost_fails_and_connects_nowhere(tmp_path):
+def test_candidate_opening_a_socket_to_localhost_fails_and_connects_nowhere(behind_the_filter, tmp_path):
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(1)
@@ -135,7 +141,7 @@ def test_candidate_opening_a_socket_to_localhost_fails_and_connects_nowhere(tmp_
 
 
 @LANDLOCK
-def test_kernelbench_solution_writing_into_the_run_folder_fails(tmp_path):
+def test_kernelbench_solution_writing_into_the_run_folder_fails(behind_the_filter, tmp_path):
     from autokernel.judging.kb_evaluate import EvalOptions, evaluate
     kb = KERNELBENCH
     run, board = _run_folder(tmp_path)
@@ -191,6 +197,8 @@ def test_verify_runs_winners_confined_and_only_the_parent_writes_the_run(tmp_pat
     assert board.read_bytes() == before and winner.read_bytes() == original_winner
     result = json.loads((run / "verify.json").read_text())  # written by the parent, from the child's copy
     assert result["sandbox"]["kind"] == "landlock"
+    # its compiler caches are its own: nothing a candidate wrote is loaded, nothing it builds is kept
+    assert all("ak-verify-" in w for w in result["sandbox"]["writes"] if not w.startswith("/dev"))
     assert "rmsnorm[8x32:float32]" in result["guilty"]
     assert "Permission denied" in result["per_kernel"]["rmsnorm[8x32:float32]"]["guilty_reason"]
 
@@ -206,3 +214,20 @@ def test_host_support_states_what_children_get(tmp_path):
     assert (support["kind"], support.get("abi")) == (got["kind"], got.get("abi")), (support, got)
     if got["kind"] == "landlock":  # the network the child says is closed is the one promised
         assert got["network"] == "denied" and support["network"].startswith("denied")
+
+
+def test_each_judgement_compiles_into_caches_of_its_own(tmp_path, monkeypatch):
+    """Triton's cache, the CUDA build cache and torch's extension cache lie beneath the judgement's
+    scratch; the torch.compile baseline's cache (written before any candidate runs) stays shared."""
+    from harness import compile_cache, cuda_build, sandbox
+    from harness.judge import sandbox_argv
+    env = sandbox.private_caches(tmp_path)
+    assert set(env) == {"TRITON_CACHE_DIR", "AUTOKERNEL_BUILD_CACHE", "TORCH_EXTENSIONS_DIR"}
+    assert all(Path(p).is_dir() and Path(p).is_relative_to(tmp_path) for p in env.values())
+    shared = compile_cache.root()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert cuda_build.cache_root() == Path(env["AUTOKERNEL_BUILD_CACHE"])
+    assert {str(p) for p in sandbox.caches_for_worker(extensions=True)} == set(env.values())
+    assert compile_cache.root() == shared and not shared.is_relative_to(tmp_path)
+    assert sandbox_argv(tmp_path, extensions=True) == ["--sandbox-write", str(tmp_path)]

@@ -16,8 +16,9 @@ as a torch custom op, for torch.compile: ops.py. How outputs compare: outputs.py
 """
 from .calls import DIMS, REFERENCES, Request, label
 from .outputs import DTYPE_NAMES, TOLERANCE, dtype_name, error_vs, same_result, tensors_of
+from .refusals import KernelRefused
 from .router import Router, Tally, Winner, load_kernel
 from .serving import FREE_DIMS, ServingRange
 
-__all__ = ["DIMS", "DTYPE_NAMES", "FREE_DIMS", "REFERENCES", "Request", "Router", "ServingRange", "TOLERANCE",
+__all__ = ["DIMS", "DTYPE_NAMES", "FREE_DIMS", "KernelRefused", "REFERENCES", "Request", "Router", "ServingRange", "TOLERANCE",
            "Tally", "Winner", "dtype_name", "error_vs", "label", "load_kernel", "same_result", "tensors_of"]

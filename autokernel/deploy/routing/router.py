@@ -61,6 +61,8 @@ class Winner:
     serving: Optional[ServingRange] = None  # the calls it may serve; None: its target's shape alone
 
     def __post_init__(self) -> None:
+        from .refusals import guarded
+        self.kernel_fn = guarded(self.kernel_fn, self.target)  # what the audit hook refuses fails loudly
         if self.serving is None:
             self.serving = ServingRange.exact(self.kernel_type, self.dims, self.dtype, self.causal)
 
