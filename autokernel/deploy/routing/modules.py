@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import refusals
+from .refusals import REFUSALS, check as check_refusals
 from .calls import unsafe
 from .sites import Site
 
@@ -37,17 +37,17 @@ class ModuleSite(Site):
             self.fell(why, target)
             return self.original(*args, **kwargs)
         self.router.quiet += 1
-        seen = len(refusals.REFUSALS)
+        seen = len(REFUSALS)
         try:
             with torch.no_grad():
                 out = self.replacement(*tensors)
         except Exception as e:  # the model still gets its answer; verify names the winner
-            refusals.check(target, seen, e)  # ... unless the audit hook refused what it did: loudly
+            check_refusals(target, seen, e)  # ... unless the audit hook refused what it did: loudly
             self.router._error(self, target, self.op, e)
             return self.original(*args, **kwargs)
         finally:
             self.router.quiet -= 1
-        refusals.check(target, seen)
+        check_refusals(target, seen)
         self.served[(target, self.op)] = self.served.get((target, self.op), 0) + 1
         return out
 
