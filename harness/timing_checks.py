@@ -26,6 +26,10 @@ def expected_reps(warmup: int, reps: int) -> list[int]:
     return [-1 - i for i in range(warmup)] + list(range(reps))
 
 
+def rep_name(rep: int) -> str:
+    return f"timed rep {rep}" if rep >= 0 else f"warm-up call {-rep}"
+
+
 def chosen_reps(reps: list[int], elements: int) -> list[int]:
     if len(reps) * elements <= CHECK_ALL_ELEMENTS or len(reps) <= SAMPLE + 2:
         return list(reps)
@@ -53,7 +57,7 @@ def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, ou
         return f"the worker recorded no output for {len(missing)} timed call(s) (reps {missing[:5]}): every timed call is checked"
     for rep in expected:
         # the integrity rules on every timed call: one that computes with PyTorch when timed is caught here
-        problem = observation_problem(f"timed call {rep} ({case.label()})", by_rep[rep].get("obs", {}), device)
+        problem = observation_problem(f"{rep_name(rep)} at {case.label()}", by_rep[rep].get("obs", {}), device)
         if problem:
             return problem
     checker = _Checker(out_dir, None, device)
@@ -65,7 +69,7 @@ def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, ou
         problem = checker.check_output(by_rep[rep], case, inputs)
         if problem:
             # right only when checked: a timed call whose answer is wrong, whichever rep it was
-            return f"a timed call gave a wrong result (rep {rep}): {problem}"
+            return f"a timed call gave a wrong result ({rep_name(rep)}): {problem}"
     return None
 
 

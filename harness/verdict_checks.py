@@ -312,7 +312,7 @@ def _timing_problem(end: dict, recs: list[dict], plan: Plan, out_dir: Path, devi
     problem = timing_checks.timed_calls_problem(recs, plan.timing, budget(device)["warmup"],
                                                 sum(r["reps"] for r in rounds), out_dir, device)
     if problem:
-        return (problem if problem.startswith("a timed call") else f"a timed call: {problem}"), end
+        return problem, end
     impossible = below_floor(plan.timing, end["kernel"]["median_us"], device)
     if impossible:
         return impossible, end
