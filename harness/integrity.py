@@ -34,12 +34,15 @@ ALLOWED_OPS = frozenset({
 
 def op_base_name(func) -> str:
     """aten.add_.Tensor -> add_; aten._to_copy.default -> _to_copy."""
-    name = getattr(func, "__name__", str(func))  # e.g. "add_.Tensor"
+    name = getattr(func, "__name__", None) or str(func)  # e.g. "add_.Tensor"; str() only when it has none
     return name.split(".")[0]
 
 
 def is_allowed(func) -> bool:
-    name = op_base_name(func)
+    return _allowed_name(op_base_name(func))
+
+
+def _allowed_name(name: str) -> bool:
     if name in ALLOWED_OPS:
         return True
     return name.endswith("_") and name[:-1] in ALLOWED_OPS
@@ -63,9 +66,11 @@ class ComputeRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self.monitor is None or not self.monitor.paused:
-            if not is_allowed(func):
-                self.forbidden.append(f"aten::{op_base_name(func)}")
-            elif op_base_name(func) in ("_to_copy", "copy_", "_copy_from") and _leaves_device(args, kwargs):
+            # every timed call runs under this mode too: one name lookup per op keeps it to a few µs
+            name = op_base_name(func)
+            if not _allowed_name(name):
+                self.forbidden.append(f"aten::{name}")
+            elif name in ("_to_copy", "copy_", "_copy_from") and _leaves_device(args, kwargs):
                 # a GPU kernel that copies its input to the host can compute it there, unseen
                 self.device_to_host += 1
         return func(*args, **kwargs)

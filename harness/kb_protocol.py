@@ -179,17 +179,28 @@ def calibrate_overhead(bench: Bench, reps: int, report) -> dict:
         return calibrate(device=str(bench.device), report=report, reps=reps, before_each=refill).to_json()
 
 
-def time_model(bench: Bench, model, reps: int, warmup: int, keep_outputs: bool = False, report=None) -> dict:
+def time_model(bench: Bench, model, reps: int, warmup: int, keep_outputs: bool = False, report=None,
+               monitor=None) -> dict:
     """Time model(*bufs) with time_fn: fixed rep count, refilled inputs, raw samples kept, every
-    rep reported to `report` (harness/witness.py) as it ends."""
+    rep reported to `report` (harness/witness.py) as it ends. With `monitor` (a solution's timing),
+    every timed call runs as its checked calls did: under the same ComputeRecorder and LaunchMonitor,
+    so it cannot tell them apart by the dispatch stack; the aten compute ops it ran while timed come
+    back as "timed_ops", for the parent to hold to those its checked calls ran. The reference model
+    is timed unrecorded: recording can only understate a solution's speedup."""
+    from harness.integrity import ComputeRecorder
     from harness.timing import time_fn
     bufs = bench.inputs(TIME_SEED)
     refill = Refill(bench, bufs, reps, warmup)
     state: dict[str, Any] = {}
     kept: dict[int, list] = {}
+    recorder = ComputeRecorder(monitor) if monitor is not None else None
 
     def call() -> None:
-        state["out"] = model(*bufs)
+        if recorder is None:
+            state["out"] = model(*bufs)
+            return
+        with recorder:
+            state["out"] = model(*bufs)
 
     def before_each(i: int) -> None:
         if keep_outputs and i == 1:  # rep 0's output, before rep 1 can overwrite a reused buffer
@@ -205,6 +216,8 @@ def time_model(bench: Bench, model, reps: int, warmup: int, keep_outputs: bool =
             kept.setdefault(0, kept[reps - 1])
     result = {"timing": timing.to_json(), "kept": kept, "fingerprints": refill.fingerprints,
               "fresh_sets": refill.unique}
+    if recorder is not None:
+        result["timed_ops"] = sorted(set(recorder.forbidden))
     if bench.device.type == "cuda":
         result["host_wall_median_us"] = _host_wall_median_us(call, refill, bench.device)
     return result

@@ -181,11 +181,14 @@ def run_check(a, bench: Bench, out: Path, tensors: dict) -> dict:
 
 
 def run_time(a, bench: Bench, out: Path, tensors: dict) -> dict:
+    from harness.launches import LaunchMonitor
     null = calibrate_overhead(bench, a.reps, a.report)  # before the solution exists in this process
-    new, _ = load_candidate(bench, a.solution, out, a.model)
-    a.model = None
-    stage(out, "timing")
-    timed = time_model(bench, new, a.reps, a.warmup, keep_outputs=True, report=a.report)
+    with LaunchMonitor() as monitor:  # as in run_check: the timed calls are watched as the checked were
+        new, _ = load_candidate(bench, a.solution, out, a.model)
+        a.model = None
+        monitor.reset()
+        stage(out, "timing")
+        timed = time_model(bench, new, a.reps, a.warmup, keep_outputs=True, report=a.report, monitor=monitor)
     timed["null"] = null
     for rep, outs in timed.pop("kept").items():
         for k, t in enumerate(outs):

@@ -6,9 +6,13 @@ Spread: the interquartile range over the median of one round of reps. A round wi
 SPREAD_LIMIT is measured again, once; when the second round is as wide, the verdict says so in
 words (timing.spread_ok False, timing.spread_note) and the search never keeps the candidate on that
 median (autokernel/search/decision.py). The limit was chosen from honest kernels judged on a loaded
-machine (benchmarks/judge_witness.py `honest --load 1`, two cores, the other one busy): the widest
-honest round seen there is far inside it, while a median that half the reps sit several times
-above (a kernel whose work varies wildly from call to call) is far outside it.
+machine (benchmarks/judge_witness.py `honest --load 1 --kernel ...`: a small good softmax and the
+softmax, rmsnorm and reduce starters, two cores, the other one busy and the machine shared): their
+rounds' IQR was 1% to 39% of the median, one first round 94% that its second round (20%) redeemed;
+a kernel whose work varies wildly from call to call (tests/attacks: every other call twelve times
+the work) measured 947% then 94%. On the CPU (the Triton interpreter on a shared machine) the limit
+is 75%, so that two wide rounds in a row stay out of an honest kernel's reach; on a GPU, where
+honest reps spread by a few per cent, 50%.
 
 Excessive speedup: KernelBench's flag, a candidate more than EXCESSIVE_SPEEDUP times faster than
 PyTorch eager. It is re-timed (a second round), and the second round's median is held to the
@@ -17,7 +21,7 @@ moves its bytes faster than the device's measured copy bandwidth.
 """
 from __future__ import annotations
 
-SPREAD_LIMIT = {"cpu": 0.5, "cuda": 0.5}
+SPREAD_LIMIT = {"cpu": 0.75, "cuda": 0.5}
 EXCESSIVE_SPEEDUP = 10.0
 SECOND_LOOK_FLOOR_MARGIN = 1.0
 

@@ -267,7 +267,8 @@ def _evaluate(problem: Path, solution: Path, options: EvalOptions | None, cache:
     timed = run_child("time", problem, opts, sol)
     v.data["workers"]["time"] = timed.started_by
     if (ended := v.child_failed(timed, opts) or _tampered(v, timed) or _refused(v, timed)
-            or _judge_timed_outputs(v, ref, timed, opts) or _witnessed(v, timed)) is not None:
+            or _judge_timed_ops(v, check, timed) or _judge_timed_outputs(v, ref, timed, opts)
+            or _witnessed(v, timed)) is not None:
         return ended
     _speedups(v, ref, timed, opts, cache.compiled(problem, opts) if opts.compile_baseline else None)
     return v.end("PASS", None, "correct on every trial; integrity checks passed")
@@ -404,6 +405,15 @@ def _judge_integrity(v: Verdict, ref: Reference, check: ChildRun, opts: EvalOpti
             failure = ("after its input buffers were refilled in place with new values, ModelNew returned "
                        f"a wrong result (a result cache keyed on buffers?): {detail}")
     return v.end("FAIL", "integrity", failure) if failure else None
+
+
+def _judge_timed_ops(v: Verdict, check: ChildRun, timed: ChildRun) -> dict | None:
+    # blocks a solution that computes with PyTorch only when timed (told apart by a call count)
+    more = sorted(set(timed.result.get("timed_ops", [])) - set(check.result.get("pytorch_ops", [])))
+    if more:
+        return v.end("FAIL", "timing", f"ModelNew ran PyTorch compute when timed that none of its checked calls "
+                                       f"ran: {', '.join(more[:6])}")
+    return None
 
 
 def _judge_timed_outputs(v: Verdict, ref: Reference, timed: ChildRun, opts: EvalOptions) -> dict | None:
