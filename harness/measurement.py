@@ -5,7 +5,10 @@ Order matters. PyTorch eager (and torch.compile of it) is timed where no candida
 nothing a candidate does at import or in a later call can slow a baseline down. The null call is
 calibrated there too: the overhead the judging process's clock sees around an empty timed region
 (harness/witness.py), measured before the candidate could make it look larger. Every rep of every
-phase is reported to the judging process as it ends.
+phase is reported to the judging process as it ends, and every rep of every phase runs on values no
+call has seen (harness/fresh_inputs.py). The candidate's timed calls are watched and recorded like
+checked calls (harness/timed_calls.py); a first round that needs a second look (harness/spread.py)
+is measured again, its reps numbered on from the first round's.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The timing attacks only a GPU can run (tests/attacks/gpu_timing_kernels.py), beside the honest
 softmax starters, at a target their tricks aim at. Each attack ends in FAIL with a named reason;
-benchmarks/gpu_check.sh runs them (its step 2, `pytest -m gpu`). The CUDA graph and the side stream
+benchmarks/gpu_check.sh runs them (its step 6). The CUDA graph and the side stream
 may instead be refused before import by the static check, which then names the file's line."""
 from __future__ import annotations
 
