@@ -14,7 +14,7 @@ import random
 from pathlib import Path
 
 from harness import spread
-from harness.fresh_inputs import fresh_args
+from harness.fresh_inputs import perturbed, scales
 from harness.registry import Case
 
 CHECK_ALL_ELEMENTS = 2**24  # the reps' input elements, summed, under which every timed output is compared
@@ -61,11 +61,11 @@ def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, ou
         if problem:
             return problem
     checker = _Checker(out_dir, None, device)
-    elements = sum(a.numel() for a in registry.build_inputs(case, "cpu")[0]
-                   if hasattr(a, "numel"))
+    base, kwargs = registry.build_inputs(case, device)  # once: every rep's values are made from it
+    spread_of = scales(base)
+    elements = sum(a.numel() for a in base if hasattr(a, "numel"))
     for rep in chosen_reps(expected, elements):
-        args, kwargs = fresh_args(case, rep, device)
-        inputs = ([registry.to_device(a, "cpu") for a in args], kwargs)
+        inputs = ([registry.to_device(a, "cpu") for a in perturbed(base, spread_of, case, rep, device)], kwargs)
         problem = checker.check_output(by_rep[rep], case, inputs)
         if problem:
             # right only when checked: a timed call whose answer is wrong, whichever rep it was
