@@ -5,9 +5,9 @@ judged, and a second look at an excessive speedup (harness/spread.py).
 Timed outputs. The worker saved every timed call's output and observations (harness/timed_calls.py).
 Every call's observations are checked here. The outputs are compared with the references rebuilt
 from (case, rep) (harness/fresh_inputs.py): all of them where that is cheap, else a sample this
-process draws after the worker has exited (the first, the last and SAMPLE more at random), so no
-rep is safe to get wrong: a kernel wrong on a fraction f of the reps survives s checks with
-probability (1 - f)^s, and it must be wrong on more than half of them to move the median.
+process draws after the worker has exited (the first, the last and more at random: chosen_reps), so
+no rep is safe to get wrong: a kernel wrong on a fraction f of the reps survives s random checks
+with probability about (1 - f)^s, and it must be wrong on more than half of them to move the median.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from harness.registry import Case
 # the reps' input elements, summed, under which every timed output is compared (the attacks' tiny
 # targets; the CPU's default timing shapes are sampled, as a GPU's are: the judge's wall time stays flat)
 CHECK_ALL_ELEMENTS = 2**20
-SAMPLE = 4
+MAX_CHECKED = 12
 _draw = random.SystemRandom()  # drawn after the worker has exited: nothing of it is in the worker's process
 
 
@@ -34,9 +34,13 @@ def rep_name(rep: int) -> str:
 
 
 def chosen_reps(reps: list[int], elements: int) -> list[int]:
-    if len(reps) * elements <= CHECK_ALL_ELEMENTS or len(reps) <= SAMPLE + 2:
+    """Every rep where that is cheap; else more than half of them (at most MAX_CHECKED), the first
+    and last always: a kernel wrong on enough reps to move the median is wrong on more than half,
+    so where more than half are checked it is caught for certain, elsewhere all but surely."""
+    if len(reps) * elements <= CHECK_ALL_ELEMENTS:
         return list(reps)
-    middle = _draw.sample(reps[1:-1], SAMPLE)
+    k = min(len(reps), max(len(reps) // 2 + 1, 2), MAX_CHECKED)
+    middle = _draw.sample(reps[1:-1], k - 2)
     return [reps[0], *sorted(middle), reps[-1]]
 
 

@@ -101,3 +101,13 @@ def test_an_excessive_speedup_is_retimed_and_held_to_the_floor_with_no_margin(mo
     fake = {"eager": eager, "rounds": [_round(2 * floor_us, 0.0), _round(0.5 * floor_us, 0.0)]}
     assert roofline.below_floor(CASE, 0.5 * floor_us, "cpu") is None
     assert "below the physical floor" in timing_checks.second_look_problem(CASE, fake, "cpu")[0]
+
+
+def test_the_judge_checks_every_timed_rep_where_cheap_and_more_than_half_elsewhere():
+    reps = timing_checks.expected_reps(1, 6)
+    assert timing_checks.chosen_reps(reps, 1000) == reps
+    chosen = timing_checks.chosen_reps(reps, 10**6)
+    assert len(chosen) == 4 and chosen[0] == -1 and chosen[-1] == 5 and set(chosen) <= set(reps)
+    many = timing_checks.expected_reps(5, 500)
+    chosen = timing_checks.chosen_reps(many, 10**6)
+    assert len(chosen) == timing_checks.MAX_CHECKED and len(set(chosen)) == len(chosen)
