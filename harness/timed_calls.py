@@ -20,10 +20,12 @@ and last), so the kernel cannot know which rep counts, and on the device where t
 large (harness/references.py). A kernel that is wrong on a fraction f of the reps survives a sample
 of s with probability (1 - f)^s; to move a median it must be wrong on more than half of them.
 
-Cost. The recorder sits inside the timed region: it adds host work per aten op the wrapper
-dispatches (a Python call of a few µs each: allocation, views, casts), nothing per Triton or CUDA
-launch, and nothing on the device. The eager baseline is timed without it, so recording can only
-understate a candidate's speedup, never overstate it. Measured in benchmarks/recording_overhead.py.
+Cost. The recorder sits inside the timed region: pushing and popping it costs a few µs of host
+time per call, and each aten op the wrapper dispatches (allocation, views, casts) a Python call of a
+few µs more (2 to 5 µs and 4 to 8 µs on a loaded 2-core machine: benchmarks/recording_overhead.py);
+nothing per Triton or CUDA launch, nothing on the device. The eager baseline is timed without it,
+so recording can only understate a candidate's speedup, never overstate it; on a GPU it shows only
+where the host is a kernel's bottleneck (a kernel of a few µs behind a wrapper of a few ops).
 """
 from __future__ import annotations
 
