@@ -133,6 +133,7 @@ def _shape(events: list[dict], out_dir: Path, i: int, case: Case, device: str, w
     from harness.measurement import budget
     from harness.roofline import below_floor
     from harness.timing_checks import timed_calls_problem
+    from harness.verdict_checks import _Checker
     stage = f"{STAGE}:{i}"
     # ok: proven here; failed: the kernel was wrong here (or raised, or beat the hardware); neither:
     # not checked (the worker stopped first, or did not confirm its clocks)
@@ -148,7 +149,7 @@ def _shape(events: list[dict], out_dir: Path, i: int, case: Case, device: str, w
         return {**row, "failed": end.get("status") == "fail", "detail": str(end.get("detail") or "no timed output")}
     reps = sum(r["reps"] for r in (end.get("rounds") or [end["kernel"]]))
     warmup = (limits(device) or budget(device))["warmup"]
-    problem = timed_calls_problem(recs, case, warmup, reps, out_dir, device)
+    problem = timed_calls_problem(recs, case, warmup, reps, _Checker(out_dir, None, device))
     if problem:
         return {**row, "failed": True, "detail": f"wrong result: {problem}"}
     lie, end = _witnessed(end, stage, witnessed, device)

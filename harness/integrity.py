@@ -80,6 +80,32 @@ class ComputeRecorder(TorchDispatchMode):
         return ", ".join(seen[:8]) + (" ..." if len(seen) > 8 else "")
 
 
+def observation_problem(label: str, obs: dict, device: str) -> str | None:
+    """What one call's observations break of the integrity rules, or None (checked and timed alike)."""
+    if obs.get("forbidden"):
+        # the reference op in disguise: a "kernel" whose work is done by PyTorch
+        return (f"{label}: PyTorch compute inside kernel_fn: {', '.join(obs['forbidden'][:6])}; "
+                "only allocation, views, copies and casts are allowed outside Triton/CUDA kernels")
+    if obs.get("device_to_host"):
+        # computing on the host behind a GPU kernel's back
+        return f"{label}: kernel_fn copied device data to the host"
+    if obs.get("launches", 0) < 1:
+        # no kernel at all: the answer came from somewhere else
+        return f"{label}: no Triton or CUDA kernel was launched"
+    if obs.get("mutated"):
+        # in-place writes into inputs corrupt the caller's tensors
+        return f"{label}: kernel_fn modified its input(s) {obs['mutated']} in place"
+    if obs.get("aliased"):
+        # an output sharing an input's storage changes when the caller reuses that input
+        return f"{label}: the output shares storage with an input"
+    if not obs.get("plain", True):
+        # a Tensor subclass or lazy object can fake values when inspected
+        return f"{label}: the output is not a plain dense torch.Tensor"
+    if obs.get("device") and not obs["device"].startswith(device):
+        return f"{label}: the output is on {obs['device']}, not on {device}"
+    return None
+
+
 def _leaves_device(args, kwargs) -> bool:
     src = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if src is None or src.device.type == "cpu":

@@ -12,7 +12,6 @@ with probability about (1 - f)^s, and it must be wrong on more than half of them
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 from harness import spread
 from harness.fresh_inputs import perturbed, scales
@@ -44,12 +43,13 @@ def chosen_reps(reps: list[int], elements: int) -> list[int]:
     return [reps[0], *sorted(middle), reps[-1]]
 
 
-def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, out_dir: Path,
-                        device: str) -> str | None:
+def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, checker) -> str | None:
     """Why the timed calls of `case` fail integrity (every call's observations, the chosen reps'
-    outputs against the reference of their fresh values), or None."""
+    outputs against the reference of their fresh values, compared by `checker`, a
+    harness.verdict_checks._Checker), or None."""
     from harness import registry
-    from harness.verdict_checks import _Checker, observation_problem
+    from harness.integrity import observation_problem
+    device = checker.device
     by_rep: dict[int, dict] = {}
     for r in recs:
         if r.get("role") != "timed":
@@ -67,7 +67,6 @@ def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, ou
         problem = observation_problem(f"{rep_name(rep)} at {case.label()}", by_rep[rep].get("obs", {}), device)
         if problem:
             return problem
-    checker = _Checker(out_dir, None, device)
     base, kwargs = registry.build_inputs(case, device)  # once: every rep's values are made from it
     spread_of = scales(base)
     elements = sum(a.numel() for a in base if hasattr(a, "numel"))

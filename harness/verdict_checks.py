@@ -13,6 +13,7 @@ import torch
 from harness import references, registry
 from harness.cases import STAGES, Plan
 from harness.compare import bitwise_equal, compare
+from harness.integrity import observation_problem
 from harness.registry import Case
 
 
@@ -181,32 +182,6 @@ class _Checker:
         return None
 
 
-def observation_problem(label: str, obs: dict, device: str) -> str | None:
-    """What one call's observations break of the integrity rules, or None (checked and timed alike)."""
-    if obs.get("forbidden"):
-        # the reference op in disguise: a "kernel" whose work is done by PyTorch
-        return (f"{label}: PyTorch compute inside kernel_fn: {', '.join(obs['forbidden'][:6])}; "
-                "only allocation, views, copies and casts are allowed outside Triton/CUDA kernels")
-    if obs.get("device_to_host"):
-        # computing on the host behind a GPU kernel's back
-        return f"{label}: kernel_fn copied device data to the host"
-    if obs.get("launches", 0) < 1:
-        # no kernel at all: the answer came from somewhere else
-        return f"{label}: no Triton or CUDA kernel was launched"
-    if obs.get("mutated"):
-        # in-place writes into inputs corrupt the caller's tensors
-        return f"{label}: kernel_fn modified its input(s) {obs['mutated']} in place"
-    if obs.get("aliased"):
-        # an output sharing an input's storage changes when the caller reuses that input
-        return f"{label}: the output shares storage with an input"
-    if not obs.get("plain", True):
-        # a Tensor subclass or lazy object can fake values when inspected
-        return f"{label}: the output is not a plain dense torch.Tensor"
-    if obs.get("device") and not obs["device"].startswith(device):
-        return f"{label}: the output is on {obs['device']}, not on {device}"
-    return None
-
-
 def assess(events: list[dict], out_dir: Path, plan: Plan, device: str, witnessed=None) -> Assessment:
     """The verdict from the worker's records; `witnessed` (harness/witness.py's Record) is what the
     judge's own clock saw of the timed reps, and what the audit hook refused."""
@@ -241,7 +216,7 @@ def identity_problem(events: list[dict], a: Assessment) -> str | None:
 
 
 def _assess_stages(events: list[dict], out_dir: Path, plan: Plan, device: str, witnessed=None) -> Assessment:
-    from harness.roofline import below_floor, roofline_for, timing_summary
+    from harness.roofline import roofline_for, timing_summary
     stages = _group(events)
     a = Assessment(complete=any(e.get("event") == "done" for e in events))
     checker = _Checker(out_dir, plan, device)
@@ -312,7 +287,7 @@ def _timing_problem(end: dict, recs: list[dict], plan: Plan, out_dir: Path, devi
     else:
         end = {**end, "rounds": rounds}
     problem = timing_checks.timed_calls_problem(recs, plan.timing, budget(device)["warmup"],
-                                                sum(r["reps"] for r in rounds), out_dir, device)
+                                                sum(r["reps"] for r in rounds), _Checker(out_dir, None, device))
     if problem:
         return problem, end
     impossible = below_floor(plan.timing, end["kernel"]["median_us"], device)

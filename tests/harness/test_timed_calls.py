@@ -11,6 +11,7 @@ from harness.candidate import observed_call
 from harness.fresh_inputs import FreshInputs, fresh_args
 from harness.launches import LaunchMonitor
 from harness.registry import Case, build_inputs
+from harness.verdict_checks import _Checker
 from harness.worker import Log
 
 CASE = Case.make("softmax", {"M": 4, "N": 64}, "float32", seed=5)
@@ -51,10 +52,10 @@ def test_every_timed_call_is_recorded_with_its_observations(tmp_path):
     timed = [r for r in recs if r.get("role") == "timed"]
     assert [r["rep"] for r in timed] == [-1, 0, 1, 2]
     assert all("aten::_softmax" in r["obs"]["forbidden"] and r["output"] for r in timed)
-    problem = timing_checks.timed_calls_problem(timed, CASE, 1, 3, tmp_path, "cpu")
+    problem = timing_checks.timed_calls_problem(timed, CASE, 1, 3, _Checker(tmp_path, None, "cpu"))
     assert "warm-up call 1 at softmax[4x64:float32]: PyTorch compute inside kernel_fn: aten::_softmax" in problem
     assert "recorded no output for 1 timed call(s) (reps [2])" in \
-        timing_checks.timed_calls_problem(timed[:-1], CASE, 1, 3, tmp_path, "cpu")
+        timing_checks.timed_calls_problem(timed[:-1], CASE, 1, 3, _Checker(tmp_path, None, "cpu"))
 
 
 def test_every_rep_gets_values_no_call_has_seen_and_the_judge_rebuilds_them():
