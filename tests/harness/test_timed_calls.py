@@ -112,3 +112,24 @@ def test_the_judge_checks_every_timed_rep_where_cheap_and_more_than_half_elsewhe
     many = timing_checks.expected_reps(5, 500)
     chosen = timing_checks.chosen_reps(many, 10**6)
     assert len(chosen) == timing_checks.MAX_CHECKED and len(set(chosen)) == len(chosen)
+
+
+@pytest.mark.parametrize("wrong_rep", [-1, 0, 2])
+def test_a_timed_call_wrong_at_any_rep_but_the_last_is_caught(tmp_path, wrong_rep):
+    from harness import registry
+    (tmp_path / "tensors").mkdir()
+    kt, recs = registry.get("softmax"), []
+    obs = {"launches": 1, "forbidden": [], "device_to_host": 0, "mutated": [], "aliased": False, "plain": True,
+           "device": "cpu"}
+    for rep in timing_checks.expected_reps(1, 4):
+        args, kwargs = fresh_args(CASE, rep, "cpu")
+        out = kt.eager(*args) if rep != wrong_rep else torch.full((4, 64), 1 / 64)  # right only when checked
+        torch.save(out, tmp_path / "tensors" / f"r{rep}.pt")
+        recs.append({"role": "timed", "rep": rep, "case": CASE.to_json(), "output": f"r{rep}.pt", "error": None,
+                     "obs": obs})
+    problem = timing_checks.timed_calls_problem(recs, CASE, 1, 4, _Checker(tmp_path, None, "cpu"))
+    name = timing_checks.rep_name(wrong_rep)
+    assert problem is not None and problem.startswith(f"a timed call gave a wrong result ({name})"), problem
+    # another rep's answer, remembered: wrong for this rep's fresh values
+    remembered = [r if r["rep"] != wrong_rep else {**r, "output": f"r{wrong_rep + 1}.pt"} for r in recs]
+    assert "wrong result" in timing_checks.timed_calls_problem(remembered, CASE, 1, 4, _Checker(tmp_path, None, "cpu"))
