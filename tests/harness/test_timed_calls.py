@@ -133,3 +133,12 @@ def test_a_timed_call_wrong_at_any_rep_but_the_last_is_caught(tmp_path, wrong_re
     # another rep's answer, remembered: wrong for this rep's fresh values
     remembered = [r if r["rep"] != wrong_rep else {**r, "output": f"r{wrong_rep + 1}.pt"} for r in recs]
     assert "wrong result" in timing_checks.timed_calls_problem(remembered, CASE, 1, 4, _Checker(tmp_path, None, "cpu"))
+
+
+def test_a_timed_call_watcher_or_refill_replaced_by_a_candidate_is_named(monkeypatch):
+    from harness import fresh_inputs, timed_calls
+    from harness.tamper import IdentityGuard
+    guard = IdentityGuard()
+    monkeypatch.setattr(timed_calls.TimedCalls, "call", lambda self: None)  # a timed call without the recorder
+    monkeypatch.setattr(fresh_inputs, "perturbed", lambda base, *a: base)  # the same values every rep
+    assert {"harness.timed_calls.TimedCalls.call", "harness.fresh_inputs.perturbed"} <= set(guard.replaced())
