@@ -16,14 +16,15 @@ honest reps spread by a few per cent, 50%.
 
 Excessive speedup: KernelBench's flag, a candidate more than EXCESSIVE_SPEEDUP times faster than
 PyTorch eager. It is re-timed (a second round), and the second round's median is held to the
-physical floor with no margin (harness/roofline.py), not the usual half: a real kernel never
-moves its bytes faster than the device's measured copy bandwidth.
+physical floor (harness/roofline.py) with a margin of 0.9, not the usual half: a real kernel does
+not move its bytes much faster than the device's measured copy bandwidth (a kernel that mostly
+reads may beat a copy by a few per cent, hence not 1.0).
 """
 from __future__ import annotations
 
 SPREAD_LIMIT = {"cpu": 0.75, "cuda": 0.5}
 EXCESSIVE_SPEEDUP = 10.0
-SECOND_LOOK_FLOOR_MARGIN = 1.0
+SECOND_LOOK_FLOOR_MARGIN = 0.9
 
 
 def ratio(median_us: float, iqr_us: float) -> float:

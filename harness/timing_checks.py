@@ -135,7 +135,8 @@ def spread_verdict(rounds: list[dict], device: str) -> dict:
 
 def second_look_problem(case: Case, end: dict, device: str) -> tuple[str | None, dict | None]:
     """KernelBench's flag: a speedup over eager above spread.EXCESSIVE_SPEEDUP is re-timed and the
-    re-timed median held to the physical floor with no margin. (why it fails, the record)."""
+    re-timed median held to the physical floor with spread.SECOND_LOOK_FLOOR_MARGIN. (why it fails,
+    the record)."""
     from harness.roofline import physical_floor_us
     rounds, eager = end["rounds"], (end.get("eager") or {}).get("median_us")
     first = rounds[0]["median_us"]

@@ -87,7 +87,7 @@ def test_a_spread_too_wide_twice_is_not_trusted_and_a_wide_first_round_may_be_re
     assert apart["spread_ok"] is False and "disagree" in apart["spread_note"]
 
 
-def test_an_excessive_speedup_is_retimed_and_held_to_the_floor_with_no_margin(monkeypatch):
+def test_an_excessive_speedup_is_retimed_and_held_to_the_floor_with_a_tight_margin(monkeypatch):
     monkeypatch.setattr(roofline, "_peaks", lambda device: {"copy_gbps": 20.0, "matmul_tflops": {"float32": 0.5}})
     floor_us = roofline.physical_floor_us(CASE, "cpu")["floor_us"]
     eager = {"median_us": 1000 * floor_us}
