@@ -142,3 +142,15 @@ def test_a_timed_call_watcher_or_refill_replaced_by_a_candidate_is_named(monkeyp
     monkeypatch.setattr(timed_calls.TimedCalls, "call", lambda self: None)  # a timed call without the recorder
     monkeypatch.setattr(fresh_inputs, "perturbed", lambda base, *a: base)  # the same values every rep
     assert {"harness.timed_calls.TimedCalls.call", "harness.fresh_inputs.perturbed"} <= set(guard.replaced())
+
+
+def test_the_parents_checks_of_a_cpu_judgement_run_on_one_thread_and_restore_it():
+    from harness.references import one_thread
+    before = torch.get_num_threads()
+    with one_thread("cpu"):
+        with one_thread("cpu"):  # judgements that overlap
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with one_thread("cuda"):
+        assert torch.get_num_threads() == before
