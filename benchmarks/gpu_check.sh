@@ -7,7 +7,10 @@
 # skipped. Every line is printed as it comes and copied into one summary file,
 # benchmarks/results/gpu-check-<date>-<device>.md (commit it).
 #   1. compute-bound starters vs cuBLAS / SDPA / eager, met or short per row (compute_bound.py)
-#   2. GPU-marked tests (pytest -m gpu)
+#   2. GPU-marked tests (pytest -m gpu), but for step 6's
+#   6. the timing attacks only a GPU can run (tests/attacks/test_gpu_timing.py: CUDA graph replay,
+#      an allocator block holding an earlier answer, a side stream, CUDA C++ that calls PyTorch or
+#      remembers inputs when timed), each of which must end in FAIL, beside the honest starters
 #   3. the starters suite, Triton then CUDA C++, fp16 and bf16, one row per verdict as it finishes
 #   5. three KernelBench level-1 problems with the tuner
 #   4. the bf16 LLaMA: autokernel optimize with the tuner (budget: 3 minutes, or what the deadline
@@ -23,7 +26,7 @@
 # repository goes on PYTHONPATH.
 #   DRY_RUN=1   the same steps on the CPU with tiny shapes and budgets (proves the script; no GPU)
 #   TOTAL_S     the overall deadline in seconds (default 460)
-#   STEPS       which steps to run, in order, e.g. "1 3" (default "1 2 3 5 4": the LLaMA run takes
+#   STEPS       which steps to run, in order, e.g. "1 3" (default "1 2 6 3 5 4": the LLaMA run takes
 #               the time that is left, its tuner budget 3 minutes at most)
 # shellcheck disable=SC2054  # the commas below are inside arguments (comma lists), not separators
 set -uo pipefail
@@ -34,7 +37,7 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python}"
 DRY_RUN="${DRY_RUN:-0}"
 TOTAL_S="${TOTAL_S:-460}"
-STEPS="${STEPS:-1 2 3 5 4}"
+STEPS="${STEPS:-1 2 6 3 5 4}"
 START="${GPU_CHECK_START:-$(date +%s)}"
 WORK="${GPU_CHECK_WORK:-$(mktemp -d /tmp/gpu_check.XXXXXX)}"
 export GPU_CHECK_WORK="$WORK" GPU_CHECK_START="${GPU_CHECK_START:-$START}"
@@ -205,12 +208,15 @@ for s in $STEPS; do
   case "$s" in
     1) step "Compute-bound starters vs cuBLAS, SDPA and eager" 110 \
          "$PY" benchmarks/compute_bound.py "${COMPUTE[@]}" ;;
-    2) step "GPU-marked tests" 40 "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist tests ;;
+    2) step "GPU-marked tests" 40 "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist tests \
+         --deselect tests/attacks/test_gpu_timing.py ;;
     3) step "Starters suite, Triton" 60 suite triton
        step "Starters suite, CUDA C++" 25 suite cuda
        step "Sandbox of the judged verdicts" 10 sandboxes ;;
     4) step "bf16 LLaMA: optimize with the tuner, then verify" 400 llama ;;
     5) step "KernelBench level 1, three problems, tuner" 45 kernelbench ;;
+    6) step "Timing attacks only a GPU can run, beside the honest starters" 100 \
+         "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist tests/attacks/test_gpu_timing.py ;;
     *) say "unknown step $s" ;;
   esac
 done

@@ -2,7 +2,7 @@
 
     python benchmarks/judge_witness.py table [--repeat 1]    # three lying kernels beside the honest
                                                              # one, in one judge session
-    python benchmarks/judge_witness.py honest [-n 10] [--load 1] [--default-shape]
+    python benchmarks/judge_witness.py honest [-n 10] [--load 1] [--default-shape] [--kernel FILE ...]
                                                              # honest verdicts in a row, with N busy
                                                              # loops; integrity failures counted
 
@@ -80,18 +80,24 @@ def table(repeat: int) -> int:
     return 0
 
 
-def honest(n: int, load: int, default_shape: bool) -> int:
-    path = ROOT / "tests" / "data" / "kernels" / "good" / "softmax_rows.py"
+def honest(n: int, load: int, default_shape: bool, kernels: list[str] | None = None) -> int:
+    paths = [Path(k) for k in kernels] if kernels else [ROOT / "tests" / "data" / "kernels" / "good" / "softmax_rows.py"]
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
-    failures = 0
+    failures = wide = 0
     try:
         with judge_session(fork=True):
             for i in range(n):
+                path = paths[i % len(paths)]
                 start = time.perf_counter()
-                v = judge(path, target=None if default_shape else SMALL, device="cpu")
-                w = (v.get("timing") or {}).get("witness") or {}
+                v = judge(path, target=None if default_shape or path.name != "softmax_rows.py" else SMALL, device="cpu")
+                timing = v.get("timing") or {}
+                w = timing.get("witness") or {}
                 failures += v["failed_stage"] == "integrity"
-                print(f"{i + 1:3d} {v['verdict']:5} {v['failed_stage'] or '':10} median {_median(v) or 0:12.1f} us  "
+                wide += timing.get("spread_ok") is False
+                spreads = "/".join(f"{100 * r['iqr_us'] / r['median_us']:.0f}%" for r in timing.get("rounds", []))
+                print(f"{i + 1:3d} {path.stem[:20]:20} {v['verdict']:5} {v['failed_stage'] or '':10} "
+                      f"IQR/median {spreads:>9} spread_ok {timing.get('spread_ok')!s:5} "
+                      f"median {_median(v) or 0:12.1f} us  "
                       f"judge's clock {w.get('witnessed_median_us', 0):12.1f} us  overhead {w.get('overhead_us', 0):7.1f} us"
                       f"  allowed >= {max(w.get('lower_us', 0), 0):12.1f} us  {time.perf_counter() - start:5.1f} s"
                       f"  {_reason(v)[:160]}", flush=True)
@@ -99,8 +105,9 @@ def honest(n: int, load: int, default_shape: bool) -> int:
         for hog in hogs:
             hog.kill()
             hog.wait()
-    print(f"{n} honest verdicts with {load} busy loop(s): {failures} integrity failure(s)")
-    return 1 if failures else 0
+    print(f"{n} honest verdicts with {load} busy loop(s): {failures} integrity failure(s), "
+          f"{wide} timing(s) whose spread was not trusted")
+    return 1 if failures or wide else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("-n", type=int, default=10)
     h.add_argument("--load", type=int, default=1, help="busy loops to run meanwhile (the other core: 1)")
     h.add_argument("--default-shape", action="store_true", help="the judge's own CPU timing shape, not a tiny one")
+    h.add_argument("--kernel", action="append", default=None,
+                   help="an honest kernel file to judge in turn (repeatable; default: a small good softmax)")
     ns = p.parse_args(argv)
-    return table(ns.repeat) if ns.mode == "table" else honest(ns.n, ns.load, ns.default_shape)
+    return table(ns.repeat) if ns.mode == "table" else honest(ns.n, ns.load, ns.default_shape, ns.kernel)
 
 
 if __name__ == "__main__":

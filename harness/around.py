@@ -117,25 +117,22 @@ def around_lie(assessed: dict | None) -> str | None:
 def _witnessed(end: dict, stage: str, witnessed, device: str) -> tuple[str | None, dict]:
     """The shape's record with the figures the judge witnessed, or why they cannot be trusted."""
     from harness.measurement import eager_phase, kernel_phase
-    from harness.timing import summary
-    from harness.witness import agreement, disagreement_text
+    from harness.timing_checks import witnessed_rounds
     if witnessed is None:
         return None, end
-    kernel = witnessed.reps(kernel_phase(stage))
-    if witnessed.problem or kernel is None or kernel.samples_us != end["kernel"].get("samples_us"):
+    problem, end = witnessed_rounds(end, witnessed, device, kernel_phase(stage), {"eager": eager_phase(stage)})
+    if problem and "differs from the reps" not in problem and "without reporting" not in problem \
+            and "does not send" not in problem:
+        return problem, end
+    if problem:
         return "the worker's timing record differs from the reps it reported to the judge as they ended", end
-    check = agreement(kernel, witnessed.reps("null"))
-    if not check["agrees"]:
-        return disagreement_text(check), end
-    end = {**end, "kernel": summary(kernel.samples_us, device).to_json(), "witness": check}
-    eager = witnessed.reps(eager_phase(stage))
-    if eager is not None and eager.samples_us:
-        end["eager"] = summary(eager.samples_us, device).to_json()
     return None, end
 
 
 def _shape(events: list[dict], out_dir: Path, i: int, case: Case, device: str, witnessed=None) -> dict:
+    from harness.measurement import budget
     from harness.roofline import below_floor
+    from harness.timing_checks import timed_calls_problem
     from harness.verdict_checks import _Checker
     stage = f"{STAGE}:{i}"
     # ok: proven here; failed: the kernel was wrong here (or raised, or beat the hardware); neither:
@@ -143,17 +140,16 @@ def _shape(events: list[dict], out_dir: Path, i: int, case: Case, device: str, w
     row = {"shape": case.label(), "dims": case.dims, "ok": False, "failed": False, "detail": "", "median_us": None,
            "baseline_median_us": None, "speedup_vs_eager": None, "representative_of_gpu": device == "cuda"}
     end = next((e for e in events if e.get("event") == "stage_end" and e.get("stage") == stage), None)
-    rec = next((e for e in events if e.get("event") == "case" and e.get("stage") == stage), None)
+    recs = [e for e in events if e.get("event") == "case" and e.get("stage") == stage]
     confirmed = any(e.get("event") == "identity" and e.get("where") == f"after {stage}" and not e.get("replaced")
                     for e in events)
     if end is None:
         return {**row, "detail": "not timed: the worker stopped before this shape"}
-    if end.get("status") != "pass" or rec is None:
+    if end.get("status") != "pass" or not recs:
         return {**row, "failed": end.get("status") == "fail", "detail": str(end.get("detail") or "no timed output")}
-    checked = Case.from_json(rec["case"])
-    if checked.replace(seed=case.seed) != case or not case.seed < checked.seed <= case.seed + 3:
-        return {**row, "detail": f"the worker's record ({checked.label()}) is not this shape"}
-    problem = _Checker(out_dir, None, device).check_output(rec, checked)
+    reps = sum(r["reps"] for r in (end.get("rounds") or [end["kernel"]]))
+    warmup = (limits(device) or budget(device))["warmup"]
+    problem = timed_calls_problem(recs, case, warmup, reps, _Checker(out_dir, None, device))
     if problem:
         return {**row, "failed": True, "detail": f"wrong result: {problem}"}
     lie, end = _witnessed(end, stage, witnessed, device)

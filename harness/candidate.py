@@ -148,8 +148,14 @@ def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor) -> CallR
         result.error = error_text(exc)
         return result
     result.seconds = time.perf_counter() - start
+    return observe(result, out, args, snapshots, recorder, monitor.launches - launches_before)
+
+
+def observe(result: CallResult, out, args: list, snapshots: list, recorder: ComputeRecorder,
+            launches: int) -> CallResult:
+    """What one call did, read after it returned: a checked call and a timed call are read alike."""
     result.output = out
-    result.launches = monitor.launches - launches_before
+    result.launches = launches
     result.forbidden = recorder.forbidden
     result.device_to_host = recorder.device_to_host
     # writes into an input (in place) corrupt the caller's tensors

@@ -34,12 +34,15 @@ ALLOWED_OPS = frozenset({
 
 def op_base_name(func) -> str:
     """aten.add_.Tensor -> add_; aten._to_copy.default -> _to_copy."""
-    name = getattr(func, "__name__", str(func))  # e.g. "add_.Tensor"
+    name = getattr(func, "__name__", None) or str(func)  # e.g. "add_.Tensor"; str() only when it has none
     return name.split(".")[0]
 
 
 def is_allowed(func) -> bool:
-    name = op_base_name(func)
+    return _allowed_name(op_base_name(func))
+
+
+def _allowed_name(name: str) -> bool:
     if name in ALLOWED_OPS:
         return True
     return name.endswith("_") and name[:-1] in ALLOWED_OPS
@@ -63,9 +66,11 @@ class ComputeRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self.monitor is None or not self.monitor.paused:
-            if not is_allowed(func):
-                self.forbidden.append(f"aten::{op_base_name(func)}")
-            elif op_base_name(func) in ("_to_copy", "copy_", "_copy_from") and _leaves_device(args, kwargs):
+            # every timed call runs under this mode too: one name lookup per op keeps it to a few µs
+            name = op_base_name(func)
+            if not _allowed_name(name):
+                self.forbidden.append(f"aten::{name}")
+            elif name in ("_to_copy", "copy_", "_copy_from") and _leaves_device(args, kwargs):
                 # a GPU kernel that copies its input to the host can compute it there, unseen
                 self.device_to_host += 1
         return func(*args, **kwargs)
@@ -73,6 +78,32 @@ class ComputeRecorder(TorchDispatchMode):
     def summary(self) -> str:
         seen = sorted(set(self.forbidden))
         return ", ".join(seen[:8]) + (" ..." if len(seen) > 8 else "")
+
+
+def observation_problem(label: str, obs: dict, device: str) -> str | None:
+    """What one call's observations break of the integrity rules, or None (checked and timed alike)."""
+    if obs.get("forbidden"):
+        # the reference op in disguise: a "kernel" whose work is done by PyTorch
+        return (f"{label}: PyTorch compute inside kernel_fn: {', '.join(obs['forbidden'][:6])}; "
+                "only allocation, views, copies and casts are allowed outside Triton/CUDA kernels")
+    if obs.get("device_to_host"):
+        # computing on the host behind a GPU kernel's back
+        return f"{label}: kernel_fn copied device data to the host"
+    if obs.get("launches", 0) < 1:
+        # no kernel at all: the answer came from somewhere else
+        return f"{label}: no Triton or CUDA kernel was launched"
+    if obs.get("mutated"):
+        # in-place writes into inputs corrupt the caller's tensors
+        return f"{label}: kernel_fn modified its input(s) {obs['mutated']} in place"
+    if obs.get("aliased"):
+        # an output sharing an input's storage changes when the caller reuses that input
+        return f"{label}: the output shares storage with an input"
+    if not obs.get("plain", True):
+        # a Tensor subclass or lazy object can fake values when inspected
+        return f"{label}: the output is not a plain dense torch.Tensor"
+    if obs.get("device") and not obs["device"].startswith(device):
+        return f"{label}: the output is on {obs['device']}, not on {device}"
+    return None
 
 
 def _leaves_device(args, kwargs) -> bool:

@@ -189,7 +189,7 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     events = read_events(out_dir)
     _share_baseline(events, session, baseline_key, cached)
     checks_start = time.time()
-    with references.on_device(device, visible_devices):  # the slot's own GPU, idle while it rechecks
+    with references.on_device(device, visible_devices), references.one_thread(device):  # the slot's own GPU
         assessment = assess(events, out_dir, plan, device, witnessed)
         shapes_around = (_assess_around(events, out_dir, plan, target, device, witnessed)
                          if around is not None and assessment.verdict == "PASS" else None)

@@ -21,6 +21,7 @@ SEED = 42
 TIME_SEED = 10_000  # timed reps get seeds TIME_SEED + i, far from the trial seeds
 SHIP_MAX_ELEMS = 2 ** 25  # larger outputs travel to the parent as a strided sample
 REFILL_BUDGET_S = 10.0  # seconds of get_inputs() calls one timing run may spend on fresh values
+KEEP_BYTES = 512 * 2**20  # the timed outputs one child keeps for the parent, at most (the last rep's always)
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -138,11 +139,14 @@ class Refill:
     """Fresh values written in place into the timed buffers before each call (outside the timed
     region): a result cache keyed on buffer addresses returns stale answers, which the parent
     catches in the checked reps. When get_inputs() is slow, the values cycle through a pool sized
-    to REFILL_BUDGET_S; the first and last reps always get their own seeds."""
+    to REFILL_BUDGET_S; the first and last reps always get their own seeds. With `every_rep`, each
+    rep's input fingerprint is kept (the parent compares a rep's output only where the reference's
+    child ran that rep on the same values), else the first and last reps'."""
 
-    def __init__(self, bench: Bench, bufs: list, reps: int, warmup: int):
+    def __init__(self, bench: Bench, bufs: list, reps: int, warmup: int, every_rep: bool = False):
         self.bench, self.bufs, self.last = bench, bufs, reps - 1
         self.unique, self.pool, self.fingerprints = reps + warmup, {}, {}
+        self.every_rep, self._prints = every_rep, {}
 
     def seed_of(self, i: int) -> int:
         return TIME_SEED + (i if i in (0, self.last) else i % self.unique)
@@ -155,10 +159,12 @@ class Refill:
             values = self.bench.inputs(seed)
             spent_s = time.perf_counter() - start
             self.unique = max(2, min(self.unique, int(REFILL_BUDGET_S / max(spent_s, 1e-9))))
-            if i in (0, self.last):
-                self.fingerprints[i] = fingerprint(values)
             if self.unique < self.last + 1:
                 self.pool[seed] = values
+        if i in (0, self.last) or (self.every_rep and i >= 0):
+            if seed not in self._prints:
+                self._prints[seed] = fingerprint(values)
+            self.fingerprints[i] = self._prints[seed]
         with torch.no_grad():
             for dst, src in zip(self.bufs, values):
                 if isinstance(dst, torch.Tensor):
@@ -179,32 +185,55 @@ def calibrate_overhead(bench: Bench, reps: int, report) -> dict:
         return calibrate(device=str(bench.device), report=report, reps=reps, before_each=refill).to_json()
 
 
-def time_model(bench: Bench, model, reps: int, warmup: int, keep_outputs: bool = False, report=None) -> dict:
+def time_model(bench: Bench, model, reps: int, warmup: int, keep_outputs: bool = False, report=None,
+               monitor=None) -> dict:
     """Time model(*bufs) with time_fn: fixed rep count, refilled inputs, raw samples kept, every
-    rep reported to `report` (harness/witness.py) as it ends."""
+    rep reported to `report` (harness/witness.py) as it ends. With `keep_outputs`, every timed
+    rep's output (up to KEEP_BYTES) and its input fingerprint come back, for the parent to compare
+    with the reference child's same rep. With `monitor` (a solution's timing),
+    every timed call runs as its checked calls did: under the same ComputeRecorder and LaunchMonitor,
+    so it cannot tell them apart by the dispatch stack; the aten compute ops it ran while timed come
+    back as "timed_ops", for the parent to hold to those its checked calls ran. The reference model
+    is timed unrecorded: recording can only understate a solution's speedup."""
+    from harness.integrity import ComputeRecorder
     from harness.timing import time_fn
     bufs = bench.inputs(TIME_SEED)
-    refill = Refill(bench, bufs, reps, warmup)
+    refill = Refill(bench, bufs, reps, warmup, every_rep=keep_outputs)
     state: dict[str, Any] = {}
     kept: dict[int, list] = {}
+    kept_bytes = [0]
+    recorder = ComputeRecorder(monitor) if monitor is not None else None
 
     def call() -> None:
-        state["out"] = model(*bufs)
+        if recorder is None:
+            state["out"] = model(*bufs)
+            return
+        with recorder:
+            state["out"] = model(*bufs)
+
+    def keep(i: int) -> None:
+        """Rep i's output, shipped before the next rep can overwrite a reused buffer: every rep's
+        while they fit KEEP_BYTES, the last rep's always."""
+        outs = as_outputs(state["out"])
+        size = sum(min(t.numel(), SHIP_MAX_ELEMS) * t.element_size() for t in outs)
+        if i == reps - 1 or kept_bytes[0] + size <= KEEP_BYTES:
+            kept[i] = [ship(t) for t in outs]
+            kept_bytes[0] += size
 
     def before_each(i: int) -> None:
-        if keep_outputs and i == 1:  # rep 0's output, before rep 1 can overwrite a reused buffer
-            kept[0] = as_outputs(state["out"])
-            kept[0] = [ship(t) for t in kept[0]]
+        if keep_outputs and i >= 1:
+            keep(i - 1)
         refill(i)
 
     with torch.no_grad():
         timing = time_fn(call, device=str(bench.device), warmup=warmup, min_reps=reps, max_reps=reps,
                          before_each=before_each, report=report, phase=MODEL_PHASE)
         if keep_outputs:
-            kept[reps - 1] = [ship(t) for t in as_outputs(state["out"])]
-            kept.setdefault(0, kept[reps - 1])
+            keep(reps - 1)
     result = {"timing": timing.to_json(), "kept": kept, "fingerprints": refill.fingerprints,
               "fresh_sets": refill.unique}
+    if recorder is not None:
+        result["timed_ops"] = sorted(set(recorder.forbidden))
     if bench.device.type == "cuda":
         result["host_wall_median_us"] = _host_wall_median_us(call, refill, bench.device)
     return result

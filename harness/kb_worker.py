@@ -106,26 +106,27 @@ def run_reference(a, bench: Bench, out: Path, tensors: dict) -> dict:
         inputs = bench.inputs(seed)
         meta = store(tensors, f"trial{t}", as_outputs(forward(model, inputs, seed)))
         trials.append({"seed": seed, "fingerprint": fingerprint(inputs), "outputs": meta})
-    checked = {}
-    for rep in sorted({0, a.reps - 1}):
-        inputs = bench.inputs(TIME_SEED + rep)
-        store(tensors, f"rep{rep}", as_outputs(forward(model, inputs, TIME_SEED + rep)))
-        checked[str(rep)] = fingerprint(inputs)
     inputs = bench.inputs(trials[0]["seed"])
     from torch.utils.flop_counter import FlopCounterMode
     flops = FlopCounterMode(display=False)
     with flops:
         observed = observed_call(lambda *x: forward(model, list(x), trials[0]["seed"]), inputs, {}, _NoLaunches())
     outs = as_outputs(observed.output)
-    result = {"trials": trials, "checked_reps": checked, "model_ops": sorted(set(observed.forbidden)),
+    result = {"trials": trials, "model_ops": sorted(set(observed.forbidden)),
               "aliases_input": output_observations(outs, inputs)["aliased"],
               "mutates_input": bool(observed.mutated),
               "flops": flops.get_total_flops(),
               "bytes": sum(x.numel() * x.element_size() for x in list(inputs) + outs if isinstance(x, torch.Tensor)),
               "device": device_info(bench.device), "versions": judge_versions()}
     stage(out, "timing")
-    timed = time_model(bench, model, a.reps, a.warmup)
-    result.update(timing=timed["timing"], fresh_sets=timed["fresh_sets"])
+    # every rep's output kept, with its input fingerprint: the answers each timed rep of a solution
+    # is held to (the parent compares the reps both children ran on the same values)
+    timed = time_model(bench, model, a.reps, a.warmup, keep_outputs=True)
+    for rep, outs in timed["kept"].items():
+        for k, t in enumerate(outs):
+            tensors[f"rep{rep}.{k}"] = t
+    result.update(timing=timed["timing"], fresh_sets=timed["fresh_sets"],
+                  checked_reps={str(rep): timed["fingerprints"][rep] for rep in timed["kept"]})
     result.update(peaks_for(bench.device))
     return result
 
@@ -181,11 +182,14 @@ def run_check(a, bench: Bench, out: Path, tensors: dict) -> dict:
 
 
 def run_time(a, bench: Bench, out: Path, tensors: dict) -> dict:
+    from harness.launches import LaunchMonitor
     null = calibrate_overhead(bench, a.reps, a.report)  # before the solution exists in this process
-    new, _ = load_candidate(bench, a.solution, out, a.model)
-    a.model = None
-    stage(out, "timing")
-    timed = time_model(bench, new, a.reps, a.warmup, keep_outputs=True, report=a.report)
+    with LaunchMonitor() as monitor:  # as in run_check: the timed calls are watched as the checked were
+        new, _ = load_candidate(bench, a.solution, out, a.model)
+        a.model = None
+        monitor.reset()
+        stage(out, "timing")
+        timed = time_model(bench, new, a.reps, a.warmup, keep_outputs=True, report=a.report, monitor=monitor)
     timed["null"] = null
     for rep, outs in timed.pop("kept").items():
         for k, t in enumerate(outs):

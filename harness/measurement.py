@@ -5,18 +5,24 @@ Order matters. PyTorch eager (and torch.compile of it) is timed where no candida
 nothing a candidate does at import or in a later call can slow a baseline down. The null call is
 calibrated there too: the overhead the judging process's clock sees around an empty timed region
 (harness/witness.py), measured before the candidate could make it look larger. Every rep of every
-phase is reported to the judging process as it ends.
+phase is reported to the judging process as it ends, and every rep of every phase runs on values no
+call has seen (harness/fresh_inputs.py). The candidate's timed calls are watched and recorded like
+checked calls (harness/timed_calls.py); a first round that needs a second look (harness/spread.py)
+is measured again, its reps numbered on from the first round's.
 """
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
 from harness import registry
+from harness import spread
+from harness.fresh_inputs import FreshInputs
 from harness.registry import Case
-from harness.timing import calibrate, time_fn
+from harness.timed_calls import TimedCalls, capped
+from harness.timing import Timing, calibrate, time_fn
 
 # the interpreter's timings say nothing about a GPU: on a CPU they only rank candidates, and a few
 # reps do that; spending longer makes every CPU judgement slower, not truer. Five at least: the
@@ -26,42 +32,16 @@ from harness.timing import calibrate, time_fn
 CPU_BUDGET = dict(budget_ms=300.0, warmup=1, min_reps=5, max_reps=20)
 GPU_BUDGET = dict(budget_ms=300.0, warmup=5, min_reps=10, max_reps=500)
 NULL_REPS = {"cpu": 20, "cuda": 100}
-REFILL_SETS = 3
 
 
 def budget(device: str) -> dict:
     return dict(CPU_BUDGET if device == "cpu" else GPU_BUDGET)
 
 
-class TimingInputs:
-    """The timed case's buffers, refilled in place with fresh values before every rep (outside the
-    timed region): a kernel that caches results by buffer address returns stale answers, caught
-    when the last timed output is checked."""
-
-    def __init__(self, case: Case, device: str):
-        self.case = case
-        self.args, self.kwargs = registry.build_inputs(case, device)
-        self.refills = [registry.build_inputs(case.replace(seed=case.seed + 1 + r), device)[0]
-                        for r in range(REFILL_SETS)]
-        self.last_set: int | None = None
-
-    def refill(self, i: int) -> None:
-        r = i % len(self.refills)
-        with torch.no_grad():
-            for dst, src in zip(self.args, self.refills[r]):
-                if isinstance(dst, torch.Tensor):
-                    dst.copy_(src)
-        self.last_set = r
-
-    def checked_case(self) -> Case:
-        """The case whose values the last timed call ran on."""
-        return self.case.replace(seed=self.case.seed + 1 + (self.last_set or 0))
-
-
 def baselines(kt: registry.KernelType, case: Case, device: str, report, compile_baseline: bool) -> dict:
     """The null call, PyTorch eager and (on request) torch.compile, each rep reported as it ends."""
     start = time.perf_counter()
-    inputs = TimingInputs(case, device)
+    inputs = FreshInputs(case, device)
     null = calibrate(device=device, report=report, reps=NULL_REPS.get(device, 20), before_each=inputs.refill)
     with torch.no_grad():
         eager = time_fn(lambda: kt.eager(*inputs.args, **inputs.kwargs), device=device,
@@ -75,7 +55,7 @@ def baselines(kt: registry.KernelType, case: Case, device: str, report, compile_
             "seconds": time.perf_counter() - start}
 
 
-def _time_compiled(kt, inputs: TimingInputs, device: str, report):
+def _time_compiled(kt, inputs: FreshInputs, device: str, report):
     """torch.compile of PyTorch's own op, timed like the kernel: the baseline a user could get for free."""
     from harness.compile_cache import baseline_caches
     try:
@@ -99,30 +79,46 @@ def eager_phase(stage: str) -> str:
 
 def time_eager(kt: registry.KernelType, case: Case, device: str, report, stage: str, limits: dict | None = None):
     """PyTorch eager at `case`, timed as the kernel will be; before the candidate is imported."""
-    inputs = TimingInputs(case, device)
+    inputs = FreshInputs(case, device)
     with torch.no_grad():
         return time_fn(lambda: kt.eager(*inputs.args, **inputs.kwargs), device=device, before_each=inputs.refill,
                        report=report, phase=eager_phase(stage), **(limits or budget(device)))
 
 
-def time_kernel(kernel_fn, case: Case, device: str, report, check=None, phase: str = "kernel",
-                limits: dict | None = None) -> tuple[Any, Any, Case]:
-    """(timing, last timed output, the case that output must answer): kernel_fn timed like eager.
-    `check()` runs after every timed call, outside the timed region (before the next refill);
-    `limits`: the timing budget (budget_ms, warmup, min_reps, max_reps), the device's by default."""
-    inputs = TimingInputs(case, device)
-    last: dict[str, Any] = {}
+@dataclass
+class TimedRun:
+    """The kernel's timing: its rounds (a second when the first needed another look, and why)."""
+    rounds: list[Timing]
+    second_look: str | None = None
 
-    def run_kernel():
-        last["out"] = kernel_fn(*inputs.args, **inputs.kwargs)
+    @property
+    def final(self) -> Timing:
+        return self.rounds[-1]
 
-    def before_each(i: int) -> None:
-        if check is not None and i != -1:  # not before the first warm-up: nothing has run yet
-            check()
-        inputs.refill(i)
+    @property
+    def median_us(self) -> float:
+        return self.final.median_us
 
-    timing = time_fn(run_kernel, device=device, before_each=before_each, report=report, phase=phase,
-                     **(limits or budget(device)))
-    if check is not None:
-        check()
-    return timing, last.get("out"), inputs.checked_case()
+
+def time_kernel(kernel_fn, case: Case, device: str, report, monitor, log, stage: str, check=None,
+                phase: str = "kernel", limits: dict | None = None, eager_median_us: float | None = None,
+                second_look: bool = True) -> TimedRun:
+    """kernel_fn timed like eager, every timed call watched and recorded (harness/timed_calls.py),
+    on fresh values every rep. `check()` runs after every call, outside the timed region;
+    `limits`: the timing budget (budget_ms, warmup, min_reps, max_reps), the device's by default.
+    A first round whose spread is too wide, or whose speedup over `eager_median_us` is excessive
+    (harness/spread.py), is measured again: a second round, its reps numbered on from the first."""
+    inputs = FreshInputs(case, device)
+    calls = TimedCalls(kernel_fn, inputs, monitor, log, stage, check)
+    limits = capped(limits or budget(device), inputs, device)
+    first = time_fn(calls.call, device=device, before_each=calls.before, report=report, phase=phase, **limits)
+    calls.finish()
+    run = TimedRun([first])
+    if second_look:
+        run.second_look = spread.second_look(first.median_us, first.iqr_us, eager_median_us, device)
+    if run.second_look:
+        again = time_fn(calls.call, device=device, before_each=calls.before, report=report, phase=phase,
+                        first_rep=first.reps, **{**limits, "warmup": 0})
+        calls.finish()
+        run.rounds.append(again)
+    return run

@@ -14,6 +14,7 @@ The parent computes this itself, as before; the candidate's process is never ask
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -92,6 +93,32 @@ def compute(case: Case, args: list, kwargs: dict, where: str, precision: str) ->
             value, error = FP32_WITH_BOUND[case.kernel_type](args, kwargs)
             return Reference(value.double().cpu(), error.cpu(), f"float32 on {where} with a derived bound")
         return Reference(kt.reference(*args, **kwargs).cpu(), None, f"float64 on {where}")
+
+
+_threads = {"users": 0, "saved": 1}
+_threads_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def one_thread(device: str):
+    """The parent's checks of a CPU judgement on one intra-op thread: torch's threads spin against
+    the worker (and each other) on a small busy machine, where an isfinite of 262K doubles took 48 ms
+    on two threads and 1.2 ms on one. Judgements that overlap share it; the last one out restores."""
+    if device != "cpu":
+        yield
+        return
+    with _threads_lock:
+        if _threads["users"] == 0:
+            _threads["saved"] = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _threads["users"] += 1
+    try:
+        yield
+    finally:
+        with _threads_lock:
+            _threads["users"] -= 1
+            if _threads["users"] == 0:
+                torch.set_num_threads(_threads["saved"])
 
 
 def on_device(device: str, visible_devices: str | None):

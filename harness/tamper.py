@@ -22,11 +22,13 @@ CUDA_NAMES = ("Event", "synchronize", "current_stream", "default_stream", "Strea
 # The judge's own modules: every global they hold (functions, imported modules and names).
 # harness.cuda_launcher is the host side of CUDA C++ candidates: its launch check and the method the
 # LaunchMonitor counts through. harness.kb_protocol is the KernelBench child's seeding, inputs and
-# timing (a module not imported, as in the kernel worker, is skipped).
+# timing (a module not imported, as in the kernel worker, is skipped). harness.timed_calls,
+# harness.fresh_inputs and harness.spread watch, refill and re-time the timed calls.
 JUDGE_MODULES = ("harness.timing", "harness.compare", "harness.candidate", "harness.launches",
                  "harness.integrity", "harness.registry", "harness.cases", "harness.tamper",
                  "harness.cuda_launcher", "harness.kb_protocol", "harness.measurement", "harness.witness",
-                 "harness.audit_hook", "statistics", "json")
+                 "harness.audit_hook", "harness.timed_calls", "harness.fresh_inputs", "harness.spread",
+                 "statistics", "json")
 
 
 CODE_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type)

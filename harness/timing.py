@@ -94,14 +94,14 @@ def _null() -> None:
 
 def time_fn(fn: Callable[[], Any], *, device: str, budget_ms: float = 1000.0, warmup: int = 3,
             min_reps: int = 5, max_reps: int = 100, before_each: Callable[[int], None] | None = None,
-            report=None, phase: str = "timed") -> Timing:
+            report=None, phase: str = "timed", first_rep: int = 0) -> Timing:
     """Time fn() until budget_ms is spent (at least min_reps, at most max_reps); `report` hears of
-    every rep as `phase`."""
+    every rep as `phase`, numbered from `first_rep` (a second round of a phase goes on counting)."""
     dev = torch.device(device)
     report = report or _Silent()
     if dev.type == "cuda":
-        return _time_cuda(fn, dev, budget_ms, warmup, min_reps, max_reps, before_each, report, phase)
-    return _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each, report, phase)
+        return _time_cuda(fn, dev, budget_ms, warmup, min_reps, max_reps, before_each, report, phase, first_rep)
+    return _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each, report, phase, first_rep)
 
 
 def calibrate(*, device: str, report, reps: int = 20,
@@ -111,7 +111,7 @@ def calibrate(*, device: str, report, reps: int = 20,
                    before_each=before_each, report=report, phase=NULL_PHASE)
 
 
-def _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each, report, phase) -> Timing:
+def _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each, report, phase, first_rep=0) -> Timing:
     for i in range(warmup):
         if before_each:
             before_each(-1 - i)
@@ -119,7 +119,7 @@ def _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each, report, ph
     samples: list[float] = []
     spent_ms = 0.0
     while len(samples) < max_reps and (len(samples) < min_reps or spent_ms < budget_ms):
-        i = len(samples)
+        i = first_rep + len(samples)
         if before_each:
             before_each(i)
         report.start(phase, i)
@@ -132,7 +132,7 @@ def _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each, report, ph
     return _summarise(samples, CPU_METHOD, False)
 
 
-def _time_cuda(fn, dev, budget_ms, warmup, min_reps, max_reps, before_each, report, phase) -> Timing:
+def _time_cuda(fn, dev, budget_ms, warmup, min_reps, max_reps, before_each, report, phase, first_rep=0) -> Timing:
     flush = _L2Flusher(dev)
     for i in range(warmup):
         if before_each:
@@ -142,7 +142,7 @@ def _time_cuda(fn, dev, budget_ms, warmup, min_reps, max_reps, before_each, repo
     samples: list[float] = []
     spent_ms = 0.0
     while len(samples) < max_reps and (len(samples) < min_reps or spent_ms < budget_ms):
-        i = len(samples)
+        i = first_rep + len(samples)
         if before_each:
             before_each(i)
         flush()

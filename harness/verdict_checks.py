@@ -13,6 +13,7 @@ import torch
 from harness import references, registry
 from harness.cases import STAGES, Plan
 from harness.compare import bitwise_equal, compare
+from harness.integrity import observation_problem
 from harness.registry import Case
 
 
@@ -94,17 +95,19 @@ class _Checker:
         self.dropped: list[str] = []
         self.counted = 0
 
-    def check_output(self, rec: dict, case: Case) -> str | None:
-        """None when the recorded output is right for `case`; else why not."""
+    def check_output(self, rec: dict, case: Case, inputs: tuple[list, dict] | None = None,
+                     trivial: bool = True) -> str | None:
+        """None when the recorded output is right for `case` (on `inputs`, its seed's by default);
+        `trivial`: also ask whether zeros or a constant would have passed (a case that counts)."""
         if rec.get("error"):
             return f"{case.label()}: kernel_fn raised\n{rec['error']}"
         self.observations.append((case.label(), rec.get("obs", {})))
         out = _load(self.out_dir, rec.get("output"))
         if out is None:
             return f"{case.label()}: kernel_fn returned no tensor"
-        args, kwargs = registry.build_inputs(case, "cpu")
+        args, kwargs = inputs if inputs is not None else registry.build_inputs(case, "cpu")
         ref = references.reference(case, self.device, (args, kwargs))  # large cases: on the judged device
-        cmp = compare(out, ref.value, case, args, trivial=True, ref_error=ref.error)
+        cmp = compare(out, ref.value, case, args, trivial=trivial, ref_error=ref.error)
         if not cmp.ok:
             return f"{case.label()}: {cmp.detail}"
         if cmp.trivial:
@@ -171,27 +174,9 @@ class _Checker:
 
     def observed(self) -> str | None:
         for label, obs in self.observations:
-            if obs.get("forbidden"):
-                # the reference op in disguise: a "kernel" whose work is done by PyTorch
-                return (f"{label}: PyTorch compute inside kernel_fn: {', '.join(obs['forbidden'][:6])}; "
-                        "only allocation, views, copies and casts are allowed outside Triton/CUDA kernels")
-            if obs.get("device_to_host"):
-                # computing on the host behind a GPU kernel's back
-                return f"{label}: kernel_fn copied device data to the host"
-            if obs.get("launches", 0) < 1:
-                # no kernel at all: the answer came from somewhere else
-                return f"{label}: no Triton or CUDA kernel was launched"
-            if obs.get("mutated"):
-                # in-place writes into inputs corrupt the caller's tensors
-                return f"{label}: kernel_fn modified its input(s) {obs['mutated']} in place"
-            if obs.get("aliased"):
-                # an output sharing an input's storage changes when the caller reuses that input
-                return f"{label}: the output shares storage with an input"
-            if not obs.get("plain", True):
-                # a Tensor subclass or lazy object can fake values when inspected
-                return f"{label}: the output is not a plain dense torch.Tensor"
-            if obs.get("device") and not obs["device"].startswith(self.device):
-                return f"{label}: the output is on {obs['device']}, not on {self.device}"
+            problem = observation_problem(label, obs, self.device)
+            if problem:
+                return problem
         if self.counted == 0:
             return "no test case counted: a trivial output would pass every case run"
         return None
@@ -209,32 +194,6 @@ def assess(events: list[dict], out_dir: Path, plan: Plan, device: str, witnessed
         more = f" (and {len(witnessed.refusals) - 1} more)" if len(witnessed.refusals) > 1 else ""
         return a.fail("integrity", witnessed.refusals[0] + more)
     return a
-
-
-def witnessed_timing(end: dict, witnessed, device: str) -> tuple[str | None, dict]:
-    """The timing record with the figures the judge witnessed rep by rep, and why they cannot be
-    trusted (None when they agree with the judge's own clock)."""
-    from harness.timing import summary
-    from harness.witness import agreement, disagreement_text
-    if witnessed.problem:
-        # lines the timing loop never sends: written by someone else into the worker's descriptor
-        return f"the witness socket carried what the timing loop does not send: {witnessed.problem}", end
-    kernel = witnessed.reps("kernel")
-    if kernel is None or not kernel.samples_us:
-        return "the worker timed the kernel without reporting its reps to the judge as they ended", end
-    if kernel.samples_us != end["kernel"].get("samples_us"):
-        # a sample rewritten after it was sent: the record disagrees with what the judge was told
-        return "the worker's timing record differs from the reps it reported to the judge as they ended", end
-    check = agreement(kernel, witnessed.reps("null"))
-    if not check["agrees"]:
-        # a clock swapped for one call, samples shrunk through a frame: the judge's clock disagrees
-        return disagreement_text(check), end
-    end = {**end, "kernel": summary(kernel.samples_us, device).to_json(), "witness": check}
-    for phase in ("eager", "compiled"):
-        reps = witnessed.reps(phase)
-        if reps is not None and reps.samples_us:
-            end[phase] = summary(reps.samples_us, device).to_json()
-    return None, end
 
 
 def identity_problem(events: list[dict], a: Assessment) -> str | None:
@@ -257,7 +216,7 @@ def identity_problem(events: list[dict], a: Assessment) -> str | None:
 
 
 def _assess_stages(events: list[dict], out_dir: Path, plan: Plan, device: str, witnessed=None) -> Assessment:
-    from harness.roofline import below_floor, roofline_for, timing_summary
+    from harness.roofline import roofline_for, timing_summary
     stages = _group(events)
     a = Assessment(complete=any(e.get("event") == "done" for e in events))
     checker = _Checker(out_dir, plan, device)
@@ -284,18 +243,10 @@ def _assess_stages(events: list[dict], out_dir: Path, plan: Plan, device: str, w
             continue
         if name == "timing":
             if end and end["status"] == "pass":
-                problem = checker.check_output(s["cases"][0], Case.from_json(s["cases"][0]["case"])) \
-                    if s["cases"] else "no timed output recorded"
+                problem, end = _timing_problem(end, s["cases"], plan, out_dir, device, witnessed)
                 if problem:
-                    return a.fail("integrity", f"a timed call gave a wrong result: {problem}")
-                if witnessed is not None:
-                    problem, end = witnessed_timing(end, witnessed, device)
-                    if problem:
-                        return a.fail("integrity", problem)
-                impossible = below_floor(plan.timing, end["kernel"]["median_us"], device)
-                if impossible:
-                    return a.fail("integrity", impossible)
-                a.timing = timing_summary(end)
+                    return a.fail("integrity", problem)
+                a.timing = {**timing_summary(end), **end["trust"]}
                 a.roofline = roofline_for(plan.timing, end, device)
             elif end:
                 a.notes.append(f"timing failed: {end['detail']}")
@@ -317,6 +268,37 @@ def _assess_stages(events: list[dict], out_dir: Path, plan: Plan, device: str, w
     if "integrity" not in a.stages and a.failed_stage is None:
         a.running_stage = a.running_stage or next((n for n in STAGES if n not in a.stages), None)
     return a
+
+
+def _timing_problem(end: dict, recs: list[dict], plan: Plan, out_dir: Path, device: str,
+                    witnessed) -> tuple[str | None, dict]:
+    """Why the target's timing fails integrity, or None and the record the verdict's timing is made of
+    (figures as the judge's clock saw them, and end["trust"]: spread_ok, spread_note, second_look)."""
+    from harness import timing_checks
+    from harness.measurement import budget
+    from harness.roofline import below_floor
+    rounds = end.get("rounds") or [end["kernel"]]
+    if witnessed is not None:
+        problem, end = timing_checks.witnessed_rounds(end, witnessed, device, "kernel",
+                                                              {"eager": "eager", "compiled": "compiled"})
+        if problem:
+            return problem, end
+        rounds = end["rounds"]
+    else:
+        end = {**end, "rounds": rounds}
+    problem = timing_checks.timed_calls_problem(recs, plan.timing, budget(device)["warmup"],
+                                                sum(r["reps"] for r in rounds), _Checker(out_dir, None, device))
+    if problem:
+        return problem, end
+    impossible = below_floor(plan.timing, end["kernel"]["median_us"], device)
+    if impossible:
+        return impossible, end
+    problem, look = timing_checks.second_look_problem(plan.timing, end, device)
+    if problem:
+        return problem, end
+    trust = {**timing_checks.spread_verdict(rounds, device), "second_look": look,
+             "rounds": [{k: r[k] for k in ("median_us", "iqr_us", "reps")} for r in rounds]}
+    return None, {**end, "trust": trust}
 
 
 def _stage_detail(name: str, plan: Plan, checker: _Checker) -> str:

@@ -294,27 +294,29 @@ def run_stages(w: Worker, ns, network: dict | None = None) -> None:
 
 def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | None = None,
                    baseline: dict | None = None):
-    """Time kernel_fn on the case's buffers, refilled with fresh values before every rep (outside
-    the timed region), then record the last timed output for the judge to check. The baselines were
-    timed before the import, on buffers built from the same seeds: the target's (w.baselines), or
-    `baseline` for a shape around it. The kernel's timing, or None when it raised."""
+    """Time kernel_fn at `case`, every timed call watched and its output recorded as a checked
+    call's is (harness/timed_calls.py), on fresh values every rep (harness/fresh_inputs.py). The
+    baselines were timed before the import, on buffers built from the same seeds: the target's
+    (w.baselines), or `baseline` for a shape around it, whose figures get no second look. The
+    kernel's TimedRun, or None when it raised."""
     w.log.start(stage)
+    base = w.baselines if baseline is None else {"eager": baseline, "compiled": None,
+                                                 "compiled_error": "not requested", "compiled_seconds": 0.0}
     try:
         with w.monitor:
-            kernel, out, checked = measurement.time_kernel(
-                w.module.kernel_fn, case, w.device, w.report, phase=measurement.kernel_phase(stage), limits=budget,
-                check=lambda: w.clocks_untouched("right after a timed call of kernel_fn"))
+            run = measurement.time_kernel(
+                w.module.kernel_fn, case, w.device, w.report, w.monitor, w.log, stage,
+                check=lambda: w.clocks_untouched("right after a timed call of kernel_fn"),
+                phase=measurement.kernel_phase(stage), limits=budget,
+                eager_median_us=(base["eager"] or {}).get("median_us"), second_look=baseline is None)
     except Exception as e:
         w.log.end(stage, "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
         return None
-    w.log.event(event="case", stage=stage, role="timed_output", case=checked.to_json(),
-                label=checked.label(), output=w.log.save(out), error=None, obs={}, seconds=0.0)
-    base = w.baselines if baseline is None else {"eager": baseline, "compiled": None,
-                                                 "compiled_error": "not requested", "compiled_seconds": 0.0}
-    w.log.end(stage, "pass", "timed", case=case.to_json(), kernel=kernel.to_json(), eager=base["eager"],
+    w.log.end(stage, "pass", "timed", case=case.to_json(), kernel=run.final.to_json(),
+              rounds=[r.to_json() for r in run.rounds], second_look=run.second_look, eager=base["eager"],
               compiled=base["compiled"], compiled_error=base["compiled_error"],
               compiled_seconds=base["compiled_seconds"])
-    return kernel
+    return run
 
 
 def _target_compile():

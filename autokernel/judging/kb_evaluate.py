@@ -275,7 +275,8 @@ def _evaluate(problem: Path, solution: Path, options: EvalOptions | None, cache:
     timed = run_child("time", problem, opts, sol)
     v.data["workers"]["time"] = timed.started_by
     if (ended := v.child_failed(timed, opts) or _tampered(v, timed) or _refused(v, timed)
-            or _judge_timed_outputs(v, ref, timed, opts) or _witnessed(v, timed)) is not None:
+            or _judge_timed_ops(v, check, timed) or _judge_timed_outputs(v, ref, timed, opts)
+            or _witnessed(v, timed)) is not None:
         return ended
     _speedups(v, ref, timed, opts, cache.compiled(problem, opts) if opts.compile_baseline else None)
     return v.end("PASS", None, "correct on every trial; integrity checks passed")
@@ -414,15 +415,32 @@ def _judge_integrity(v: Verdict, ref: Reference, check: ChildRun, opts: EvalOpti
     return v.end("FAIL", "integrity", failure) if failure else None
 
 
+def _judge_timed_ops(v: Verdict, check: ChildRun, timed: ChildRun) -> dict | None:
+    # blocks a solution that computes with PyTorch only when timed (told apart by a call count)
+    more = sorted(set(timed.result.get("timed_ops", [])) - set(check.result.get("pytorch_ops", [])))
+    if more:
+        return v.end("FAIL", "timing", f"ModelNew ran PyTorch compute when timed that none of its checked calls "
+                                       f"ran: {', '.join(more[:6])}")
+    return None
+
+
 def _judge_timed_outputs(v: Verdict, ref: Reference, timed: ChildRun, opts: EvalOptions) -> dict | None:
-    # blocks caches that switch on after the correctness calls: timed outputs must fit their inputs
-    for rep, fp in ref.result["checked_reps"].items():
-        if timed.result["fingerprints"].get(rep) != fp:
-            return v.end("FAIL", "timing", f"timed rep {rep} ran on other inputs than the reference's")
+    # blocks caches that switch on after the correctness calls, and answers right only when checked:
+    # every timed rep whose output both children kept, on the same values, must fit its inputs
+    ends = {"0", str(opts.reps - 1)}  # always on their own seeds in both children
+    compared = 0
+    for rep, fp in sorted(ref.result["checked_reps"].items(), key=lambda kv: int(kv[0])):
+        mine = timed.result["fingerprints"].get(rep)
+        if mine != fp or not timed.outputs(f"rep{rep}"):
+            if rep in ends:
+                return v.end("FAIL", "timing", f"timed rep {rep} ran on other inputs than the reference's")
+            continue  # a rep a pool of values served differently in the two children: not comparable
         ok, _, detail = checks.compare(ref.outputs(f"rep{rep}"), timed.outputs(f"rep{rep}"), opts.tolerance)
         if not ok:
             return v.end("FAIL", "timing", f"timed rep {rep} returned a wrong result for the inputs it was "
                                            f"given (a cache that switches on when timed?): {detail}")
+        compared += 1
+    v.data["timed_reps_checked"] = compared
     return None
 
 

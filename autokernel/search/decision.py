@@ -28,6 +28,8 @@ def decide(verdict: dict | None, target: TargetState) -> str:
     """KEEP when every stage passed and the candidate is faster than the best beyond noise."""
     if not verdict or verdict.get("verdict") != "PASS" or not (verdict.get("timing") or {}).get("median_us"):
         return "REVERT"
+    if verdict["timing"].get("spread_ok") is False:  # a median its reps' spread makes meaningless
+        return "REVERT"
     if target.best_median_us is None:
         return "KEEP"
     return "KEEP" if faster_beyond_noise(verdict["timing"], target.best_median_us, target.best_iqr_us,

@@ -31,6 +31,7 @@ CASES = {
     "relu_pytorch": (RELU, "19_ReLU_pytorch.py", {}),
     "relu_replay": (RELU, "19_ReLU_replay.py", {}),
     "relu_late_cache": (RELU, "19_ReLU_late_cache.py", {}),
+    "relu_eager_when_timed": (RELU, "19_ReLU_eager_when_timed.py", {}),
     "relu_zeros": (RELU, "19_ReLU_zeros.py", {}),
     "relu_inplace": (RELU, "19_ReLU_inplace.py", {}),
     "relu_hang": (RELU, "19_ReLU_hang.py", {"timeout_s": 8}),
@@ -118,6 +119,13 @@ def test_cache_that_switches_on_when_timed_fails_timed_output_check(verdicts):
     assert all(t["passed"] for t in v["trials"])  # honest during the correctness trials
     assert (v["verdict"], v["failed_stage"]) == ("FAIL", "timing")
     assert "timed rep" in v["reason"] and "wrong result" in v["reason"]
+
+
+def test_pytorch_compute_only_when_timed_fails_timing_naming_it(verdicts):
+    v = verdicts["relu_eager_when_timed"]
+    assert all(t["passed"] for t in v["trials"])  # its own Triton kernel during the correctness trials
+    assert (v["verdict"], v["failed_stage"]) == ("FAIL", "timing")
+    assert "PyTorch compute when timed that none of its checked calls ran: aten::relu" in v["reason"]
 
 
 def test_zeros_with_patched_comparison_are_refused_before_import(verdicts):

@@ -1,0 +1,87 @@
+"""Kernels that behave differently when timed (tests/attacks/timed_call_kernels.py), judged as
+`autokernel optimize` judges them (a judge session, forked workers, two at a time), beside the
+honest kernels judged with the other core kept busy. Each attack ends in FAIL with a named reason,
+or for a timing whose spread leaves its median meaningless, in a verdict the search never keeps;
+the honest kernels PASS with a spread the judge trusts."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import judge_kernels
+import timed_call_kernels
+from autokernel.search import decision
+from autokernel.search.run import TargetState
+from harness.judge import judge
+from harness.judge_session import judge_session
+from harness.registry import Case
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox and the hook are Linux's")
+TARGET = Case.make("softmax", {"M": timed_call_kernels.TARGET_ROWS, "N": timed_call_kernels.TARGET_COLS},
+                   "float32", seed=11)
+HONEST = ("honest_correct", "honest_softmax_rows")
+
+# name -> (the stage that fails it, a phrase its reason must hold)
+EXPECTED = {
+    "eager_when_timed": ("integrity", "PyTorch compute inside kernel_fn: aten::_softmax"),
+    "right_only_when_checked": ("integrity", "a timed call gave a wrong result"),
+    "remembers_inputs": ("integrity", "a timed call gave a wrong result"),
+}
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("timed_calls")
+    paths = {}
+    for name, text in timed_call_kernels.sources().items():
+        paths[name] = folder / f"{name}.py"
+        paths[name].write_text(text)
+    paths["honest_correct"] = folder / "honest_correct.py"
+    paths["honest_correct"].write_text(judge_kernels.source())
+    paths["honest_softmax_rows"] = judge_kernels.GOOD / "softmax_rows.py"
+
+    def run(names):
+        return dict(zip(names, pool.map(lambda n: judge(paths[n], target=TARGET, device="cpu", timeout_s=300), names)))
+
+    with judge_session(fork=True), ThreadPoolExecutor(2) as pool:
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # the other core kept busy
+        try:
+            verdicts = run(list(HONEST))
+        finally:
+            busy.kill()
+            busy.wait()
+        verdicts.update(run([n for n in paths if n not in HONEST]))
+    return verdicts
+
+
+def _reason(v: dict) -> str:
+    return next((s["detail"] for s in v["stages"] if s["name"] == v["failed_stage"]), "")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_timed_call_attack_fails_with_its_named_reason(judged, name):
+    v = judged[name]
+    stage, phrase = EXPECTED[name]
+    assert (v["verdict"], v["failed_stage"]) == ("FAIL", stage), _reason(v)[:2000]
+    assert phrase in _reason(v), _reason(v)[:2000]
+
+
+def test_a_wildly_spread_timing_is_said_so_and_never_kept(judged):
+    v = judged["wild_spread"]
+    assert v["verdict"] == "PASS", _reason(v)[:2000]  # it is right: only its time is untrustworthy
+    timing = v["timing"]
+    assert timing["spread_ok"] is False, timing["spread_note"]
+    assert "measured twice" in timing["spread_note"] and len(timing["rounds"]) == 2
+    target = TargetState(name=TARGET.label(), kernel_type="softmax", dims=TARGET.dims, dtype="float32")
+    assert decision.decide(v, target) == "REVERT"
+
+
+def test_the_honest_kernels_pass_with_a_trusted_spread_on_a_loaded_machine(judged):
+    for name in HONEST:
+        v = judged[name]
+        assert v["verdict"] == "PASS", _reason(v)[:2000]
+        assert v["timing"]["spread_ok"] is True, v["timing"]["spread_note"]
+        assert v["timing"]["witness"]["agrees"], v["timing"]["witness"]
