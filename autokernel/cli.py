@@ -150,7 +150,7 @@ def profile(
     from autokernel.profile import plan as plan_mod
     from autokernel.profile.modelfile import load_model
     from autokernel.profile.profiler import profile_model
-    from harness.peaks import measured_peaks
+    from harness.device.peaks import measured_peaks
 
     spec = model_opts.spec(model)
     loaded = load_model(spec)

@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from harness.judge import judge  # noqa: E402
-from harness.judge_session import judge_session  # noqa: E402
+from harness.workers.judge_session import judge_session  # noqa: E402
 
 DEFAULT = [ROOT / "tests/data/kernels/good/softmax_rows.py", ROOT / "tests/data/kernels/good/rmsnorm_twopass.py"]
 PHASES = ("startup", "baselines", "compile", "kernel_calls", "stages", "timing", "baseline_compile", "parent_checks")

@@ -30,8 +30,8 @@ for folder in (ROOT, ROOT / "tests" / "support", ROOT / "tests" / "attacks"):
         sys.path.insert(0, str(folder))
 
 from harness.judge import judge  # noqa: E402
-from harness.judge_session import judge_session  # noqa: E402
-from harness.registry import Case  # noqa: E402
+from harness.workers.judge_session import judge_session  # noqa: E402
+from harness.kernel_types.registry import Case  # noqa: E402
 
 SMALL = Case.make("softmax", {"M": 8, "N": 256}, "float32", seed=11)
 TABLE = ("traceback_shrinks_samples", "self_restoring_clock", "udp_exfiltration")

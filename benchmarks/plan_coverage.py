@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=3)
     parser.add_argument("--json", help="write every row of every model here")
     args = parser.parse_args()
-    from harness.peaks import measured_peaks
+    from harness.device.peaks import measured_peaks
     peaks = measured_peaks("cpu")
     results = []
     for path in args.models:

@@ -1,4 +1,4 @@
-"""What the op recorder costs a timed call: the host time harness.integrity.ComputeRecorder (a
+"""What the op recorder costs a timed call: the host time harness.correctness.integrity.ComputeRecorder (a
 TorchDispatchMode, pushed around every timed call since every timed call is watched) adds to a
 wrapper's own PyTorch calls. Figures, not a test.
 
@@ -24,8 +24,8 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from harness.integrity import ComputeRecorder  # noqa: E402
-from harness.launches import LaunchMonitor  # noqa: E402
+from harness.correctness.integrity import ComputeRecorder  # noqa: E402
+from harness.correctness.launches import LaunchMonitor  # noqa: E402
 
 
 def wrapper(x):

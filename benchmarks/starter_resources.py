@@ -6,7 +6,7 @@
 For each starter: its default CONFIG and a sample of the other configurations its CONSTRAINTS
 allow, each launched once at the GPU bench shape with launches recorded but not run (no GPU and
 no interpreter needed), then compiled ahead of time for every architecture through the judge's own
-compile-for-target path (harness/target_compile.py). One row per (starter, config, arch) with the
+compile-for-target path (harness/compiling/target_compile.py). One row per (starter, config, arch) with the
 worst kernel's figures; a row whose kernel would not launch there (shared memory over the limit,
 too many registers per block) or does not compile is marked so. Exit status 1 when any row spills
 or would not launch.
@@ -22,10 +22,10 @@ import sys
 import torch
 
 from autokernel.search.kernel_source import check_constraints
-from harness import registry
-from harness.launches import LaunchMonitor
-from harness.registry import Case
-from harness.target_compile import _launch_problem, compile_triton, parse_arch
+from harness.kernel_types import registry
+from harness.correctness.launches import LaunchMonitor
+from harness.kernel_types.registry import Case
+from harness.compiling.target_compile import _launch_problem, compile_triton, parse_arch
 from starter_kernels import KERNEL_TYPES
 
 GPU_PROGRAMS = 132  # H100 / H200 multiprocessors: matmul's tile-filling rule sees a GPU's count

@@ -10,7 +10,7 @@ import json
 import sys
 
 from harness.judge import JudgeUsageError, judge
-from harness.registry import Case
+from harness.kernel_types.registry import Case
 
 
 def exit_status(verdict: dict) -> int:

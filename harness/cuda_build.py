@@ -322,7 +322,7 @@ def _short_signature(text: str) -> str:
     return text
 
 
-# A judgement's own build cache (harness/sandbox.py's private_caches): what one candidate's
+# A judgement's own build cache (harness/isolation/sandbox.py's private_caches): what one candidate's
 # process builds is never loaded by another judgement, nor by verify or an exported package.
 PRIVATE_CACHE_VARIABLE = "AUTOKERNEL_BUILD_CACHE"
 

@@ -1,6 +1,6 @@
 """The judge's parent side: `judge(kernel_file) -> verdict`, a pure function of (file, target, device).
 
-It starts harness.worker in an isolated subprocess, then decides everything itself from what the
+It starts harness.workers.worker in an isolated subprocess, then decides everything itself from what the
 worker saved: it rebuilds the stage plan and every case's inputs from their seeds, computes float64
 references without ever importing the candidate, compares, and checks the integrity observations.
 What the candidate's process says about its own correctness is never taken on trust.
@@ -8,7 +8,7 @@ What the candidate's process says about its own correctness is never taken on tr
 Threat model, for the record: code in the worker can, with deliberate effort, tamper with the
 worker's own records (it shares the process). Forging a record is pointless for correctness, since
 every output is recomputed here against a plan built here, and for speed, since every timed rep was
-reported as it ended and stamped outside the worker (harness/witness.py); the residual risk is an
+reported as it ended and stamped outside the worker (harness/timing/witness.py); the residual risk is an
 attack on the in-process observers (launch counting, the aten-op recorder), which no wrong answer
 survives anyway. The audit hook and the OS sandbox keep the worker's code from the judge's frames,
 the run's records, the user's files and the network.
@@ -27,18 +27,19 @@ from typing import Any
 import torch
 
 import harness
-from harness import judge_session, references
-from harness.sandbox import private_caches
-from harness.around import around_lie
-from harness.candidate import ContractError, check_header, read_header
-from harness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
-from harness.isolation import ChildResult, scrubbed_env
-from harness.judge_session import JudgeSession
-from harness.registry import Case
-from harness.static_check import check_source, describe
-from harness.verdict_checks import Assessment, assess
-from harness.versions import versions
-from harness.witness import Witness
+from harness.workers import judge_session
+from harness.kernel_types import references
+from harness.isolation.sandbox import private_caches
+from harness.verdict.around import around_lie
+from harness.correctness.candidate import ContractError, check_header, read_header
+from harness.correctness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
+from harness.isolation.process import ChildResult, scrubbed_env
+from harness.workers.judge_session import JudgeSession
+from harness.kernel_types.registry import Case
+from harness.isolation.static_check import check_source, describe
+from harness.verdict.verdict_checks import Assessment, assess
+from harness.device.versions import versions
+from harness.timing.witness import Witness
 
 DEFAULT_TIMEOUT_S = {"cpu": 600.0, "cuda": 180.0}
 
@@ -81,13 +82,13 @@ def child_env(device: str, visible_devices: str | None = None) -> dict[str, str]
 
 def sandbox_argv(scratch: Path, extensions: bool = False) -> list[str]:
     """The folders a child may write: its scratch folder, which holds its own compiler caches
-    (harness/sandbox.py's private_caches; `extensions` is kept for the callers' signature)."""
+    (harness/isolation/sandbox.py's private_caches; `extensions` is kept for the callers' signature)."""
     return ["--sandbox-write", str(scratch)]
 
 
 def sandbox_record(events: list[dict], requested: bool) -> dict:
     """What the worker reported it enforced; said loudly on stderr when nothing was."""
-    from harness.sandbox import not_requested, warn_if_open
+    from harness.isolation.sandbox import not_requested, warn_if_open
     state = next(({k: v for k, v in e.items() if k not in ("event", "t")}
                   for e in events if e.get("event") == "sandbox"), None)
     if state is None:
@@ -116,7 +117,7 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
     """Judge one kernel file; always returns the verdict JSON of DESIGN.md (as a dict).
     `visible_devices`: the CUDA device index the child runs on (None: the parent's own view).
     `time_around`: a passing kernel is also checked and timed at the shapes around `target`
-    (harness/around.py), when its time at the target is below `around_below_us` (None: always);
+    (harness/verdict/around.py), when its time at the target is below `around_below_us` (None: always);
     the verdict's "timing_around" holds each shape's figures.
 
     The file is read once: the text read here is the text judged (its sha256 is in the verdict),
@@ -176,7 +177,7 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
         argv.append("--compile-baseline")
     if around is not None:
         argv += ["--time-around", json.dumps(around)]
-    witness = Witness()  # the judge's own clock on every timed rep (harness/witness.py)
+    witness = Witness()  # the judge's own clock on every timed rep (harness/timing/witness.py)
     argv += ["--witness", str(witness.path)]
     spawned = time.time()
     try:
@@ -211,7 +212,7 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
 
 
 def _assess_around(events: list[dict], out_dir: Path, plan: Any, target: Case, device: str, witnessed) -> dict:
-    from harness import around
+    from harness.verdict import around
     return around.assess(events, out_dir, around.cases(target, plan.timing.dtype), device, witnessed)
 
 

@@ -46,10 +46,10 @@ def pytest_addoption(parser, pluginmanager):
 # Files that share work made once per process or per cache, by the file that makes it: under
 # pytest-xdist they run on one worker, one after the other, so the work is done once.
 SHARED_WORK_FILES = {
-    "tests/harness/test_forkserver.py": "tests/harness/test_judge.py",  # the session fixture `judged`
+    "tests/harness/workers/test_forkserver.py": "tests/harness/test_judge.py",  # the session fixture `judged`
     # Inductor's first compile into the session's kept baseline cache probes the CPU's vector ISAs
     # and precompiles its C++ headers (about 10 s); the second compiles in a third of the time
-    "tests/harness/test_baseline_cache.py": "tests/judging/test_suite.py",
+    "tests/harness/timing/test_baseline_cache.py": "tests/judging/test_suite.py",
 }
 
 
@@ -90,13 +90,13 @@ def judged(request, tmp_path_factory) -> Judged:
     """Every kernel of tests/support/judge_kernels.py and tests/data/kernels/good, judged once per session the
     way `autokernel optimize` judges: in a judge session, by workers forked from pre-imported
     zygotes, two at a time (the machine has two cores). tests/harness/test_judge.py checks each verdict;
-    tests/harness/test_forkserver.py judges some again by spawned workers and compares.
+    tests/harness/workers/test_forkserver.py judges some again by spawned workers and compares.
 
     Under --reverse (CI's second pass) the batch is judged in the opposite order too, so each
     verdict follows other judgements than it did the first time."""
     import judge_kernels
     from harness.judge import judge
-    from harness.judge_session import judge_session
+    from harness.workers.judge_session import judge_session
     folder = tmp_path_factory.mktemp("variants")
     paths = judge_kernels.write_variants(folder)
     paths.update({f"good/{p.stem}": p for p in judge_kernels.GOOD.glob("*.py")})

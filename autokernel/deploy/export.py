@@ -31,7 +31,7 @@ from autokernel.errors import UsageError, UserError
 from autokernel.search.run import RunDir
 from autokernel.deploy.verify import FILENAME as VERIFY_FILE
 from autokernel.deploy.winners import WinnerFile, winner_files
-from harness import syntax
+from harness.isolation import syntax
 
 PACKAGE = "autokernel_kernels"
 FORMATS = ("package", "hf-kernels")
@@ -131,7 +131,7 @@ def write_package(exported: Exported, package: Path, manifest_extra: dict | None
         (vendor / "__init__.py").write_text(VENDOR_INIT, encoding="utf-8")
         for name in sorted({n for files in VENDORED.values() for n in files}):
             shutil.copyfile(judge / name, vendor / name)
-    from harness.static_check import allowed_imports, submodule_prefixes
+    from harness.isolation.static_check import allowed_imports, submodule_prefixes
     allowed = allowed_imports("cuda", model=True)  # what the guard lets a winner import when served
     manifest = {**exported.manifest, "kernel_imports": list(allowed),
                 "kernel_import_prefixes": list(submodule_prefixes(allowed)), **(manifest_extra or {})}

@@ -29,9 +29,9 @@ def selftest_confined(package_parent: str | Path, device: str | None = None, san
     {"ok", "errors" or "failure", "sandbox"}."""
     import torch
 
-    from harness.isolation import run_isolated
+    from harness.isolation.process import run_isolated
     from harness.judge import child_env, sandbox_argv
-    from harness.sandbox import private_caches
+    from harness.isolation.sandbox import private_caches
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory(prefix="ak-selftest-") as tmp:
         scratch_tmp = Path(tmp, "tmp")
@@ -53,8 +53,8 @@ def selftest_confined(package_parent: str | Path, device: str | None = None, san
 
 
 def _child(ns: argparse.Namespace) -> int:
-    from harness import audit_policy, namespace, sandbox
-    from harness.sandbox import caches_for_worker
+    from harness.isolation import audit_policy, namespace, sandbox
+    from harness.isolation.sandbox import caches_for_worker
     network = None if ns.no_sandbox else namespace.isolate_for(ns.device)  # first: one thread only
     package = str(Path(ns.package_parent, ns.package))
     sys.path.insert(0, ns.package_parent)

@@ -125,7 +125,7 @@ def _guard() -> None:
     if os.environ.get(GUARD_SWITCH, "on").strip().lower() in ("off", "0", "false", "no"):
         _guarded.append("off")
         return
-    judges = sys.modules.get("harness.audit_hook")
+    judges = sys.modules.get("harness.isolation.audit_hook")
     if judges is not None and judges.installed():
         # `export --selftest`: the judge's own hook watches kernels/ already; a second hook would
         # see the first one's frame reads as the kernels' own

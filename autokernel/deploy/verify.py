@@ -236,8 +236,8 @@ def _compiled(profiled: dict) -> dict:
 def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: dict, guilty: dict,
             clean: list, timed: dict, seeds: tuple) -> dict:
     from autokernel.profile.plan import CPU_NOTE, amdahl_many
-    from harness.versions import versions
-    from harness.peaks import device_name
+    from harness.device.versions import versions
+    from harness.device.peaks import device_name
     served = {w.target for w in clean}
     on_cpu = not spec.device.startswith("cuda")
     eager, patched = timed["eager"], timed["patched"]

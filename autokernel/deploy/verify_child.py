@@ -31,9 +31,9 @@ def verify_confined(run_path: str | Path, device: str | None = None, compile_bas
     this process writes into the run as verify.json. Raises UserError when the records do not match
     what was judged, or when the child ends without a result."""
     from autokernel.search.seal import require_sealed
-    from harness.isolation import scrubbed_env
+    from harness.isolation.process import scrubbed_env
     from harness.judge import sandbox_argv
-    from harness.sandbox import private_caches  # the winners build from source: no candidate's binary
+    from harness.isolation.sandbox import private_caches  # the winners build from source: no candidate's binary
     run = Path(run_path).resolve()
     require_sealed(run, "verify refused")  # checked here, outside the child: never serve unjudged text
     root = str(Path(__file__).resolve().parents[2])  # the folder that holds autokernel/ and harness/
@@ -71,8 +71,8 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def _child(ns: argparse.Namespace) -> int:
     """The confined side: verify the copy, write its verify.json (with the sandbox in force, and the
     audit hook watching the winners, whose code is what lives in the copy of the run)."""
-    from harness import audit_policy, namespace, sandbox
-    from harness.sandbox import caches_for_worker
+    from harness.isolation import audit_policy, namespace, sandbox
+    from harness.isolation.sandbox import caches_for_worker
     network = None if ns.no_sandbox else namespace.isolate_for(ns.device)  # first: one thread only
     from autokernel.deploy import verify as verifier
     from autokernel.search.run import RunDir

@@ -106,7 +106,7 @@ def served_summary(tally: dict) -> dict:
 def time_forward(loaded: Any, inputs: list, device: str, winners: Optional[list] = None,
                  settings: Optional[dict] = None) -> Any:
     """The model's forward (patched by `winners` when given) on `inputs`, timed."""
-    from harness.timing import time_fn
+    from harness.timing.timer import time_fn
     settings = settings or (GPU_TIMING if device.startswith("cuda") else CPU_TIMING)
     if winners is None:
         return time_fn(lambda: loaded.forward(inputs), device=device, **settings)
@@ -125,7 +125,7 @@ def time_compiled(loaded: Any, inputs: list, device: str, winners: Optional[list
     import torch
 
     from autokernel.deploy import routing
-    from harness.timing import time_fn
+    from harness.timing.timer import time_fn
     settings = settings or (GPU_TIMING if device.startswith("cuda") else CPU_TIMING)
     torch._dynamo.reset()  # every set and variant compiles afresh: no recompile limit reached on the way
     patch = routing.Router(winners).patched(loaded.model) if winners is not None else contextlib.nullcontext()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from autokernel.errors import UserError
-from harness.around import half_odd  # the judge's rule for the shapes around a target: the same lengths
+from harness.verdict.around import half_odd  # the judge's rule for the shapes around a target: the same lengths
 
 SOURCE_FILE = "the model file's get_workload()"
 SOURCE_DEFAULT = "the profiled inputs with the leading (batch, sequence) dims varied"

@@ -1,6 +1,6 @@
 """Judging a ModelNew against a KernelBench problem's Model: the parent side.
 
-Four kinds of child process (harness/kb_worker.py), each isolated (own process group, deadline,
+Four kinds of child process (harness/kernelbench/kb_worker.py), each isolated (own process group, deadline,
 scrubbed environment):
   reference  Model alone: trial outputs, eager timing, Model's own ops, FLOPs and bytes. Run once
              per problem and kept in a `RefCache`; it never imports a solution, so a solution can
@@ -76,7 +76,7 @@ class ChildRun:
     stderr_tail: str
     seconds: float
     sandbox: dict | None = None  # what the child enforced, as it recorded before running the solution
-    witnessed: Any = None  # harness/witness.py's Record: the timed reps on the judge's clock, refusals
+    witnessed: Any = None  # harness/timing/witness.py's Record: the timed reps on the judge's clock, refusals
     started_by: str = "spawn"  # "fork": from the judge session's pre-imported worker
 
     def outputs(self, key: str) -> list:
@@ -95,9 +95,9 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
     scratch folder, inside the OS sandbox (writes only there and to the compiler caches)."""
     import torch
     from harness.judge import child_env, sandbox_argv
-    from harness.judge_session import run_module
-    from harness.sandbox import private_caches
-    from harness.witness import Witness
+    from harness.workers.judge_session import run_module
+    from harness.isolation.sandbox import private_caches
+    from harness.timing.witness import Witness
     witness = Witness() if solution is not None else None
     with tempfile.TemporaryDirectory(prefix="ak-kb-") as tmp:
         out, cwd, scratch_tmp = Path(tmp, "out"), Path(tmp, "cwd"), Path(tmp, "tmp")
@@ -122,7 +122,7 @@ def run_child(mode: str, problem: Path, opts: EvalOptions, solution: Solution | 
                 argv += ["--sandbox-write", str(Path(solution.caches, "caches"))]
         try:
             # forked from the judge session's pre-imported worker where there is one, else spawned
-            child, started_by = run_module("harness.kb_worker", argv, timeout_s or opts.timeout_s, env, cwd, out,
+            child, started_by = run_module("harness.kernelbench.kb_worker", argv, timeout_s or opts.timeout_s, env, cwd, out,
                                   restart=witness.reset if witness is not None else None)
         finally:
             witnessed = witness.close() if witness is not None else None
@@ -245,7 +245,7 @@ def evaluate(problem: str | Path, solution: str | Path, options: EvalOptions | N
              cache: RefCache | None = None) -> dict:
     """Judge `solution` (a ModelNew file) against `problem`; always returns the verdict dict. Its
     children fork from one pre-imported worker: the caller's judge session, or one of its own."""
-    from harness.judge_session import judge_session
+    from harness.workers.judge_session import judge_session
     with judge_session(), tempfile.TemporaryDirectory(prefix="ak-kb-caches-") as caches:
         return _evaluate(Path(problem), Path(solution), options, cache, caches)
 
@@ -284,7 +284,7 @@ def _evaluate(problem: Path, solution: Path, options: EvalOptions | None, cache:
 
 def _static_check(v: Verdict, sol: Solution) -> dict | None:
     """A solution that imports or touches more than a ModelNew needs is refused before any import."""
-    from harness.static_check import check_source, describe
+    from harness.isolation.static_check import check_source, describe
     try:
         violations = check_source(sol.text, model=True, filename=sol.path.name)
     except SyntaxError:
@@ -293,7 +293,7 @@ def _static_check(v: Verdict, sol: Solution) -> dict | None:
 
 
 def _sandbox_of(run: ChildRun, opts: EvalOptions) -> dict:
-    from harness.sandbox import not_requested, warn_if_open
+    from harness.isolation.sandbox import not_requested, warn_if_open
     state = run.sandbox or (run.result or {}).get("sandbox") or (
         not_requested() if not opts.sandbox else {"kind": "none", "reason": "the child reported no sandbox"})
     warn_if_open(state, "the KernelBench child")
@@ -302,7 +302,7 @@ def _sandbox_of(run: ChildRun, opts: EvalOptions) -> dict:
 
 def _tampered(v: Verdict, run: ChildRun) -> dict | None:
     """The child's identity check of its clocks and functions: a replacement fakes the time."""
-    from harness.tamper import describe
+    from harness.isolation.tamper import describe
     identity = (run.result or {}).get("identity")
     if identity is None:
         return v.end("FAIL", "integrity", "the solution's process did not confirm its clocks and checks")
@@ -321,10 +321,10 @@ def _refused(v: Verdict, run: ChildRun) -> dict | None:
 
 
 def _witnessed(v: Verdict, timed: ChildRun) -> dict | None:
-    """ModelNew's timing held to the judge's own clock, rep by rep (harness/witness.py)."""
-    from harness.kb_protocol import MODEL_PHASE
-    from harness.timing import summary
-    from harness.witness import agreement, disagreement_text
+    """ModelNew's timing held to the judge's own clock, rep by rep (harness/timing/witness.py)."""
+    from harness.kernelbench.kb_protocol import MODEL_PHASE
+    from harness.timing.timer import summary
+    from harness.timing.witness import agreement, disagreement_text
     w = timed.witnessed
     reps = w.reps(MODEL_PHASE) if w is not None else None
     if w is None or w.problem or reps is None or not reps.samples_us:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autokernel.errors import UsageError, UserError
-from harness import syntax
+from harness.isolation import syntax
 
 FILE_RE = re.compile(r"^(\d+)_(.+)\.py$")
 LEVEL_RE = re.compile(r"^level(\d+)$")

@@ -22,8 +22,8 @@ BACKENDS = ("triton", "cuda")
 
 
 def suite_targets(device: str, dtype: str | None = None):
-    from harness import registry
-    from harness.registry import Case
+    from harness.kernel_types import registry
+    from harness.kernel_types.registry import Case
     for name in registry.names():
         kt = registry.get(name)
         dims = kt.bench_shape if device == "cuda" else kt.cpu_bench_shape
@@ -35,7 +35,7 @@ def iter_suite(device: str, arch: str, timeout_s: float | None, types: list[str]
     """Yield each verdict as soon as it (and every one before it) is judged: in suite order, or in
     the order of `types` when given."""
     from harness.judge import judge
-    from harness.judge_session import judge_session
+    from harness.workers.judge_session import judge_session
     from starter_kernels import starter_path
     jobs = [(case, backend) for case in suite_targets(device, dtype) for backend in backends
             if types is None or case.kernel_type in types]
@@ -80,7 +80,7 @@ def run_suite(suite: str, *, json_out: bool, timeout_s: float | None, device: st
     except JudgeUsageError as e:
         raise UsageError(str(e)) from None
     backends = parse_backends(backend)
-    from harness import registry
+    from harness.kernel_types import registry
     unknown = sorted(set(types or ()) - set(registry.names()))
     if unknown:
         raise UsageError(f"unknown kernel type(s) {', '.join(unknown)}",

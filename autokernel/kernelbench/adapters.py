@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from harness import syntax
+from harness.isolation import syntax
 
 SOFTMAX = {"torch.softmax", "F.softmax", "torch.nn.functional.softmax", "nn.functional.softmax",
            "torch.special.softmax"}

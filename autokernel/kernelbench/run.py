@@ -75,7 +75,7 @@ class KBRunOptions:
 def start(kb_dir: str | Path, level: int, ids: str | None, options: KBRunOptions,
           runs_dir: str | Path) -> tuple[RunDir, RunState, dict]:
     """A new run's folder, config, state and (empty) kernelbench.json."""
-    from harness.versions import versions
+    from harness.device.versions import versions
     problems = find_problems(kb_dir, level, ids)
     agent = options.resolved_agent()
     if agent == "llm":
@@ -193,8 +193,8 @@ class Progress:
 def execute(run: RunDir, state: RunState, config: dict, *, client: Any = None,
             log: Callable[[str], None] = lambda m: None) -> RunState:
     """Search every problem not yet done, until done, out of budget or interrupted."""
-    from harness.isolation import kill_all
-    from harness.judge_session import judge_session
+    from harness.isolation.process import kill_all
+    from harness.workers.judge_session import judge_session
     options = KBRunOptions.from_json(config["options"])
     opts = resolve(options.eval_options())
     problems = {p["key"]: Problem(Path(p["path"]), p["problem_id"], p["name"], p["level"]) for p in config["problems"]}

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from harness import registry
+from harness.kernel_types import registry
 
 # Views, casts and allocations: free on a GPU, skipped when matching a form.
 GLUE = {"view", "reshape", "_reshape_alias", "_unsafe_view", "to", "_to_copy", "type_as", "contiguous",

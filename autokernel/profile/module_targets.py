@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from harness import registry
+from harness.kernel_types import registry
 
 KERNEL_TYPE = "module"
 _CONST = (bool, int, float, str, type(None))

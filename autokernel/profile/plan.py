@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from harness import registry
+from harness.kernel_types import registry
 
 CPU_NOTE = ("CPU figures: times and peaks were measured on this CPU; they rank this CPU's "
             "bottlenecks and say nothing about a GPU")

@@ -43,7 +43,7 @@ from autokernel.profile import module_targets, op_work
 from autokernel.errors import UserError
 from autokernel.profile.forms import GLUE, Call, Node, find_forms, map_op, node_dtype
 from autokernel.profile.records import Records, from_kineto, op_trees
-from harness import registry
+from harness.kernel_types import registry
 
 ROOT = "autokernel::forward"
 

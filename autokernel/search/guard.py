@@ -1,7 +1,7 @@
 """The record guard: what a candidate could change in the run folder while it is judged, taken
 before the judge call and compared after it, in a time that does not grow with the run.
 
-The OS sandbox keeps a candidate out of the run folder (harness/sandbox.py); this guard is for what
+The OS sandbox keeps a candidate out of the run folder (harness/isolation/sandbox.py); this guard is for what
 gets past it (a machine without Landlock, where the verdict's sandbox kind is "none"). Walking and
 reading every file of a long run around each call cost more than the experiments did, so it
 guards, each part at a constant cost:

@@ -13,7 +13,7 @@ import operator
 import re
 from typing import Any, Iterable
 
-from harness import syntax
+from harness.isolation import syntax
 
 LITERAL_NAMES = ("KERNEL_TYPE", "BACKEND", "TUNABLES", "CONSTRAINTS", "CONFIG")
 

@@ -43,7 +43,7 @@ class SearchSettings:
     arch: str = "sm_90"
     concurrency: int = 1  # proposals in flight at once (LLM requests); the tuner proposes instantly
     # a candidate that may be kept is also checked and timed at the shapes around the target
-    # (harness/around.py), so that its record says which other shapes it may serve
+    # (harness/verdict/around.py), so that its record says which other shapes it may serve
     time_around: bool = False
     # LLM replies in a row, across targets, that held nothing to judge or did not compile, before
     # the run stops as "nothing usable" (None: never; `autokernel optimize` sets --max-unusable)
@@ -275,7 +275,7 @@ class TargetSearch:
         return {"time_around": True, "around_below_us": self.target.best_median_us}
 
     def case(self):
-        from harness.registry import Case
+        from harness.kernel_types.registry import Case
         t = self.target
         return Case.make(t.kernel_type, dict(t.dims), t.dtype, **t.kwargs)
 

@@ -37,7 +37,7 @@ def _fmt(value: float | None, unit: str = "", digits: int = 4) -> str:
 
 
 def contract_section(ctx: "SearchContext") -> str:
-    from harness import registry
+    from harness.kernel_types import registry
     kt = registry.get(ctx.kernel_type)
     rtol, atol = kt.tolerances.get(ctx.dtype, (None, None))
     sweep = "; ".join("x".join(str(v) for v in dims.values()) + (f" {kw}" if kw else "")

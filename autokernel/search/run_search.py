@@ -21,7 +21,7 @@ from autokernel.search.loop import JudgeFn, SearchSettings, TargetSearch, defaul
 from autokernel.search.proposer import Proposer
 from autokernel.search.run import RunDir, RunState, TargetState
 from autokernel.search.seal import check_at_end
-from harness.isolation import kill_all
+from harness.isolation.process import kill_all
 
 
 def replay_into_tuner(tuner: Any, target: TargetState, starter_config: dict | None) -> None:
@@ -195,7 +195,7 @@ def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
     what the budget is charged by (tests: simulated time)."""
     from autokernel.search.start import llm_clients, options_of
     from autokernel.search.slots import make_slots
-    from harness.judge_session import judge_session
+    from harness.workers.judge_session import judge_session
     options = options_of(config)
     settings = SearchSettings(max_experiments=options.max_experiments, plateau=options.plateau,
                               device=config["model"]["device"], timeout_s=options.timeout_s,

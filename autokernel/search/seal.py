@@ -3,7 +3,7 @@ held it before judging, and the run's files are checked against those hashes.
 
 A candidate is untrusted code that runs while the run folder exists. Three things keep it from
 rewriting the run's records:
-- the OS sandbox (harness/sandbox.py), which denies it any write outside its scratch folder;
+- the OS sandbox (harness/isolation/sandbox.py), which denies it any write outside its scratch folder;
 - the record guard (autokernel.search.guard), for what gets past the sandbox: the parts of the run folder
   a candidate could change are taken before each judge call and compared after it; whatever
   changed is put back where it can be and the candidate fails at `integrity`, naming the files;

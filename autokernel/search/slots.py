@@ -35,10 +35,10 @@ class JudgeJob:
 
     path: Path
     source: str
-    case: Any  # harness.registry.Case
+    case: Any  # harness.kernel_types.registry.Case
     arch: str
     timeout_s: float | None
-    time_around: bool = False  # also the shapes around the target (harness/around.py) ...
+    time_around: bool = False  # also the shapes around the target (harness/verdict/around.py) ...
     around_below_us: float | None = None  # ... when faster there than this
 
     def around(self) -> dict:
@@ -121,14 +121,14 @@ class JudgeActor:
     baseline is timed once per target."""
 
     def __init__(self):
-        from harness.judge_session import judge_session
+        from harness.workers.judge_session import judge_session
         self._session = contextlib.ExitStack()  # its zygote ends with the actor's process (EOF)
         self._session.enter_context(judge_session())
 
     def judge(self, source: str, name: str, case: dict, device: str, arch: str,
               timeout_s: float | None, around: dict | None = None) -> dict:
         from harness.judge import JudgeUsageError, judge
-        from harness.registry import Case
+        from harness.kernel_types.registry import Case
         with tempfile.TemporaryDirectory(prefix="ak-ray-") as tmp:
             path = Path(tmp, name)
             path.write_text(source, encoding="utf-8")

@@ -105,9 +105,9 @@ def start(spec: Any, options: OptimizeOptions, runs_dir: Path, log: Any = None) 
     from autokernel.profile import plan as planner
     from autokernel.profile.modelfile import load_model
     from autokernel.profile.profiler import profile_model
-    from harness.versions import versions
-    from harness.peaks import device_name, measured_peaks
-    from harness.sandbox import host_support
+    from harness.device.versions import versions
+    from harness.device.peaks import device_name, measured_peaks
+    from harness.isolation.sandbox import host_support
     agent = options.resolved_agent()
     if agent == "llm":
         llm_client(options).check()

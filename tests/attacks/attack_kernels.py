@@ -150,7 +150,7 @@ def _swap_clock_until_read(entered):
 CLOCK_VIA_OTHER_MODULE = '''
 import functools
 
-_timing = functools.reduce(getattr, ["s" + "ys"], torch._utils.pickle).modules.get("harness.timing")
+_timing = functools.reduce(getattr, ["s" + "ys"], torch._utils.pickle).modules.get("harness.timing.timer")
 _real_clock = _timing._clock
 _seen = [None, 0]
 
@@ -169,13 +169,13 @@ class _Rewound:
         return self.entered + (_real_clock() - self.entered) * 0.25
 '''
 
-# harness.timing's summary of the samples, swapped while the kernel is timed: it puts itself back
+# harness.timing.timer's summary of the samples, swapped while the kernel is timed: it puts itself back
 # when called and summarises samples shrunk to a quarter. No clock is touched; only the reps the
 # judge witnessed as they ended disagree with the record.
 SUMMARY_REWRITTEN = '''
 import functools
 
-_timing = functools.reduce(getattr, ["s" + "ys"], torch._utils.pickle).modules.get("harness.timing")
+_timing = functools.reduce(getattr, ["s" + "ys"], torch._utils.pickle).modules.get("harness.timing.timer")
 _real_summary = _timing._summarise
 _seen = [None, 0]
 

@@ -17,9 +17,9 @@ import pytest
 import attack_kernels
 import judge_kernels
 from harness.judge import judge
-from harness.judge_session import judge_session
-from harness.registry import Case
-from harness.sandbox import abi_version
+from harness.workers.judge_session import judge_session
+from harness.kernel_types.registry import Case
+from harness.isolation.sandbox import abi_version
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox and the hook are Linux's")
 # a tiny timed case: the attacks act on every call, and the interpreter is slow

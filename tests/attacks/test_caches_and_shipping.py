@@ -12,8 +12,8 @@ import pytest
 import cache_kernels
 import judge_kernels
 from harness.judge import judge
-from harness.judge_session import judge_session
-from harness.registry import Case
+from harness.workers.judge_session import judge_session
+from harness.kernel_types.registry import Case
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux's")
 TARGET = Case.make("softmax", {"M": 8, "N": 256}, "float32", seed=11)
@@ -70,7 +70,7 @@ def test_the_filter_refuses_the_suites_attacks_first(tmp_path):
     """The attacks of tests/attacks/attack_kernels.py are judged with the static check off, to test
     the layers behind it; with it on, the allow-list refuses every one of them before import."""
     import attack_kernels
-    from harness.static_check import check_source
+    from harness.isolation.static_check import check_source
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "leaderboard.tsv").write_text("x\n")
     bait = attack_kernels.Bait(tmp_path / "secret", "s", tmp_path / "run", 9, tmp_path / "sock")

@@ -8,8 +8,8 @@ import pytest
 
 import gpu_timing_kernels
 from harness.judge import judge
-from harness.judge_session import judge_session
-from harness.registry import Case
+from harness.workers.judge_session import judge_session
+from harness.kernel_types.registry import Case
 
 pytestmark = pytest.mark.gpu
 TARGET = Case.make("softmax", {"M": gpu_timing_kernels.TARGET_ROWS, "N": gpu_timing_kernels.TARGET_COLS},

@@ -16,8 +16,8 @@ import timed_call_kernels
 from autokernel.search import decision
 from autokernel.search.run import TargetState
 from harness.judge import judge
-from harness.judge_session import judge_session
-from harness.registry import Case
+from harness.workers.judge_session import judge_session
+from harness.kernel_types.registry import Case
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox and the hook are Linux's")
 TARGET = Case.make("softmax", {"M": timed_call_kernels.TARGET_ROWS, "N": timed_call_kernels.TARGET_COLS},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autokernel.deploy.export_check import selftest_confined
-from harness.sandbox import abi_version
+from harness.isolation.sandbox import abi_version
 
 LANDLOCK = pytest.mark.skipif(abi_version() < 1, reason="Landlock is not available here")
 

@@ -12,7 +12,7 @@ import torch
 from autokernel.deploy import routing
 from autokernel.deploy.routing.serving import FREE_DIMS, ServingRange, Shape, only_for_speed, words
 from autokernel.deploy.winners import OLD_RECORD, serving_range
-from harness import around
+from harness.verdict import around
 from tiny_llama import TARGETS, llama, pytorch_kernel
 from paths import DATA
 
@@ -137,7 +137,7 @@ def test_a_verdict_with_shapes_around_gives_their_span_and_the_gpu_figures_decid
 @pytest.mark.gpu
 def test_on_a_gpu_the_shapes_around_carry_representative_times_that_decide_where_the_kernel_serves():
     from harness.judge import judge
-    from harness.registry import Case
+    from harness.kernel_types.registry import Case
     from starter_kernels import starter_path
     target = Case.make("rmsnorm", {"M": 4096, "N": 4096}, "float16")
     verdict = judge(starter_path("rmsnorm"), target=target, device="cuda", time_around=True)

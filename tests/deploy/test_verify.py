@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from autokernel.deploy import routing
 from autokernel.deploy import verify as verifier
 from autokernel.search.run import RunDir
-from harness import registry
-from harness.registry import Case
+from harness.kernel_types import registry
+from harness.kernel_types.registry import Case
 from paths import ROOT
 from processes import user_env
 from tiny_llama import TARGETS, WRONG_RMSNORM, example, llama, make_run, rewrite_winner, winners

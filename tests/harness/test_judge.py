@@ -11,7 +11,7 @@ import time
 import pytest
 
 import judge_kernels
-from harness.cases import STAGES
+from harness.correctness.cases import STAGES
 from judge_kernels import GOOD
 from processes import judge_workers, killed_scratch, still_alive
 VERDICT_KEYS = {"kernel_file", "kernel_type", "backend", "verdict", "failed_stage", "stages", "timing",
@@ -57,7 +57,7 @@ def test_verdict_json_has_the_design_shape(verdicts):
     assert v["roofline"]["cpu_figures"] is True
     sweep = next(s for s in v["stages"] if s["name"] == "shape_sweep")
     # the interpreter runs bf16 loads, stores and reductions: a softmax is checked in bf16 too (bf16
-    # dot products, which it gets wrong, are a labelled skip: tests/harness/test_cases.py)
+    # dot products, which it gets wrong, are a labelled skip: tests/harness/correctness/test_cases.py)
     assert "bfloat16: skip" not in sweep["detail"]
 
 
@@ -121,7 +121,7 @@ def test_bench_table_labels_cpu_timing():
 def test_timeout_kills_the_whole_process_group(tmp_path):
     # a candidate cannot start processes past the static check; whatever runs in the child's group
     # (a compiler it started, a process reached some other way) still dies with it at the deadline
-    from harness.isolation import run_isolated
+    from harness.isolation.process import run_isolated
     pid_file = tmp_path / "grandchild.pid"
     script = ("import subprocess, pathlib, time\n"
               "p = subprocess.Popen(['sleep', '600'])\n"
@@ -158,13 +158,13 @@ def test_the_parent_rechecks_outputs_instead_of_trusting_the_worker(tmp_path):
     comes from the judging process's own float64 recheck."""
     import torch
 
-    from harness.cases import Capabilities, build_plan
+    from harness.correctness.cases import Capabilities, build_plan
     from harness.judge import child_env, read_events
-    from harness.verdict_checks import assess
+    from harness.verdict.verdict_checks import assess
     out = tmp_path / "out"
     # TMPDIR as the judge sets it: the worker counts its temporary folder as the candidate's, and
     # /tmp itself would hold this checkout where it is cloned there
-    subprocess.run([sys.executable, "-m", "harness.worker", str(GOOD / "softmax_rows.py"), str(out),
+    subprocess.run([sys.executable, "-m", "harness.workers.worker", str(GOOD / "softmax_rows.py"), str(out),
                     "--device", "cpu"], env={**child_env("cpu"), "TMPDIR": str(tmp_path)}, check=True, timeout=300,
                    cwd=tmp_path)
     events, plan = read_events(out), build_plan("softmax", Capabilities("cpu", False))

@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from autokernel.search.kernel_source import apply_config
-from harness import cuda_build, registry
-from harness.target_compile import compile_cuda
+from harness import cuda_build
+from harness.kernel_types import registry
+from harness.compiling.target_compile import compile_cuda
 from starter_configs import CUDA as SECOND_CONFIGS
 from starter_kernels import KERNEL_TYPES, starter_path
 from toolchain import needs_nvcc
@@ -129,7 +130,7 @@ def test_the_python_host_side_calls_its_launch_function_correctly(launch_librari
     pointer's element type, and hand the kernel the tensor it returns, shaped and typed as the
     reference is. The cases are the GPU judge's, in every dtype, layouts and edge cases included."""
     from harness import cuda_launcher
-    from harness.cases import CORRECTNESS_STAGES, Capabilities, build_plan
+    from harness.correctness.cases import CORRECTNESS_STAGES, Capabilities, build_plan
     launches = []
 
     def dry_invoke(launcher, name, values):
@@ -158,13 +159,13 @@ def test_the_python_host_side_calls_its_launch_function_correctly(launch_librari
 
 # ------------------------------------------------------------------ on a GPU
 def _gpu_cases(kernel_type: str):
-    from harness.cases import CORRECTNESS_STAGES, Capabilities, build_plan
+    from harness.correctness.cases import CORRECTNESS_STAGES, Capabilities, build_plan
     plan = build_plan(kernel_type, Capabilities("cuda", torch.cuda.is_bf16_supported()))
     return [case for stage in CORRECTNESS_STAGES for case in plan.stages[stage]]
 
 
 def _run_on_gpu(module, kernel_type: str) -> list[str]:
-    from harness.compare import compare
+    from harness.correctness.compare import compare
     failures = []
     for case in _gpu_cases(kernel_type):
         args, kwargs = registry.build_inputs(case, "cuda")

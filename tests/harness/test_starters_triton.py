@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from autokernel.search.kernel_source import apply_config
-from harness import registry
+from harness.kernel_types import registry
 from harness.judge import judge
-from harness.judge_session import judge_session
+from harness.workers.judge_session import judge_session
 from starter_configs import TRITON as SECOND_CONFIGS
 from starter_kernels import KERNEL_TYPES, starter_path
 from paths import ROOT
@@ -134,7 +134,7 @@ def _load(path: str):
 
 
 def _run_cases(module, cases) -> dict:
-    from harness.compare import compare
+    from harness.correctness.compare import compare
     failures, start = [], time.perf_counter()
     for case in cases:
         args, kwargs = registry.build_inputs(case)
@@ -178,7 +178,7 @@ def _extras(paths: dict[str, str]) -> dict:
 
 
 def _check_main(out: str, specs: list[str]) -> None:
-    from harness.cases import CORRECTNESS_STAGES, Capabilities, build_plan
+    from harness.correctness.cases import CORRECTNESS_STAGES, Capabilities, build_plan
     paths = dict(spec.split("=", 1) for spec in specs)
     found = {}
     for kernel_type, path in paths.items():

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from autokernel.judging.kb_evaluate import EvalOptions, RefCache, evaluate
-from harness import forkserver
+from harness.workers import forkserver
 from paths import KERNELBENCH
 
 HERE = KERNELBENCH
@@ -186,11 +186,11 @@ def test_cli_json_is_one_object_and_exit_status_follows_the_verdict(tmp_path):
 
 
 def test_replacing_the_kernelbench_protocol_is_seen_by_the_identity_guard(monkeypatch):
-    # the child's seeding, inputs and timing live in harness.kb_protocol: a solution that swaps
+    # the child's seeding, inputs and timing live in harness.kernelbench.kb_protocol: a solution that swaps
     # one of them (a friendlier time_model, a refill that does nothing) must be named
-    from harness import kb_protocol
-    from harness.tamper import IdentityGuard
+    from harness.kernelbench import kb_protocol
+    from harness.isolation.tamper import IdentityGuard
     guard = IdentityGuard(("__main__",))
     monkeypatch.setattr(kb_protocol, "time_model", lambda *a, **k: {})
     monkeypatch.setattr(kb_protocol.Refill, "__call__", lambda self, i: None)
-    assert {"harness.kb_protocol.time_model", "harness.kb_protocol.Refill.__call__"} <= set(guard.replaced())
+    assert {"harness.kernelbench.kb_protocol.time_model", "harness.kernelbench.kb_protocol.Refill.__call__"} <= set(guard.replaced())

@@ -9,7 +9,7 @@ import pytest
 
 from autokernel.errors import UsageError
 from autokernel.judging.suite import judge_suite, run_suite
-from harness.judge_session import judge_session
+from harness.workers.judge_session import judge_session
 from toolchain import needs_nvcc
 
 

@@ -210,7 +210,7 @@ def test_the_profiler_s_chatter_is_held_back_and_everything_else_passes(tmp_path
 @pytest.fixture
 def seeded_peaks(tmp_path, monkeypatch):
     """A peaks cache already in place, so the command does not spend seconds probing."""
-    from harness import peaks
+    from harness.device import peaks
 
     monkeypatch.setenv("AUTOKERNEL_CACHE_DIR", str(tmp_path / "cache"))
     path = peaks.cache_path("cpu")
@@ -250,7 +250,7 @@ def test_profile_command_json_on_stdout(seeded_peaks, tmp_path):
 def test_profile_command_raises_a_busy_cached_peak_to_what_ran(seeded_peaks, tmp_path):
     """A cache probed while the machine was busy (fp32 at 1e-4 TFLOP/s, beaten by every matmul)
     is probed again and raised; the plan and the cache hold the higher figure."""
-    from harness import peaks
+    from harness.device import peaks
     path = Path(seeded_peaks["AUTOKERNEL_CACHE_DIR"]) / "peaks" / peaks.cache_path("cpu").name
     busy = {**json.loads(path.read_text()), "matmul_tflops": {"float32": 1e-4}}
     path.write_text(json.dumps(busy))

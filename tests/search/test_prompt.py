@@ -4,7 +4,7 @@ import pytest
 import playbook
 from autokernel.search import prompt
 from autokernel.search.proposer import Candidate, Experiment, SearchContext
-from harness import registry
+from harness.kernel_types import registry
 
 BEST_SOURCE = '''KERNEL_TYPE = "rmsnorm"
 BACKEND = "triton"

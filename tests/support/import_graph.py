@@ -19,6 +19,22 @@ LAYERS = (
     ("autokernel.judging", "autokernel.profile"),
     ("autokernel.errors", "autokernel"),
     ("starter_kernels", "playbook"),  # kernel files and the LLM's playbook: data the stages read
+    # the judge, top to bottom: its entry point, the processes that run a candidate, KernelBench's
+    # protocol, the verdict, timing, the checks of a call, confinement, device probes, compiling for a target, the CUDA
+    # launcher that kernel files import, the kernel-type registry
+    ("harness.__main__",),
+    ("harness.judge",),
+    ("harness.workers",),
+    ("harness.kernelbench",),
+    ("harness.verdict",),
+    ("harness.timing",),
+    ("harness.correctness",),
+    ("harness.isolation",),
+    ("harness.device",),
+    ("harness.compiling",),
+    ("harness.cuda_launcher",),
+    ("harness.cuda_build",),
+    ("harness.kernel_types",),
     ("harness",),
 )
 

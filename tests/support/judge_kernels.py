@@ -119,7 +119,7 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
         "y = _buffers.setdefault(key, torch.empty_like(x2))", LAUNCH, "return y.view(shape)")), "FAIL", "integrity"),
     # --- the process itself
     # spins until its deadline (wall time): nothing that blocks without a core, torch.futures
-    # among them, is on the kernel allow-list (harness/kernel_surface.py)
+    # among them, is on the kernel allow-list (harness/isolation/kernel_surface.py)
     "hang": (source(wrapper="    while True:\n        pass"), "TIMEOUT", "compile"),
     # a wild pointer: the interpreter reads far outside the tensor, as a GPU kernel would fault
     "segfault": (source(body="    x = tl.load(x_ptr + (1 << 44) + cols)\n" + BODY), "CRASH", "compile"),

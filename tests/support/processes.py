@@ -69,7 +69,7 @@ def judge_workers(naming: str | Path, parent: int | None = None) -> dict[int, st
             cmdline = (entry / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
         except OSError:
             continue
-        if "harness.worker" in cmdline and str(naming) in cmdline \
+        if "harness.workers.worker" in cmdline and str(naming) in cmdline \
                 and (parent is None or parent_of(int(entry.name)) == parent):
             found[int(entry.name)] = cmdline
     return found

@@ -7,7 +7,7 @@ import torch
 
 from autokernel.deploy import routing
 from autokernel.search.run import RunDir, TargetState
-from harness.registry import Case
+from harness.kernel_types.registry import Case
 from sealed_runs import record_baseline, write_run
 from paths import EXAMPLES
 
@@ -74,7 +74,7 @@ def make_run(root: Path, targets=TARGETS, dtype: str = "float32", model_dtype=No
 
 def proven_around(t: TargetState) -> dict:
     """A passing verdict that checked the kernel at the shapes around its target (CPU figures)."""
-    from harness import around
+    from harness.verdict import around
     cases = around.cases(Case.make(t.kernel_type, t.dims, t.dtype, **t.kwargs), t.dtype)
     return {"verdict": "PASS", "timing": {"median_us": 100.0, "baseline_median_us": 50.0, "representative_of_gpu": False},
             "timing_around": {"skipped": None, "shapes": [{"dims": c.dims, "ok": True, "failed": False,

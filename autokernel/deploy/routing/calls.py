@@ -1,6 +1,6 @@
 """What a kernel type's call looks like inside a model, in plain PyTorch.
 
-- `DIMS`: the registry's named dims of a kernel_fn call (tests hold them equal to harness/registry.py).
+- `DIMS`: the registry's named dims of a kernel_fn call (tests hold them equal to harness/kernel_types/registry.py).
 - `REFERENCES`: each type's meaning in PyTorch, in fp32 or better, for binding checks and selftests.
 - `OPS`: the torch callables a winner's type may stand in for (F.linear, torch.matmul and @, softmax,
   sum, layer_norm, rms_norm, scaled_dot_product_attention, cross_entropy), each with a parser that
@@ -26,7 +26,7 @@ def _rows(x: torch.Tensor, last: str = "N") -> dict:
     return {"M": math.prod(x.shape[:-1]), last: x.shape[-1]}
 
 
-# The registry's named dims of a kernel_fn call (tests check these against harness/registry.py).
+# The registry's named dims of a kernel_fn call (tests check these against harness/kernel_types/registry.py).
 DIMS: dict[str, Callable[..., dict]] = {
     "matmul": lambda a, b: {"M": math.prod(a.shape[:-1]), "K": a.shape[-1], "N": b.shape[-1]},
     "softmax": lambda x: _rows(x),

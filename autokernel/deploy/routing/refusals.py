@@ -1,7 +1,7 @@
 """A winner that reaches what the audit hook refuses fails the call loudly, never falls back.
 
 Where winners run outside the judge (verify's child, `export --selftest`, and the exported package
-in the user's process), an audit hook (harness/audit_hook.py; the package carries a copy) refuses
+in the user's process), an audit hook (harness/isolation/audit_hook.py; the package carries a copy) refuses
 what a kernel never needs: processes, sockets, unpickling, new Python code, frame walks, imports
 outside the kernel allow-list, writes outside the compiler caches and the temporary folder. The
 refusal raises inside the winner's code, which may swallow it, and the stand-ins turn a kernel's

@@ -1,7 +1,7 @@
 """A winner's serving range: the calls it may serve, and in words why any other call falls back.
 
 The judge proves a kernel at its target and, for a kept kernel, at the shapes around it
-(harness/around.py): the free dims halved plus an odd remainder, doubled, and 1. A kernel type's
+(harness/verdict/around.py): the free dims halved plus an odd remainder, doubled, and 1. A kernel type's
 free dims are those that vary between calls of one model (rows; batch and sequence for attention
 and rotary); the others (widths, heads, vocabulary: the weights' shapes) must be the target's. A
 call is served when
@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-# the dims of each kernel type that vary between calls of one model (harness/around.py: the same)
+# the dims of each kernel type that vary between calls of one model (harness/verdict/around.py: the same)
 FREE_DIMS: dict[str, tuple[str, ...]] = {
     "matmul": ("M",), "fused_mlp": ("M",), "softmax": ("M",), "layernorm": ("M",), "rmsnorm": ("M",),
     "reduce": ("M",), "cross_entropy": ("N",), "flash_attention": ("B", "S"), "rotary_embedding": ("B", "S"),

@@ -1,0 +1,179 @@
+"""Loading a candidate kernel file and calling its kernel_fn under observation (child side)."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.kernel_types import registry
+from harness.isolation import syntax
+from harness.correctness.integrity import ComputeRecorder
+from harness.correctness.launches import LaunchMonitor
+
+BACKENDS = ("triton", "cuda")
+
+
+class ContractError(Exception):
+    """The file does not follow the kernel-file contract (a usage error, exit status 2)."""
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    """KERNEL_TYPE, BACKEND and whether kernel_fn exists, read without running the file."""
+    try:
+        tree = syntax.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as e:
+        raise SyntaxError(f"{path.name}:{e.lineno}: {e.msg}") from None
+    found: dict[str, Any] = {"has_kernel_fn": False}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name in ("KERNEL_TYPE", "BACKEND"):
+                try:
+                    found[name] = ast.literal_eval(node.value)
+                except ValueError:
+                    found[name] = None
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "kernel_fn":
+            found["has_kernel_fn"] = True
+    return found
+
+
+def check_header(header: dict[str, Any]) -> None:
+    kernel_type = header.get("KERNEL_TYPE")
+    if kernel_type is None:
+        raise ContractError("no KERNEL_TYPE: add a line such as KERNEL_TYPE = \"softmax\" "
+                            f"(known types: {', '.join(registry.names())})")
+    if kernel_type not in registry.names():
+        raise ContractError(f"unknown KERNEL_TYPE {kernel_type!r}: use one of {', '.join(registry.names())}")
+    if header.get("BACKEND", "triton") not in BACKENDS:
+        raise ContractError(f"unknown BACKEND {header.get('BACKEND')!r}: use \"triton\" or \"cuda\"")
+    if not header["has_kernel_fn"]:
+        kt = registry.get(kernel_type)
+        raise ContractError(f"no kernel_fn: define def {kt.signature_text()}")
+
+
+def import_candidate(path: Path):
+    from harness.isolation import audit_hook
+    name = f"ak_candidate_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    audit_hook.register(module)  # frames running with its globals are the candidate's from now on
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_signature(fn, kt: registry.KernelType) -> str | None:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return "kernel_fn has no inspectable signature"
+    names = tuple(p.name for p in params)
+    if names != kt.params:
+        return f"kernel_fn{tuple(names)} does not match the {kt.name} contract: def {kt.signature_text()}"
+    return None
+
+
+SANDBOX_REFUSAL = ("refused by the judge's OS sandbox: a candidate may write only in its own scratch folder, "
+                   "and may not open network connections")
+sandbox_active = False  # set by the worker once Landlock is in force: only the wording depends on it
+
+
+def error_text(exc: BaseException, limit: int = 12) -> str:
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    tail = "".join(lines[-limit:]).rstrip()[-3000:]
+    # EACCES under Landlock (a write outside scratch, a connect), however the library words it
+    if sandbox_active and (isinstance(exc, PermissionError) or "Permission denied" in str(exc)):
+        tail += f"\n{SANDBOX_REFUSAL}"
+    return tail
+
+
+@dataclass
+class CallResult:
+    output: Any = None
+    error: str | None = None
+    launches: int = 0
+    forbidden: list[str] = field(default_factory=list)
+    device_to_host: int = 0
+    mutated: list[int] = field(default_factory=list)
+    aliased: bool = False
+    plain: bool = True
+    device: str = ""
+    seconds: float = 0.0
+
+    def observations(self) -> dict:
+        return {"launches": self.launches, "forbidden": sorted(set(self.forbidden)),
+                "device_to_host": self.device_to_host, "mutated": self.mutated,
+                "aliased": self.aliased, "plain": self.plain, "device": self.device}
+
+
+def _device_fault(exc: BaseException) -> bool:
+    accelerator_error = getattr(torch, "AcceleratorError", ())
+    return (accelerator_error and isinstance(exc, accelerator_error)) or "CUDA error" in str(exc)
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # sparse, meta or exotic tensors have no plain storage
+        return -1
+
+
+def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor) -> CallResult:
+    """Call kernel_fn once, watching launches, PyTorch compute, input mutation and aliasing."""
+    import time
+    snapshots = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
+    result = CallResult()
+    launches_before = monitor.launches
+    recorder = ComputeRecorder(monitor)
+    start = time.perf_counter()
+    try:
+        with recorder:
+            out = fn(*args, **kwargs)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    except Exception as exc:  # the candidate's bug, reported as its failure, not ours
+        if _device_fault(exc):
+            # a CUDA error poisons the context for every later call: the worker ends here, and the
+            # judge reports a CRASH with this traceback as the tail of stderr
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(3)
+        result.error = error_text(exc)
+        return result
+    result.seconds = time.perf_counter() - start
+    return observe(result, out, args, snapshots, recorder, monitor.launches - launches_before)
+
+
+def observe(result: CallResult, out, args: list, snapshots: list, recorder: ComputeRecorder,
+            launches: int) -> CallResult:
+    """What one call did, read after it returned: a checked call and a timed call are read alike."""
+    result.output = out
+    result.launches = launches
+    result.forbidden = recorder.forbidden
+    result.device_to_host = recorder.device_to_host
+    # writes into an input (in place) corrupt the caller's tensors
+    result.mutated = [i for i, (a, s) in enumerate(zip(args, snapshots))
+                      if s is not None and not _same_bits(a, s)]
+    if isinstance(out, torch.Tensor):
+        # exactly torch.Tensor and strided: a subclass or lazy object could fake its values later
+        result.plain = type(out) is torch.Tensor and out.layout == torch.strided
+        result.device = str(out.device)
+        # an output that shares storage with an input changes when the caller reuses that input
+        ptr = _storage_ptr(out)
+        result.aliased = any(isinstance(a, torch.Tensor) and _storage_ptr(a) == ptr for a in args)
+    else:
+        result.plain = False
+    return result
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    from harness.correctness.compare import bitwise_equal
+    return bitwise_equal(a, b)

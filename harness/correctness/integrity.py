@@ -1,0 +1,118 @@
+"""What a kernel_fn may do with PyTorch, observed rather than trusted.
+
+`ComputeRecorder` is a TorchDispatchMode that sees every aten op the candidate's Python code (or a
+C++ extension it calls) dispatches, outside the kernel launches themselves. Allocation, views,
+copies and casts are allowed: a wrapper needs them to lay out inputs and outputs. Anything else is
+compute done by PyTorch, which is the reference op in disguise (a "softmax kernel" that calls
+torch.softmax) or a partial PyTorch implementation the kernel did not earn.
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from harness.correctness.launches import LaunchMonitor
+
+# Ops a wrapper may use: allocate, view, reshape, lay out, copy, cast, query.
+ALLOWED_OPS = frozenset({
+    # allocation
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "full", "full_like", "new_full", "ones", "ones_like", "new_ones", "fill", "fill_",
+    "zero", "zero_", "scalar_tensor", "arange", "lift_fresh", "lift_fresh_copy",
+    # views and layout
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "t", "transpose", "permute",
+    "expand", "squeeze", "unsqueeze", "select", "slice", "split", "split_with_sizes", "chunk",
+    "unbind", "narrow", "flatten", "unflatten", "view_as", "alias", "detach", "contiguous",
+    "movedim", "numpy_T", "expand_as", "diagonal",
+    # copies and casts
+    "clone", "copy", "copy_", "_to_copy", "to", "_copy_from", "_copy_from_and_resize", "resize_",
+    # queries
+    "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_contiguous", "stride", "size",
+    "dim", "numel", "is_same_size", "_local_scalar_dense", "item", "set_",
+})
+
+
+def op_base_name(func) -> str:
+    """aten.add_.Tensor -> add_; aten._to_copy.default -> _to_copy."""
+    name = getattr(func, "__name__", None) or str(func)  # e.g. "add_.Tensor"; str() only when it has none
+    return name.split(".")[0]
+
+
+def is_allowed(func) -> bool:
+    return _allowed_name(op_base_name(func))
+
+
+def _allowed_name(name: str) -> bool:
+    if name in ALLOWED_OPS:
+        return True
+    return name.endswith("_") and name[:-1] in ALLOWED_OPS
+
+
+class ComputeRecorder(TorchDispatchMode):
+    """Records aten compute ops run outside kernel launches (while the monitor is not paused)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # the default wraps __torch_dispatch__ for dynamo, importing torch._dynamo in every judge
+        # child (over a second of start-up); this mode never runs under torch.compile
+        return False
+
+    def __init__(self, monitor: LaunchMonitor | None = None):
+        super().__init__()
+        self.monitor = monitor
+        self.forbidden: list[str] = []
+        self.device_to_host = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.monitor is None or not self.monitor.paused:
+            # every timed call runs under this mode too: one name lookup per op keeps it to a few µs
+            name = op_base_name(func)
+            if not _allowed_name(name):
+                self.forbidden.append(f"aten::{name}")
+            elif name in ("_to_copy", "copy_", "_copy_from") and _leaves_device(args, kwargs):
+                # a GPU kernel that copies its input to the host can compute it there, unseen
+                self.device_to_host += 1
+        return func(*args, **kwargs)
+
+    def summary(self) -> str:
+        seen = sorted(set(self.forbidden))
+        return ", ".join(seen[:8]) + (" ..." if len(seen) > 8 else "")
+
+
+def observation_problem(label: str, obs: dict, device: str) -> str | None:
+    """What one call's observations break of the integrity rules, or None (checked and timed alike)."""
+    if obs.get("forbidden"):
+        # the reference op in disguise: a "kernel" whose work is done by PyTorch
+        return (f"{label}: PyTorch compute inside kernel_fn: {', '.join(obs['forbidden'][:6])}; "
+                "only allocation, views, copies and casts are allowed outside Triton/CUDA kernels")
+    if obs.get("device_to_host"):
+        # computing on the host behind a GPU kernel's back
+        return f"{label}: kernel_fn copied device data to the host"
+    if obs.get("launches", 0) < 1:
+        # no kernel at all: the answer came from somewhere else
+        return f"{label}: no Triton or CUDA kernel was launched"
+    if obs.get("mutated"):
+        # in-place writes into inputs corrupt the caller's tensors
+        return f"{label}: kernel_fn modified its input(s) {obs['mutated']} in place"
+    if obs.get("aliased"):
+        # an output sharing an input's storage changes when the caller reuses that input
+        return f"{label}: the output shares storage with an input"
+    if not obs.get("plain", True):
+        # a Tensor subclass or lazy object can fake values when inspected
+        return f"{label}: the output is not a plain dense torch.Tensor"
+    if obs.get("device") and not obs["device"].startswith(device):
+        return f"{label}: the output is on {obs['device']}, not on {device}"
+    return None
+
+
+def _leaves_device(args, kwargs) -> bool:
+    src = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    if src is None or src.device.type == "cpu":
+        return False
+    dst = kwargs.get("device")
+    if dst is not None:
+        return torch.device(dst).type == "cpu"
+    others = [a for a in args[1:] if isinstance(a, torch.Tensor)]
+    return any(o.device.type == "cpu" for o in others) or (
+        len(args) > 1 and isinstance(args[0], torch.Tensor) and args[0].device.type == "cpu")

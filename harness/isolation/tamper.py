@@ -1,0 +1,108 @@
+"""The identity check of the judge's clocks, sync points and own functions (child side).
+
+A candidate shares the worker's process: at import it can rebind time.perf_counter to a clock that
+hides its own time, replace torch.cuda.Event, or swap one of the judge's functions for one that
+always agrees. The static check refuses the plain ways to write that; an attribute chain through an
+allowed module still reaches them at run time. So the worker snapshots, before the candidate is
+imported, every object it relies on (the objects themselves, kept alive so an id cannot be reused),
+and compares them by identity after the import and after every stage and the timing.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+# Clocks and sync points a timing reads; a replaced one fakes the time.
+CLOCK_NAMES = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns",
+               "process_time", "sleep")
+CUDA_NAMES = ("Event", "synchronize", "current_stream", "default_stream", "Stream", "stream",
+              "set_stream", "Event.record", "Event.elapsed_time", "Event.synchronize", "Event.query",
+              "Event.wait", "Stream.synchronize", "Stream.wait_event", "Stream.record_event")
+# The judge's own modules: every global they hold (functions, imported modules and names).
+# harness.cuda_launcher is the host side of CUDA C++ candidates: its launch check and the method the
+# LaunchMonitor counts through. harness.kernelbench.kb_protocol is the KernelBench child's seeding, inputs and
+# timing (a module not imported, as in the kernel worker, is skipped). harness.timing.timed_calls,
+# harness.timing.fresh_inputs and harness.timing.spread watch, refill and re-time the timed calls.
+JUDGE_MODULES = ("harness.timing.timer", "harness.correctness.compare", "harness.correctness.candidate", "harness.correctness.launches",
+                 "harness.correctness.integrity", "harness.kernel_types.registry", "harness.correctness.cases", "harness.isolation.tamper",
+                 "harness.cuda_launcher", "harness.kernelbench.kb_protocol", "harness.timing.measurement", "harness.timing.witness",
+                 "harness.isolation.audit_hook", "harness.timing.timed_calls", "harness.timing.fresh_inputs", "harness.timing.spread",
+                 "statistics", "json")
+
+
+CODE_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type)
+
+
+def _resolve(root, dotted: str):
+    obj = root
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+# The clocks the timing loop itself reads, bound in harness/timing/timer.py before the import: checked
+# after every call of the candidate, since a clock swapped for one call may put itself back when
+# first read, long before the check between stages.
+TIMING_CLOCKS = ("_clock", "_Event", "_record", "_elapsed_ms", "_synchronize")
+
+
+def clocks() -> dict[str, object]:
+    """name -> object, for every clock and sync point: cheap enough to check after each call."""
+    import torch
+    out: dict[str, object] = {f"time.{n}": getattr(time, n) for n in CLOCK_NAMES}
+    for name in CUDA_NAMES:
+        obj = _resolve(torch.cuda, name)
+        if obj is not None:
+            out[f"torch.cuda.{name}"] = obj
+    out["torch.cuda"] = torch.cuda
+    timing = sys.modules.get("harness.timing.timer")
+    for name in TIMING_CLOCKS if timing is not None else ():
+        out[f"harness.timing.timer.{name}"] = getattr(timing, name, None)
+    return out
+
+
+def watched(extra_modules: tuple[str, ...] = ()) -> dict[str, object]:
+    """name -> object, for everything whose identity must not change."""
+    out = clocks()
+    for mod_name in JUDGE_MODULES + extra_modules:
+        mod = sys.modules.get(mod_name)
+        if mod is None:
+            continue
+        out[f"sys.modules[{mod_name!r}]"] = mod
+        for key, value in list(vars(mod).items()):
+            if key.startswith("__") or not isinstance(value, CODE_TYPES):
+                continue  # data (caches, counters) may change; code and modules may not
+            out[f"{mod_name}.{key}"] = value
+            if isinstance(value, type) and value.__module__ == mod_name:
+                # methods of the judge's classes: LaunchMonitor.__enter__, Log.event, ...
+                for attr, member in list(vars(value).items()):
+                    if isinstance(member, (types.FunctionType, staticmethod, classmethod, property)):
+                        out[f"{mod_name}.{key}.{attr}"] = member
+    return out
+
+
+class IdentityGuard:
+    """Snapshot once, before the candidate is imported; `replaced()` names what changed since."""
+
+    def __init__(self, extra_modules: tuple[str, ...] = ()):
+        self.extra_modules = extra_modules
+        self.snapshot = watched(extra_modules)  # holds the objects: their ids stay theirs
+
+    def replaced(self) -> list[str]:
+        now = watched(self.extra_modules)
+        changed = [name for name, obj in self.snapshot.items() if now.get(name, None) is not obj]
+        return sorted(changed)
+
+    def clocks_replaced(self) -> list[str]:
+        """The clocks alone, right after a call: a few lookups, not the whole snapshot."""
+        return sorted(name for name, obj in clocks().items() if self.snapshot.get(name) is not obj)
+
+
+def describe(replaced: list[str], where: str) -> str:
+    names = ", ".join(replaced[:6]) + (f" and {len(replaced) - 6} more" if len(replaced) > 6 else "")
+    verb = "was" if len(replaced) == 1 else "were"
+    return (f"{names} {verb} replaced by the candidate (seen {where}): the judge's clocks, sync points and "
+            "checks must be the ones it started with")

@@ -1,0 +1,78 @@
+"""Fresh input values for every timed call: no timed rep sees values any call has seen before.
+
+A kernel may remember what it was given: sample a few input elements, recognise a set it has seen
+and copy the answer it gave then. That pays only when values repeat, so none do. Rep r of a timed
+case gets the case's own inputs (harness/kernel_types/registry.py, from its seed) plus noise drawn from a
+generator seeded by (the case's seed, r), on the judged device (on a GPU the values are made there,
+so fresh values cost a few device kernels per rep, not a host-side generation and a copy):
+
+    value_r = base + std(base) * N(0, 1)      (floating tensors; integer tensors are left as they are)
+
+The worker writes value_r into the same buffers in place before rep r, outside the timed region
+(warm-ups are reps -1, -2, ...), so a kernel that caches by buffer address is no better off. The
+judging process rebuilds value_r from (case, r) on the same device with the same code, and so has
+the true answer of every timed call without taking the worker's word for any input.
+"""
+from __future__ import annotations
+
+import torch
+
+from harness.kernel_types import registry
+from harness.kernel_types.registry import Case
+
+SEED_STRIDE = 1_000_003  # keeps (case seed, rep) pairs apart: a prime larger than any rep count
+
+
+def rep_seed(case: Case, rep: int) -> int:
+    return (case.seed * SEED_STRIDE + rep + 2**20) % 2**62
+
+
+def _fresh(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0
+
+
+def scales(base: list) -> list[float]:
+    """The noise scale of each input: its own spread (1 for a constant or a single value)."""
+    out = []
+    with torch.no_grad():
+        for t in base:
+            scale = t.float().std().item() if _fresh(t) and t.numel() > 1 else 1.0
+            out.append(scale if scale == scale and scale > 0 else 1.0)
+    return out
+
+
+def perturbed(base: list, scale: list[float], case: Case, rep: int, device: str | torch.device) -> list:
+    """Rep `rep`'s values of the case's inputs `base` (already on `device`)."""
+    dev = torch.device(device)
+    gen = torch.Generator(dev).manual_seed(rep_seed(case, rep))
+    out = []
+    with torch.no_grad():
+        for t, s in zip(base, scale):
+            if not _fresh(t):
+                out.append(t)
+                continue
+            noise = torch.randn(t.shape, generator=gen, device=dev, dtype=torch.float32)
+            out.append((t.float() + noise * s).to(t.dtype))
+    return out
+
+
+def fresh_args(case: Case, rep: int, device: str | torch.device) -> tuple[list, dict]:
+    """The judging process's copy of rep `rep`'s inputs (on `device`, where the worker made them)."""
+    args, kwargs = registry.build_inputs(case, device)
+    return perturbed(args, scales(args), case, rep, device), kwargs
+
+
+class FreshInputs:
+    """The timed case's buffers, refilled in place with rep r's fresh values before rep r."""
+
+    def __init__(self, case: Case, device: str):
+        self.case, self.device = case, device
+        self.args, self.kwargs = registry.build_inputs(case, device)
+        self._base = [a.clone() if isinstance(a, torch.Tensor) else a for a in self.args]
+        self._scales = scales(self._base)
+
+    def refill(self, rep: int) -> None:
+        with torch.no_grad():
+            for dst, src in zip(self.args, perturbed(self._base, self._scales, self.case, rep, self.device)):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)

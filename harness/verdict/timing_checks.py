@@ -1,0 +1,157 @@
+"""The judging process's reading of a timing: every timed call held to the integrity rules and its
+output compared with the reference, the figures held to the judge's own clock, the reps' spread
+judged, and a second look at an excessive speedup (harness/timing/spread.py).
+
+Timed outputs. The worker saved every timed call's output and observations (harness/timing/timed_calls.py).
+Every call's observations are checked here. The outputs are compared with the references rebuilt
+from (case, rep) (harness/timing/fresh_inputs.py): all of them where that is cheap, else a sample this
+process draws after the worker has exited (the first, the last and more at random: chosen_reps), so
+no rep is safe to get wrong: a kernel wrong on a fraction f of the reps survives s random checks
+with probability about (1 - f)^s, and it must be wrong on more than half of them to move the median.
+"""
+from __future__ import annotations
+
+import random
+
+from harness.timing import spread
+from harness.timing.fresh_inputs import perturbed, scales
+from harness.kernel_types.registry import Case
+
+# the reps' input elements, summed, under which every timed output is compared (the attacks' tiny
+# targets; the CPU's default timing shapes are sampled, as a GPU's are: the judge's wall time stays flat)
+CHECK_ALL_ELEMENTS = 2**20
+MAX_CHECKED = 12
+_draw = random.SystemRandom()  # drawn after the worker has exited: nothing of it is in the worker's process
+
+
+def expected_reps(warmup: int, reps: int) -> list[int]:
+    return [-1 - i for i in range(warmup)] + list(range(reps))
+
+
+def rep_name(rep: int) -> str:
+    return f"timed rep {rep}" if rep >= 0 else f"warm-up call {-rep}"
+
+
+def chosen_reps(reps: list[int], elements: int) -> list[int]:
+    """Every rep where that is cheap; else more than half of them (at most MAX_CHECKED), the first
+    and last always: a kernel wrong on enough reps to move the median is wrong on more than half,
+    so where more than half are checked it is caught for certain, elsewhere all but surely."""
+    if len(reps) * elements <= CHECK_ALL_ELEMENTS:
+        return list(reps)
+    k = min(len(reps), max(len(reps) // 2 + 1, 2), MAX_CHECKED)
+    middle = _draw.sample(reps[1:-1], k - 2)
+    return [reps[0], *sorted(middle), reps[-1]]
+
+
+def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, checker) -> str | None:
+    """Why the timed calls of `case` fail integrity (every call's observations, the chosen reps'
+    outputs against the reference of their fresh values, compared by `checker`, a
+    harness.verdict.verdict_checks._Checker), or None."""
+    from harness.kernel_types import registry
+    from harness.correctness.integrity import observation_problem
+    device = checker.device
+    by_rep: dict[int, dict] = {}
+    for r in recs:
+        if r.get("role") != "timed":
+            continue
+        if Case.from_json(r["case"]) != case:
+            return f"the worker's timed record of {r.get('label')} is not the judge's timing case {case.label()}"
+        by_rep.setdefault(int(r.get("rep", -10**9)), r)
+    expected = expected_reps(warmup, reps)
+    missing = [rep for rep in expected if rep not in by_rep]
+    if missing:
+        # an unrecorded call is an unchecked one: a kernel wrong there would go unseen
+        return f"the worker recorded no output for {len(missing)} timed call(s) (reps {missing[:5]}): every timed call is checked"
+    for rep in expected:
+        # the integrity rules on every timed call: one that computes with PyTorch when timed is caught here
+        problem = observation_problem(f"{rep_name(rep)} at {case.label()}", by_rep[rep].get("obs", {}), device)
+        if problem:
+            return problem
+    base, kwargs = registry.build_inputs(case, device)  # once: every rep's values are made from it
+    spread_of = scales(base)
+    elements = sum(a.numel() for a in base if hasattr(a, "numel"))
+    for rep in chosen_reps(expected, elements):
+        inputs = ([registry.to_device(a, "cpu") for a in perturbed(base, spread_of, case, rep, device)], kwargs)
+        problem = checker.check_output(by_rep[rep], case, inputs, trivial=False)  # counting is the stages' job
+        if problem:
+            # right only when checked: a timed call whose answer is wrong, whichever rep it was
+            return f"a timed call gave a wrong result ({rep_name(rep)}): {problem}"
+    return None
+
+
+def witnessed_rounds(end: dict, witnessed, device: str, phase: str,
+                     baselines: dict[str, str]) -> tuple[str | None, dict]:
+    """The timing record with every round's figures as the judge witnessed them (the reps it was told
+    of as they ended, rechecked against its own clock), and the baselines' (`baselines`: record key ->
+    witness phase), or why they cannot be trusted."""
+    from harness.timing.timer import summary
+    from harness.timing.witness import agreement, disagreement_text
+    if witnessed.problem:
+        # lines the timing loop never sends: written by someone else into the worker's descriptor
+        return f"the witness socket carried what the timing loop does not send: {witnessed.problem}", end
+    kernel = witnessed.reps(phase)
+    if kernel is None or not kernel.samples_us:
+        return "the worker timed the kernel without reporting its reps to the judge as they ended", end
+    rounds = end.get("rounds") or [end["kernel"]]
+    reported = [x for r in rounds for x in r.get("samples_us", [])]
+    if kernel.samples_us != reported or len(rounds) > 2:
+        # a sample rewritten after it was sent: the record disagrees with what the judge was told
+        return "the worker's timing record differs from the reps it reported to the judge as they ended", end
+    check = agreement(kernel, witnessed.reps("null"))
+    if not check["agrees"]:
+        # a clock swapped for one call, samples shrunk through a frame: the judge's clock disagrees
+        return disagreement_text(check), end
+    cut = len(kernel.samples_us) - len(rounds[-1]["samples_us"])
+    seen = [summary(kernel.samples_us[:cut], device).to_json()] if cut else []
+    seen.append(summary(kernel.samples_us[cut:], device).to_json())
+    end = {**end, "kernel": seen[-1], "rounds": seen, "witness": check}
+    for key, baseline_phase in baselines.items():
+        reps = witnessed.reps(baseline_phase)
+        if reps is not None and reps.samples_us:
+            end[key] = summary(reps.samples_us, device).to_json()
+    return None, end
+
+
+def spread_verdict(rounds: list[dict], device: str) -> dict:
+    """{"spread_ok", "spread_note"}: may the search rest a decision on the last round's median?"""
+    limit = 100 * spread.SPREAD_LIMIT.get(device, 0.5)
+    pct = [100 * spread.ratio(r["median_us"], r["iqr_us"]) for r in rounds]
+    last = rounds[-1]
+    if len(rounds) == 1 and spread.too_wide(last["median_us"], last["iqr_us"], device):
+        return {"spread_ok": False, "spread_note": f"the reps' IQR is {pct[0]:.0f}% of the median (limit {limit:.0f}%) "
+                                                   "and the timing was not measured again: the median means nothing"}
+    if spread.too_wide(last["median_us"], last["iqr_us"], device):
+        return {"spread_ok": False, "spread_note": f"measured twice and both times too wide: the reps' IQR was "
+                                                   f"{pct[0]:.0f}% then {pct[1]:.0f}% of the median (limit "
+                                                   f"{limit:.0f}%): the median means nothing, do not keep on it"}
+    if len(rounds) == 2 and max(rounds[0]["median_us"], last["median_us"]) > 2 * min(rounds[0]["median_us"],
+                                                                                  last["median_us"]):
+        return {"spread_ok": False, "spread_note": f"measured twice, the medians disagree by more than 2x "
+                                                   f"({rounds[0]['median_us']:.4g} then {last['median_us']:.4g} us)"}
+    again = f"; measured again after a first round at {pct[0]:.0f}%" if len(rounds) == 2 else ""
+    return {"spread_ok": True, "spread_note": f"the reps' IQR is {pct[-1]:.0f}% of the median (limit {limit:.0f}%)"
+                                              + again}
+
+
+def second_look_problem(case: Case, end: dict, device: str) -> tuple[str | None, dict | None]:
+    """KernelBench's flag: a speedup over eager above spread.EXCESSIVE_SPEEDUP is re-timed and the
+    re-timed median held to the physical floor with spread.SECOND_LOOK_FLOOR_MARGIN. (why it fails,
+    the record)."""
+    from harness.device.roofline import physical_floor_us
+    rounds, eager = end["rounds"], (end.get("eager") or {}).get("median_us")
+    first = rounds[0]["median_us"]
+    if not eager or first <= 0 or eager / first <= spread.EXCESSIVE_SPEEDUP:
+        return None, None
+    if len(rounds) < 2:
+        return (f"{eager / first:.3g}x faster than PyTorch eager and not re-timed: an excessive speedup gets a "
+                "second look"), None
+    final = rounds[-1]["median_us"]
+    floor = physical_floor_us(case, device)
+    record = {"reason": f"{eager / first:.3g}x faster than eager (above {spread.EXCESSIVE_SPEEDUP:g}x)",
+              "first_median_us": first, "median_us": final, "speedup_vs_eager": eager / final if final > 0 else None,
+              "floor_us": floor["floor_us"] if floor else None}
+    if floor and final < floor["floor_us"] * spread.SECOND_LOOK_FLOOR_MARGIN:
+        # an excessive speedup that also beats the hardware's measured peaks: the time is not real
+        return (f"excessive speedup ({eager / final:.3g}x eager) re-timed at {final:.3g} us, below the physical floor "
+                f"of {floor['floor_us']:.3g} us for {case.label()} at the measured peaks"), record
+    return None, record

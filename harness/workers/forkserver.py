@@ -1,0 +1,192 @@
+"""The judge's side of the pre-imported worker (harness/workers/zygote.py): start it, ask it for a child,
+wait with a deadline, kill the child's process group, exactly as run_isolated does for a spawn.
+
+A zygote serves one candidate at a time, so judges running in parallel (the search's slots) each
+take their own from a pool keyed by the worker's environment (device, pinned GPU): a variable read
+at import, such as TRITON_INTERPRET, can never differ between a zygote and the child it forks.
+Anything wrong with a zygote (it will not start, it died, it answered nonsense) makes `run` return
+None, and the caller spawns `python -m harness.workers.worker` as before.
+
+    with judge_session():     # autokernel optimize / bench --suite: every judge call inside reuses
+        judge(...)            # the zygotes; AUTOKERNEL_JUDGE_FORK=0 turns them off
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from harness.isolation.process import ChildResult, _kill_group, _live_groups, _read
+from harness.workers.zygote import TITLE_ROOM
+
+START_TIMEOUT_S = 300.0  # importing torch and triton on a loaded machine
+# set in the child after the fork, never read at import: the scratch folder and the judgement's
+# own compiler caches (harness/isolation/sandbox.py's private_caches)
+PER_CALL_ENV = ("TMPDIR", "TRITON_CACHE_DIR", "AUTOKERNEL_BUILD_CACHE", "TORCH_EXTENSIONS_DIR")
+ZYGOTE_ARGV = ["-m", "harness.workers.zygote", " " * TITLE_ROOM]  # blank room for each child's own command line
+
+
+class ZygoteError(Exception):
+    """The zygote cannot serve this request; the caller falls back to a spawned worker."""
+
+
+def enabled() -> bool:
+    return sys.platform.startswith("linux") and os.environ.get("AUTOKERNEL_JUDGE_FORK", "1") != "0"
+
+
+def env_key(env: dict[str, str]) -> tuple:
+    return tuple(sorted((k, v) for k, v in env.items() if k not in PER_CALL_ENV))
+
+
+class Zygote:
+    """One `python -m harness.workers.zygote` process and its pipes."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = {k: v for k, v in env.items() if k not in PER_CALL_ENV}
+        self._home = tempfile.mkdtemp(prefix="ak-zygote-")
+        self._log = open(Path(self._home, "stderr"), "wb")
+        self.proc = subprocess.Popen([sys.executable, *ZYGOTE_ARGV], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, env=self.env, cwd=self._home,
+                                     start_new_session=True)
+        self.ready = False
+        self._pending = b""
+
+    def _line(self, timeout_s: float | None) -> dict:
+        """The next reply, or ZygoteError when none comes in time or the zygote is gone. Read from
+        the raw pipe with our own buffer: two replies can arrive in one read (a child that exits at
+        once), and a buffered reader would hide the second from select()."""
+        deadline = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._pending:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            readable, _, _ = select.select([fd], [], [], wait)
+            if not readable:
+                raise TimeoutError
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise ZygoteError(f"the zygote exited: {_read(Path(self._home, 'stderr'))[-2000:]}")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        reply = json.loads(line)
+        if "error" in reply:
+            raise ZygoteError(reply["error"])
+        return reply
+
+    def start(self) -> None:
+        if not self.ready:
+            try:
+                self._line(START_TIMEOUT_S)
+            except TimeoutError:
+                raise ZygoteError("the zygote did not start in time") from None
+            self.ready = True
+
+    def run(self, argv: list[str], timeout_s: float, env: dict[str, str], cwd: str | Path,
+            module: str = "harness.workers.worker") -> ChildResult:
+        """One worker, forked: argv are the arguments of `python -m MODULE`."""
+        self.start()
+        with tempfile.TemporaryDirectory(prefix="ak-child-") as tmp:
+            out_path, err_path = Path(tmp, "stdout"), Path(tmp, "stderr")
+            request = {"module": module, "argv": argv, "env": env, "cwd": str(cwd), "stdout": str(out_path),
+                       "stderr": str(err_path)}
+            start = time.monotonic()
+            try:
+                self.proc.stdin.write((json.dumps(request) + "\n").encode())
+                self.proc.stdin.flush()
+            except OSError as e:
+                raise ZygoteError(f"the zygote is gone: {e}") from None
+            pid = self._line(60.0)["pid"]
+            _live_groups.add(pid)
+            timed_out, returncode = False, None
+            try:
+                try:
+                    returncode = self._line(max(timeout_s - (time.monotonic() - start), 0.0))["returncode"]
+                except TimeoutError:
+                    timed_out = True
+                    _kill_group(pid)
+                    returncode = self._line(60.0)["returncode"]
+            except BaseException:  # Ctrl-C, or the zygote lost: the child goes first
+                _kill_group(pid)
+                self.close()
+                raise
+            finally:
+                _kill_group(pid)  # whatever the child left in its group dies with it
+                _live_groups.discard(pid)
+            return ChildResult(returncode, timed_out, time.monotonic() - start, _read(out_path), _read(err_path))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()  # EOF: the zygote kills its children's groups and exits
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _kill_group(self.proc.pid)
+            self.proc.wait()
+        self._log.close()
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self._home):
+                os.unlink(Path(self._home, name))
+            os.rmdir(self._home)
+
+
+class ZygotePool:
+    """Idle zygotes by environment; a judge takes one for a candidate and gives it back."""
+
+    def __init__(self):
+        self._idle: dict[tuple, list[Zygote]] = {}
+        self._all: list[Zygote] = []
+        self._lock = threading.Lock()
+        self.forked = self.fallbacks = 0  # for the benchmark and the tests
+
+    def run(self, argv: list[str], timeout_s: float, env: dict[str, str], cwd: str | Path,
+            module: str = "harness.workers.worker") -> ChildResult | None:
+        """The forked worker's result, or None when no zygote could serve (spawn instead)."""
+        key = env_key(env)
+        zygote = self._take(key, env)
+        if zygote is None:
+            return None
+        try:
+            result = zygote.run(argv, timeout_s, env, cwd, module)
+        except ZygoteError as e:
+            print(f"autokernel: the pre-imported judge worker failed ({str(e)[:300]}); spawning one instead",
+                  file=sys.stderr)
+            zygote.close()
+            with self._lock:
+                self.fallbacks += 1
+            return None
+        with self._lock:
+            self.forked += 1
+            self._idle.setdefault(key, []).append(zygote)
+        return result
+
+    def _take(self, key: tuple, env: dict[str, str]) -> Zygote | None:
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            while idle:
+                zygote = idle.pop()
+                if zygote.alive():
+                    return zygote
+            try:
+                zygote = Zygote(env)
+            except OSError:
+                return None
+            self._all.append(zygote)
+            return zygote
+
+    def close(self) -> None:
+        with self._lock:
+            for zygote in self._all:
+                zygote.close()
+            self._all.clear()
+            self._idle.clear()

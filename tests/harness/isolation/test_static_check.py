@@ -1,0 +1,182 @@
+"""The static check before import: each rule refuses its construct with the line, and every honest
+kernel and solution in the project passes (a judge that rejects a correct kernel is broken)."""
+from __future__ import annotations
+
+
+import pytest
+
+import judge_kernels
+from harness.correctness.candidate import read_header
+from harness.isolation.static_check import check_source, describe
+from paths import DATA, KERNELBENCH, ROOT
+
+HONEST_KERNELS = sorted(p for p in [*ROOT.glob("starter_kernels/*/*.py"), *DATA.glob("kernels/**/*.py")]
+                        if p.name != "__init__.py")
+HONEST_SOLUTIONS = sorted(p for p in (KERNELBENCH / "solutions").glob("*.py")
+                          if p.stem not in ("19_ReLU_zeros",))  # it patches torch.allclose: refused
+
+
+def _rules(text: str, **kw) -> list[tuple[int, str]]:
+    return [(v.line, v.rule) for v in check_source(text, **kw)]
+
+
+@pytest.mark.parametrize("path", HONEST_KERNELS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_honest_kernel_passes(path):
+    backend = read_header(path).get("BACKEND", "triton")
+    assert check_source(path.read_text(), backend) == []
+
+
+@pytest.mark.parametrize("path", HONEST_SOLUTIONS, ids=lambda p: p.name)
+def test_every_honest_kernelbench_solution_passes(path):
+    assert check_source(path.read_text(), model=True) == []
+
+
+def test_generated_test_kernels_and_tuned_starters_pass():
+    honest = [name for name, (_, verdict, _) in judge_kernels.VARIANTS.items() if name != "syntax_error"
+              and name not in ("import_error", "numpy_no_launch")]
+    for name in honest:
+        assert check_source(judge_kernels.VARIANTS[name][0]) == [], name
+    import loop_kernels
+    kernels = {n: v for n, v in vars(loop_kernels).items() if isinstance(v, str) and "KERNEL_TYPE" in v}
+    assert kernels
+    for name, text in kernels.items():
+        assert check_source(text) == [], name
+
+
+@pytest.mark.parametrize("text, want", [
+    ("import os\n", [(1, "import not allowed")]),
+    ("import numpy as np\n", [(1, "import not allowed")]),
+    ("from math import *\n", [(1, "import not allowed")]),
+    ("from . import x\n", [(1, "import not allowed")]),
+    ("import torch.nn\n", [(1, "import not allowed")]),  # a kernel is not a module: torch.nn is for ModelNew
+    ("\nimport harness.cuda_build\n", [(2, "import not allowed")]),  # only CUDA files use the loader
+    ("import torch\nimport triton\n\ntriton.runtime.autotuner.time.perf_counter = None\n",
+     [(4, "assignment to a module attribute"), (4, "not on the kernel allow-list")]),
+    ("import torch\ntorch.cuda.Event = object\n",
+     [(2, "assignment to a module attribute"), (2, "not on the kernel allow-list")]),
+    ("import torch\ndef f():\n    torch.x.y = 1\n", [(3, "assignment to a module attribute")]),
+    ("import torch\ndel torch.matmul\n", [(2, "assignment to a module attribute")]),
+    ("import torch\ntorch.cuda.synchronize += 1\n", [(2, "assignment to a module attribute")]),
+    ("import torch\nx = torch.os\n", [(2, "forbidden name"), (2, "not on the kernel allow-list")]),
+    ("def f(g):\n    return g.__globals__\n", [(2, "forbidden name")]),
+    ("x = __builtins__\n", [(1, "forbidden name")]),
+    ("exec('1')\n", [(1, "forbidden name")]),
+    ("eval('1')\n", [(1, "forbidden name")]),
+    ("compile('1', 'f', 'exec')\n", [(1, "forbidden name")]),
+    ("open('/tmp/x', 'w')\n", [(1, "forbidden name")]),
+    ("__import__('os')\n", [(1, "forbidden name")]),
+    ("class A: pass\nsetattr(A, 'x', 1)\n", [(2, "forbidden name")]),
+    ("import math\ny = getattr(math, 'pi')\n", [(2, "getattr on a module"), (2, "module used as a value")]),
+    ("def f(o, n):\n    return getattr(o, n)\n", [(2, "getattr with a computed name")]),
+    ("def f(o):\n    return getattr(o, '__dict__')\n", [(2, "forbidden name")]),
+    ("def f(o):\n    return type(o).__subclasses__()\n", [(2, "forbidden name")]),
+])
+def test_each_rule_refuses_with_its_line(text, want):
+    assert _rules(text) == want
+
+
+def test_honest_constructs_pass():
+    text = ("from __future__ import annotations\nimport math\nimport functools\nfrom typing import Optional\n"
+            "from dataclasses import dataclass\nimport torch\nimport triton\nimport triton.language as tl\n"
+            "from triton.language.extra import libdevice\n\n"
+            "@dataclass\nclass Cfg:\n    block: int = 64\n\ncfg = Cfg()\ncfg.block = 128\n"
+            "def kernel_fn(x):\n    y = torch.empty_like(x)\n    n = getattr(x, 'shape')[-1]\n"
+            "    f = torch.empty\n    return y\n")
+    assert check_source(text) == []
+
+
+def test_cuda_and_model_profiles():
+    cuda = "from harness.cuda_launcher import dtype_code, load_launcher\nfrom harness.cuda_build import load_cuda\n"
+    assert check_source(cuda, "cuda") == [] and _rules(cuda, backend="triton") == [(1, "import not allowed")] * 2 + [
+        (2, "import not allowed")]
+    model = ("import torch.nn as nn\nimport torch.nn.functional as F\n"
+             "from torch.utils.cpp_extension import load_inline\n")
+    assert check_source(model, model=True) == []
+    assert {r for _, r in _rules(model)} == {"import not allowed"}
+
+
+def test_the_message_names_the_file_line_and_rule():
+    text = "import torch\n\ntorch.cuda.Event = object\n"
+    msg = describe(check_source(text), "exp_0001.py")
+    assert "exp_0001.py:3: assignment to a module attribute: torch.cuda.Event" in msg
+    assert "playbook/rules.md" in msg
+
+
+@pytest.mark.parametrize("text, why", [
+    # what no judgement needs and a winner would carry into the user's process
+    ("import torch\ndef f(p):\n    return torch.serialization.pickle.loads(p)\n", "torch.serialization"),
+    ("from torch import load\n", "torch.load"),
+    ("import torch\ntorch.save({}, 'x')\n", "torch.save"),
+    ("import torch\nx = torch._C\n", "_C is private"),
+    ("import torch\ntorch.library.Library('k', 'DEF')\n", "torch.library"),
+    ("import torch\nf = torch.ops.aten.add\n", "torch.ops"),
+    ("import torch\ntorch.hub.load('a', 'b')\n", "torch.hub"),
+    ("import torch\ntorch.multiprocessing.Process\n", "torch.multiprocessing"),
+    ("import torch\ntorch.compile(lambda x: x)\n", "torch.compile"),
+    ("import torch\ntorch.jit.script\n", "torch.jit"),
+    ("import torch\ntorch.cuda.Stream()\n", "torch.cuda.Stream"),
+    ("import torch\ntorch.cuda.CUDAGraph()\n", "torch.cuda.CUDAGraph"),
+    ("import torch\ntorch.cuda.Event(enable_timing=True)\n", "torch.cuda.Event"),
+    ("import triton\ntriton.knobs.cache.dir\n", "triton.knobs"),
+    ("import triton\ntriton.testing.do_bench\n", "triton.testing"),
+    ("import typing\ntyping.types.FunctionType\n", "typing.types"),
+    ("import torch\ntorch.quasirandom.SobolEngine\n", "torch.quasirandom is a module"),  # in no list: a module
+    ("import triton.language as tl\ntl.core._semantic\n", "_semantic is private"),
+    ("from torch.utils.cpp_extension import load\n", "torch.utils.cpp_extension.load"),
+])
+def test_the_allow_list_refuses_what_a_kernel_does_not_need(text, why):
+    found = [v for v in check_source(text, model="cpp_extension" in text) if v.rule == "not on the kernel allow-list"]
+    assert found and why in found[0].detail, found
+
+
+@pytest.mark.parametrize("text, rule", [
+    ("import torch\nlib = torch\n", "module used as a value"),
+    ("def f(x):\n    x.numpy().tofile('/tmp/out')\n", "forbidden name"),
+    ("def f(x):\n    return x.__class__.__base__\n", "forbidden name"),
+    ("def f(x):\n    return x.__reduce_ex__(2)\n", "forbidden name"),
+    ("def f(x, s):\n    x.record_stream(s)\n", "forbidden name"),
+    ("def f(a, b):\n    a.wait_stream(b)\n", "forbidden name"),
+    ("import torch\nclass Lazy(torch.Tensor):\n    pass\n", "tensor subclass"),
+    ("from torch import Tensor\nclass Lazy(Tensor):\n    pass\n", "tensor subclass"),
+])
+def test_no_chain_leaves_the_file_unchecked(text, rule):
+    assert rule in {r for _, r in _rules(text)}
+
+
+def test_what_kernels_use_stays_allowed():
+    text = ("import torch\nimport triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
+            "def kernel_fn(x):\n    p = torch.cuda.get_device_properties(x.device)\n"
+            "    cap = torch.cuda.get_device_capability()\n    s = torch.cuda.current_stream().cuda_stream\n"
+            "    y = torch.empty(x.shape, dtype=torch.float16, device=x.device)\n"
+            "    n = triton.next_power_of_2(x.shape[-1]) * triton.cdiv(4, 2)\n    return y.view(-1)\n")
+    assert check_source(text) == []
+    model = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+             "from torch.utils.cpp_extension import load_inline\nclass ModelNew(nn.Module):\n"
+             "    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(4, 4)\n"
+             "    def forward(self, x):\n        return F.relu(self.lin(x))\n")
+    assert check_source(model, model=True) == []
+
+
+def test_what_the_playbook_tells_the_model_matches_the_allow_list():
+    """rules.md names what the allow-list admits and refuses, and its code passes the check."""
+    import re
+
+    from harness.isolation import kernel_surface
+    rules = (ROOT / "playbook" / "rules.md").read_text()
+    for module in ("torch.cuda", "triton", "harness.cuda_launcher", "harness.cuda_build"):
+        for name in kernel_surface.MODULE_NAMES[module]:
+            assert f"`{name}`" in rules or f"`{module}.{name}`" in rules or name == "tools", (module, name)
+    for name in kernel_surface.REFUSED_NAMES["torch"] - {"set_default_device", "set_default_dtype",
+                                                        "use_deterministic_algorithms", "UntypedStorage",
+                                                        "TypedStorage", "Storage", "set_printoptions"}:
+        assert f"`{name}`" in rules or f"`torch.{name}`" in rules, name
+    checked = 0
+    for path in sorted((ROOT / "playbook").glob("*.md")):
+        for code in re.findall(r"```python\n(.*?)```", path.read_text(), re.S):
+            try:
+                compile(code, path.name, "exec")
+            except SyntaxError:
+                continue  # a fragment with `...` in place of a parameter list
+            assert check_source(code, "cuda" if "cuda_launcher" in code else "triton") == [], path.name
+            checked += 1
+    assert checked
