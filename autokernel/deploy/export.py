@@ -120,7 +120,7 @@ def write_package(exported: Exported, package: Path, manifest_extra: dict | None
     (package / "guard").mkdir()
     (package / "guard" / "__init__.py").write_text(GUARD_INIT, encoding="utf-8")
     for name in GUARD:
-        shutil.copyfile(judge / name, package / "guard" / name)
+        shutil.copyfile(judge / "isolation" / name, package / "guard" / name)
     (package / "kernels").mkdir()
     (package / "kernels" / "__init__.py").write_text('"""The exported kernel files, as judged."""\n', encoding="utf-8")
     for module, path in exported.sources.items():

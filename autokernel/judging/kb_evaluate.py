@@ -427,7 +427,7 @@ def _judge_timed_ops(v: Verdict, check: ChildRun, timed: ChildRun) -> dict | Non
 def _judge_timed_outputs(v: Verdict, ref: Reference, timed: ChildRun, opts: EvalOptions) -> dict | None:
     # blocks caches that switch on after the correctness calls, and answers right only when checked:
     # every timed rep whose output both children kept, on the same values, must fit its inputs
-    ends = {"0", str(opts.reps - 1)}  # always on their own seeds in both children
+    ends = {"0", str(opts.n_reps - 1)}  # always on their own seeds in both children
     compared = 0
     for rep, fp in sorted(ref.result["checked_reps"].items(), key=lambda kv: int(kv[0])):
         mine = timed.result["fingerprints"].get(rep)

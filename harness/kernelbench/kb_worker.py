@@ -248,7 +248,7 @@ def enter_sandbox(a, network: dict | None = None) -> dict:
     if a.no_sandbox or not a.sandbox_write:
         return sandbox.not_requested()
     import triton  # noqa: F401  (imported while it may still write)
-    from harness import launches  # noqa: F401
+    from harness.correctness import launches  # noqa: F401
     if a.device == "cuda":
         torch.cuda.init()
     state = sandbox.confine(a.sandbox_write, readable=[a.problem], namespace=network)

@@ -96,7 +96,7 @@ def test_native_attempts_fail_under_the_os_layers_alone(tmp_path, isolate):
 
 def test_the_socket_filter_holds_without_landlock(tmp_path):
     """Each layer stands alone: socket(2) is refused by seccomp in a process Landlock never touched."""
-    code = ("import socket, json\nfrom harness import socket_filter\nstate = socket_filter.install()\n"
+    code = ("import socket, json\nfrom harness.isolation import socket_filter\nstate = socket_filter.install()\n"
             "try:\n    socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n    print(json.dumps([state, 'open']))\n"
             "except OSError as e:\n    print(json.dumps([state, e.strerror]))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
