@@ -5,7 +5,10 @@ minute: what the model as a whole would gain (Amdahl) if the target went from it
 its ceiling, times the chance that one more experiment on it is kept (its record: passes and keeps,
 with a prior so a fresh target is worth trying), times the part of what is left a keep usually
 wins, divided by its minutes per experiment. A target stays chosen until another one offers more
-by a clear margin (so the run does not hop between targets on noise).
+by a clear margin (so the run does not hop between targets on noise). Before any of that, every
+target's first experiment (the starter's baseline) is run, the one worth most first: one verdict each,
+and the choices after it rest on measured starts rather than on a prior, and every target has a
+kernel for verify to serve even on a short budget.
 
 A plateau parks a target; a parked target is still eligible, and when it is chosen again it comes
 back with the next strategy of its rotation. A target within noise of its ceiling is done.
@@ -112,6 +115,11 @@ def choose(targets: Sequence[TargetState], current: int | None = None) -> Choice
     scores = {i: gain_per_min(targets, t) for i, t in enumerate(targets) if eligible(t)}
     if not scores:
         return None
+    fresh = [i for i in scores if not targets[i].history]
+    if fresh:  # every target measured once (its baseline) before any is searched further
+        first = max(fresh, key=lambda i: (scores[i], -i))
+        return Choice(first, scores[first], "not measured yet: every target's baseline comes first, the one "
+                      f"worth most first ({_why(targets, first, scores)})")
     best = max(scores, key=lambda i: (scores[i], -i))
     if current in scores and scores[current] * SWITCH_MARGIN >= scores[best]:
         best = current

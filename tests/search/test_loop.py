@@ -264,7 +264,10 @@ def test_the_target_worth_most_is_searched_first(tmp_path):
     run, state, settings = new_run(tmp_path, [small, big], max_experiments=2)
     search(run, state, settings, lambda c: 70.0)
     frame = board.read(run.leaderboard_path)
-    assert list(frame["target"]) == [big.name] * 3 + [small.name] * 3  # plan order put it second
+    # every baseline first, the target worth most first although the plan put it second; then the
+    # search goes where the gain is
+    assert list(frame["target"]) == [big.name, small.name] + [big.name] * 2 + [small.name] * 2
+    assert list(frame["decision"])[:2] == ["BASELINE", "BASELINE"]
     assert "up to" in small.chosen_because and "end to end" in big.chosen_because
     assert big.status == small.status == "done" and "experiment budget spent" in small.stop_reason
     assert run.best_file(small).exists() and run.best_file(big).exists()
