@@ -364,6 +364,8 @@ def assert_probe_failed(run, slug, candidate):
     verdict = json.loads((run.path / "kernels" / slug / "exp_0001.json").read_text())
     failed = [s["detail"] for s in verdict["stages"] if s["status"] == "fail"]
     assert failed and failed[-1]
+    # the static check is off (the callers): the probe ran, and the layers behind the filter stopped it
+    assert "static check refused" not in failed[-1], "the probe never ran"
     if verdict["failed_stage"] == "integrity":  # no sandbox stopped the writes: the search caught them
         assert "leaderboard.tsv" in failed[-1] and f"best/{slug}.py" in failed[-1]
     assert (run.path / "kernels" / slug / "exp_0001.py").read_text() == candidate
@@ -375,6 +377,8 @@ def assert_probe_failed(run, slug, candidate):
 @pytest.mark.slow
 def test_the_probe_as_an_llm_candidate_fails_and_leaves_the_records_sealed(tmp_path, fake_openai,  # noqa: F811
                                                                            monkeypatch):
+    # the static check would refuse the probe's imports before it runs: off, so the sandbox is tested
+    monkeypatch.setenv("AUTOKERNEL_STATIC_CHECK", "off")
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     model = tmp_path / "softmax_model.py"
     model.write_text(SOFTMAX_MODEL)
@@ -392,6 +396,8 @@ def test_the_probe_as_an_llm_candidate_fails_and_leaves_the_records_sealed(tmp_p
 def test_the_probe_as_a_kernelbench_solution_fails_and_leaves_the_records_sealed(tmp_path, fake_openai,  # noqa: F811
                                                                                 monkeypatch):
     from autokernel.kernelbench import run as kb_run
+    # the static check would refuse the probe's imports before it runs: off, so the sandbox is tested
+    monkeypatch.setenv("AUTOKERNEL_STATIC_CHECK", "off")
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     kb = tmp_path / "KernelBench" / "level1"
     kb.mkdir(parents=True)
