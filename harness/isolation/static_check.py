@@ -50,8 +50,10 @@ SERIALIZING_ATTRIBUTES = frozenset({"from_file", "tofile", "dump", "dumps", "loa
                                     # (KernelBench's stream check), and a lazy tensor's constructor
                                     "wait_stream", "record_stream", "_make_subclass"})
 # ... and what moves a tensor's values to Python or numpy to compute there, out of sight of every
-# check of what a call did with PyTorch and launched (a scalar's .item() stays: sizes and flags)
-HOST_ATTRIBUTES = frozenset({"numpy", "tolist", "from_numpy", "frombuffer", "from_dlpack", "to_dlpack"})
+# check of what a call did with PyTorch and launched (a scalar's .item() stays: sizes and flags);
+# a tensor's storage reads as bytes without a single PyTorch op
+HOST_ATTRIBUTES = frozenset({"numpy", "tolist", "from_numpy", "frombuffer", "from_dlpack", "to_dlpack",
+                             "untyped_storage", "storage"})
 # the builtins that read or set any attribute by name: called directly, never passed as a value
 # (functools.reduce(getattr, ...) would hide the name from the rules on attributes)
 NAMED_ACCESS = frozenset({"getattr", "hasattr"})

@@ -61,6 +61,8 @@ ATTACKS = {
                       "compute on the host", "numpy"),
     "python_list_compute": (_kernel("", "rows = [[v * 1.0 for v in r] for r in x.tolist()]",
                                     "y = torch.tensor(rows, dtype=x.dtype)"), "compute on the host", "tolist"),
+    "storage_bytes": (_kernel("", "raw = bytes(x.contiguous().untyped_storage())", "y = x.softmax(-1)"),
+                      "compute on the host", "untyped_storage"),
     "from_buffer": (_kernel("", "y = torch.frombuffer(bytearray(x.numel() * 4), dtype=torch.float32)"),
                     "not on the kernel allow-list", "frombuffer"),
     "weak_reference_callback": (_kernel("import torch.utils.weak\n_ready = {}",
