@@ -199,8 +199,10 @@ class _Checker(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Try(self, node: ast.Try) -> None:
-        # a generator suspended inside try or with runs its cleanup when it is collected: a finalizer
-        if _yields_in(node.body):
+        # a generator (or coroutine) suspended inside try or with runs its cleanup when it is
+        # collected: a finalizer. A finally clause covers the handlers and the else clause too.
+        covered = node.body + ([*node.orelse, *(s for h in node.handlers for s in h.body)] if node.finalbody else [])
+        if _yields_in(covered):
             self.flag(node, "finalizer", "a yield inside try: its cleanup runs when the generator is collected")
         self.generic_visit(node)
 
@@ -246,11 +248,11 @@ class _Checker(ast.NodeVisitor):
 
 
 def _yields_in(body: list[ast.stmt]) -> bool:
-    """Whether these statements yield, not counting functions and classes defined in them."""
+    """Whether these statements yield or await, not counting functions and classes defined in them."""
     todo: list[ast.AST] = list(body)
     while todo:
         node = todo.pop()
-        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+        if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await, ast.AsyncFor, ast.AsyncWith)):
             return True
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             todo.extend(ast.iter_child_nodes(node))

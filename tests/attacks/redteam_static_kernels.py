@@ -77,6 +77,10 @@ ATTACKS = {
                                  "        _ready.append(x.softmax(-1))\n\n\n_held = []",
                                  "y = x.softmax(-1)", "g = _later(x)", "next(g)", "_held[:] = [g]"),
                           "finalizer", "yield inside try"),
+    "coroutine_cleanup": (_kernel("_ready = []\n\n\nasync def _later(x, wait):\n    try:\n        pass\n"
+                                  "    except ValueError:\n        pass\n    else:\n        await wait\n    finally:\n"
+                                  "        _ready.append(x.softmax(-1))", "y = x.softmax(-1)"),
+                          "finalizer", "yield inside try"),
     "class_from_a_namespace": (_kernel('_Later = type("L", (), {"__d" + "el__": lambda self: None})',
                                        "y = x.softmax(-1)"), "class built at run time", "type("),
     "annotation_run_as_code": (_kernel('def _f(a: "getattr(len, \'__self__\')"):\n    pass\n\n\n'
@@ -95,6 +99,7 @@ HONEST = _kernel(
     'block = getattr(x, "shape")[-1] if hasattr(x, "shape") else CONFIG["BLOCK"]',
     "kind = type(x).__name__",
     "rows = sum(1 for _ in _Rows(x.shape[0])) + int(x.new_ones(()).item())",
+    "try:", "    cols = x.shape[1]", "except IndexError:", "    cols = 1", "finally:", "    rows += 0",
     "hit = _cache.get(id(x))",
     "y = torch.empty_like(x) if hit is None or hit[0] is not x else hit[1]",
     "_cache[id(x)] = (x, y)")
