@@ -83,6 +83,8 @@ ATTACKS = {
                           "finalizer", "yield inside try"),
     "class_from_a_namespace": (_kernel('_Later = type("L", (), {"__d" + "el__": lambda self: None})',
                                        "y = x.softmax(-1)"), "class built at run time", "type("),
+    "type_passed_along": (_kernel('_make = type\n_Later = _make("L", (), {})', "y = x.softmax(-1)"),
+                          "type as a value", "type"),
     "annotation_run_as_code": (_kernel('def _f(a: "getattr(len, \'__self__\')"):\n    pass\n\n\n'
                                        "_hints = typing.get_type_hints(_f)", "y = x.softmax(-1)"),
                                "not on the kernel allow-list", "get_type_hints"),
