@@ -21,8 +21,9 @@ import sys
 import types
 
 # torch's modules a kernel file may reach besides torch itself (torch.cuda only through
-# MODULE_NAMES); torch.utils.weak: weak dictionaries keyed by tensors, data with no code in it
-TORCH_MODULES = ("torch.cuda", "torch.version", "torch.types", "torch.utils.weak")
+# MODULE_NAMES). Not torch.utils.weak: a weak reference's callback runs when the judge drops an
+# output, outside any timed region, and a cache keyed by tensors needs no weak reference.
+TORCH_MODULES = ("torch.cuda", "torch.version", "torch.types")
 # a KernelBench ModelNew may also build modules and use PyTorch's compute for the parts it keeps
 MODEL_MODULES = ("torch.nn", "torch.nn.functional", "torch.nn.init", "torch.utils.cpp_extension",
                  "torch.linalg", "torch.fft", "torch.special")
@@ -46,14 +47,20 @@ MODULE_NAMES = {
 
 # Names of torch that are not the tensor API: files and serialization (load, save, from_file),
 # operator registration and raw dispatch (ops, classes, library), Python compilers (compile, jit),
-# hubs and packages, processes and threads, the profiler and the test helpers.
+# hubs and packages, processes and threads, the profiler and the test helpers; and the ways into
+# and out of numpy and foreign buffers (a kernel's compute stays in torch and its own launches).
+# typing and functools: what evaluates a string annotation as code (get_type_hints, and
+# singledispatch's register, which calls it): text the check cannot read.
 REFUSED_NAMES = {
     "torch": frozenset({
         "load", "save", "from_file", "serialization", "ops", "classes", "library", "compile", "compiler",
         "jit", "hub", "package", "multiprocessing", "distributed", "utils", "fx", "export", "onnx",
         "profiler", "testing", "overrides", "autograd", "backends", "func", "futures", "monitor",
         "set_default_device", "set_default_dtype", "use_deterministic_algorithms", "storage",
-        "UntypedStorage", "TypedStorage", "Storage", "set_printoptions"}),
+        "UntypedStorage", "TypedStorage", "Storage", "set_printoptions", "from_numpy", "frombuffer",
+        "from_dlpack", "to_dlpack"}),
+    "typing": frozenset({"get_type_hints", "ForwardRef", "evaluate_forward_ref"}),
+    "functools": frozenset({"singledispatch", "singledispatchmethod"}),
 }
 
 
@@ -107,7 +114,8 @@ def refusal(dotted: str, allowed: tuple[str, ...], module_allowed) -> str:
     if listed is not None and name not in listed:
         return f"{full} is not among what a kernel uses of {base} ({', '.join(sorted(listed))})"
     if name in REFUSED_NAMES.get(base, ()):
-        return f"{full} is not a kernel's business (files, serialization, registration, compilers, processes)"
+        return (f"{full} is not a kernel's business (files, serialization, registration, compilers, "
+                "processes, numpy, code in strings)")
     if is_module(full) and not module_allowed(full, allowed):
         return f"{full} is a module the file may not import"
     return ""

@@ -33,6 +33,7 @@ FORBIDDEN_NAMES = frozenset({
     "open", "exec", "eval", "compile", "__import__", "__dict__", "__globals__", "__code__",
     "globals", "locals", "vars", "breakpoint", "setattr", "delattr",
     "__subclasses__", "__bases__", "__mro__", "__closure__", "__getattribute__", "__loader__", "__spec__",
+    "memoryview", "__build_class__",
 })
 # Attribute names that stay forbidden after a dot: `torch.os`, `fn.__globals__`. Not `compile`:
 # torch.compile and a Triton object's .compile are not the builtin.
@@ -48,6 +49,28 @@ SERIALIZING_ATTRIBUTES = frozenset({"from_file", "tofile", "dump", "dumps", "loa
                                     # work handed to another stream, finishing after the timed region
                                     # (KernelBench's stream check), and a lazy tensor's constructor
                                     "wait_stream", "record_stream", "_make_subclass"})
+# ... and what moves a tensor's values to Python or numpy to compute there, out of sight of every
+# check of what a call did with PyTorch and launched (a scalar's .item() stays: sizes and flags);
+# a tensor's storage reads as bytes without a single PyTorch op
+HOST_ATTRIBUTES = frozenset({"numpy", "tolist", "from_numpy", "frombuffer", "from_dlpack", "to_dlpack",
+                             "untyped_storage", "storage"})
+# the builtins that read or set any attribute by name: called directly, never passed as a value
+# (functools.reduce(getattr, ...) would hide the name from the rules on attributes)
+NAMED_ACCESS = frozenset({"getattr", "hasattr"})
+# methods a kernel file may not define: a finalizer runs when the judge drops an object, outside
+# every timed and watched region
+FINALIZERS = frozenset({"__del__"})
+
+
+def attribute_refusal(attr: str) -> tuple[str, str] | None:
+    """(rule, why) when `obj.attr` (or getattr(obj, "attr")) is refused on any object, else None."""
+    if attr in FORBIDDEN_ATTRIBUTES or attr in SERIALIZING_ATTRIBUTES:
+        return "forbidden name", f".{attr} reaches outside a kernel's business"
+    if attr.startswith("__") and attr.endswith("__") and attr not in kernel_surface.DUNDERS:
+        return "forbidden name", f".{attr} walks out of the kernel's own objects"
+    if attr in HOST_ATTRIBUTES:
+        return "compute on the host", f".{attr} moves tensor values out of torch and the kernel's launches"
+    return None
 
 
 @dataclass(frozen=True)
@@ -82,6 +105,7 @@ class _Checker(ast.NodeVisitor):
         self.modules: set[str] = set()  # ... those of them that name a module
         self.chained: set[int] = set()  # Name nodes that begin an attribute chain
         self.inner: set[int] = set()  # Attribute nodes inside a longer chain
+        self.called: set[int] = set()  # Name nodes that are the function of a call
         self.violations: list[Violation] = []
 
     def flag(self, node: ast.AST, rule: str, detail: str) -> None:
@@ -116,16 +140,19 @@ class _Checker(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in FORBIDDEN_NAMES:
             self.flag(node, "forbidden name", f"{node.id} reaches outside a kernel's business")
+        elif node.id in NAMED_ACCESS and id(node) not in self.called:
+            self.flag(node, f"{node.id} as a value", f"{node.id}: call it directly, with a literal name")
+        elif node.id == "type" and id(node) not in self.called and isinstance(node.ctx, ast.Load):
+            self.flag(node, "type as a value", "type: call type(obj) directly; classes are written as class statements")
         elif node.id in self.modules and id(node) not in self.chained and isinstance(node.ctx, ast.Load):
             # a module held in a variable or passed along hides every chain through it from this check
             self.flag(node, "module used as a value", f"{node.id}: use the module's attributes by name")
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr in FORBIDDEN_ATTRIBUTES or node.attr in SERIALIZING_ATTRIBUTES:
-            self.flag(node, "forbidden name", f".{node.attr} reaches outside a kernel's business")
-        elif node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in kernel_surface.DUNDERS:
-            self.flag(node, "forbidden name", f".{node.attr} walks out of the kernel's own objects")
+        refused = attribute_refusal(node.attr)
+        if refused is not None:
+            self.flag(node, *refused)
         if isinstance(node.value, ast.Attribute):
             self.inner.add(id(node.value))  # the whole chain is checked once, at its outermost name
         dotted = self._dotted(node) if id(node) not in self.inner else None
@@ -138,15 +165,55 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
-        if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") and node.args:
-            name_arg = node.args[1] if len(node.args) > 1 else None
-            if self._rooted_in_import(node.args[0]):
-                self.flag(node, f"{node.func.id} on a module", f"{ast.unparse(node)}: use the attribute by name")
-            elif not (isinstance(name_arg, ast.Constant) and isinstance(name_arg.value, str)):
-                self.flag(node, f"{node.func.id} with a computed name", f"{ast.unparse(node)}: name it literally")
-            elif name_arg.value in FORBIDDEN_ATTRIBUTES:
-                self.flag(node, "forbidden name", f"{node.func.id}(..., {name_arg.value!r})")
+        if isinstance(node.func, ast.Name):
+            self.called.add(id(node.func))
+            if node.func.id in NAMED_ACCESS:
+                self._named_access(node)
+            elif node.func.id == "type" and (len(node.args) != 1 or node.keywords):
+                # type(name, bases, namespace) builds a class from a namespace with computed keys
+                self.flag(node, "class built at run time", f"{ast.unparse(node)}: write a class statement")
         self.generic_visit(node)
+
+    def _named_access(self, node: ast.Call) -> None:
+        """getattr(obj, "name") is held to the rules of obj.name; a computed name to none, so refused."""
+        name_arg = node.args[1] if len(node.args) > 1 else None
+        if node.keywords or not node.args or isinstance(node.args[0], ast.Starred):
+            self.flag(node, f"{node.func.id} with a computed name", f"{ast.unparse(node)}: name it literally")
+        elif self._rooted_in_import(node.args[0]):
+            self.flag(node, f"{node.func.id} on a module", f"{ast.unparse(node)}: use the attribute by name")
+        elif not (isinstance(name_arg, ast.Constant) and isinstance(name_arg.value, str)):
+            self.flag(node, f"{node.func.id} with a computed name", f"{ast.unparse(node)}: name it literally")
+        elif name_arg.value in FORBIDDEN_NAMES:
+            self.flag(node, "forbidden name", f"{node.func.id}(..., {name_arg.value!r}) reaches outside a kernel's business")
+        else:
+            refused = attribute_refusal(name_arg.value)
+            if refused is not None:
+                self.flag(node, refused[0], f"{node.func.id}(..., {name_arg.value!r}): {refused[1]}")
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        if node.name in FINALIZERS:
+            self.flag(node, "finalizer", f"def {node.name}: runs when the judge drops an object, outside every "
+                                         "timed region")
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Try(self, node: ast.Try) -> None:
+        # a generator (or coroutine) suspended inside try or with runs its cleanup when it is
+        # collected: a finalizer. A finally clause covers the handlers and the else clause too.
+        covered = node.body + ([*node.orelse, *(s for h in node.handlers for s in h.body)] if node.finalbody else [])
+        if _yields_in(covered):
+            self.flag(node, "finalizer", "a yield inside try: its cleanup runs when the generator is collected")
+        self.generic_visit(node)
+
+    visit_TryStar = visit_Try
+
+    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
+        if _yields_in(node.body):
+            self.flag(node, "finalizer", "a yield inside with: its exit runs when the generator is collected")
+        self.generic_visit(node)
+
+    visit_AsyncWith = visit_With
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         # a tensor subclass can defer or fake the work while looking like the output (KernelBench's
@@ -178,6 +245,18 @@ class _Checker(ast.NodeVisitor):
         while isinstance(node, (ast.Attribute, ast.Subscript)):
             node = node.value
         return isinstance(node, ast.Name) and node.id in self.imported
+
+
+def _yields_in(body: list[ast.stmt]) -> bool:
+    """Whether these statements yield or await, not counting functions and classes defined in them."""
+    todo: list[ast.AST] = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await, ast.AsyncFor, ast.AsyncWith)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 # Set to "off" to judge with the filter switched off: only to test the layers behind it (the audit

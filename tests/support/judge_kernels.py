@@ -103,11 +103,13 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
     # --- integrity
     "calls_reference": (source(wrapper=wrap(LAUNCH, "return torch.softmax(x, dim=-1)")), "FAIL", "integrity"),
     "writes_into_input": (source(wrapper=wrap("y = x2", LAUNCH, "return y.view(shape)")), "FAIL", "integrity"),
-    # keyed by the input tensor object (held weakly), not its address: a new tensor never hits a
-    # stale entry, so only a caller that refills the same buffers in place (the replay check) sees it
-    "result_cache": (source(prelude="_replay = torch.utils.weak.WeakTensorKeyDictionary()",
-                            wrapper=wrap("if x in _replay: return _replay[x].clone()",
-                                         LAUNCH, "_replay[x] = y.view(shape).clone()",
+    # keyed by the input tensor object (held, so its id stays its own), not its address: a new
+    # tensor never hits a stale entry, so only a caller that refills the same buffers in place (the
+    # replay check) sees it
+    "result_cache": (source(prelude="_replay = {}",
+                            wrapper=wrap("hit = _replay.get(id(x))",
+                                         "if hit is not None and hit[0] is x: return hit[1].clone()",
+                                         LAUNCH, "_replay[id(x)] = (x, y.view(shape).clone())",
                                          "return y.view(shape)")), "FAIL", "integrity"),
     # numpy is refused by the static check, before import
     "numpy_no_launch": (source(wrapper=wrap("import numpy as np", "a = x.detach().float().numpy().astype(np.float64)",

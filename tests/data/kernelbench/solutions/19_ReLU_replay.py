@@ -1,13 +1,13 @@
 """Cheat: computes once per input tensor, then replays the cached result for that tensor.
 
-Keyed by the tensor object (held weakly), not by its address: a fresh tensor never lands on a stale
+Keyed by the tensor object (held), not by its address: a fresh tensor never lands on a stale
 entry, so only buffers refilled in place (the replay probe) can see the cache."""
 import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
 
-_cache = torch.utils.weak.WeakTensorKeyDictionary()
+_cache = {}  # id(x) -> (x, its output): x held, so its id stays its own
 
 
 @triton.jit
@@ -19,8 +19,9 @@ def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        if x not in _cache:
+        hit = _cache.get(id(x))
+        if hit is None or hit[0] is not x:
             y = torch.empty_like(x)
             relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-            _cache[x] = y
-        return _cache[x]
+            _cache[id(x)] = hit = (x, y)
+        return hit[1]
