@@ -68,6 +68,11 @@ SAFE_FRAME_READERS = frozenset({("typing.py", "_caller"), ("collections/__init__
                                 ("traceback.py", "format_stack"), ("traceback.py", "print_stack"),
                                 ("typing_extensions.py", "_caller"),
                                 ("typing_extensions.py", "_has_generic_or_protocol_as_origin")})
+# The judge's own frame readers that may run under a candidate's call (the op recorder asking
+# whether an op inside a Triton launch was Triton's or a candidate's callback's): matched by their
+# exact file, which lies where no candidate writes, and hand no frame out.
+JUDGE_FRAME_READERS = frozenset({(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                               "correctness", "launches.py"), "triton_own_op")})
 # Standard-library code whose job is generating code: the exec/compile it does is not the caller's.
 CODE_GENERATORS = ("dataclasses.py", "collections/__init__.py", "typing.py", "enum.py", "ast.py",
                    "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
@@ -321,6 +326,8 @@ def _safe_frame_reader(frame) -> bool:
     name = frame.f_code.co_filename.replace("\\", "/")
     fn = frame.f_code.co_name
     if any(name.endswith(suffix) and fn == func for suffix, func in SAFE_FRAME_READERS):
+        return True
+    if (frame.f_code.co_filename, fn) in JUDGE_FRAME_READERS:
         return True
     caller = frame.f_back
     if caller is None or caller.f_code.co_filename != frame.f_code.co_filename:
