@@ -95,6 +95,8 @@ class Policy(NamedTuple):
     stdlib: tuple[str, ...] = ()
     toolchain: tuple[str, ...] = ()
     report: Callable[[str], None] | None = None
+    # the one thread candidate code may run on (the judge's worker calls it there); None: any
+    judge_thread: int | None = None
 
 
 class _Bound(NamedTuple):
@@ -111,6 +113,7 @@ class _Bound(NamedTuple):
     basename: Callable
     fspath: Callable
     refusal: type
+    get_ident: Callable
 
 
 _registered: list = []  # the candidate-globals list of the hook installed in this process, if any
@@ -122,7 +125,7 @@ def install(policy: Policy) -> Callable[[object], None]:
     if _registered:
         return _registered[0]
     bound = _Bound(policy, [], [], threading.local(), sys.modules, sys._getframe, os.getcwd, os.path.join,
-                   os.path.normpath, os.path.basename, os.fspath, JudgeRefusal)
+                   os.path.normpath, os.path.basename, os.fspath, JudgeRefusal, threading.get_ident)
     hook = _private_copy()["_hook"]
 
     def audit(event: str, args: tuple) -> None:
@@ -223,12 +226,22 @@ def _hook(event: str, args: tuple, b: _Bound) -> None:
     finally:
         b.local.walking = False
     try:
-        why = _judge(event, args, frame, b)
+        why = _foreign_thread(event, b) or _judge(event, args, frame, b)
     except Exception as e:  # a fault of this hook: fail closed only on the candidate's behalf
         why = None if _candidate_frame(frame, b) is None else \
             f"{event} (the hook could not judge it: {type(e).__name__})"
     if why is not None:
         _refuse(why, b)
+
+
+def _foreign_thread(event: str, b: _Bound) -> str | None:
+    """Where candidate code runs on one thread only, any watched event on another is the
+    candidate's: no judge code runs there, and a thread's stack shows nothing of who started it
+    (code exec'd there under a library's globals would pass for that library's own)."""
+    judge_thread = b.policy.judge_thread
+    if judge_thread is None or b.get_ident() == judge_thread:
+        return None
+    return f"{event} on a thread the candidate started: a kernel runs on the judge's thread only"
 
 
 def _judge(event: str, args: tuple, frame, b: _Bound) -> str | None:

@@ -23,6 +23,8 @@ EXPECTED = {
     # its callback now runs before the refill: the answer it prepares is of the previous values
     "prefetch": ("integrity", "a timed call gave a wrong result"),
     "grid_torch": ("integrity", "PyTorch compute inside kernel_fn: aten::_softmax"),
+    "forged_records": ("integrity", "registry['softmax'].reference"),
+    "thread_started": ("integrity", "the worker's threads (1 started by the candidate)"),
 }
 
 
