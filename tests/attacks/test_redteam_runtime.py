@@ -25,6 +25,8 @@ EXPECTED = {
     "grid_torch": ("integrity", "PyTorch compute inside kernel_fn: aten::_softmax"),
     "forged_records": ("integrity", "registry['softmax'].reference"),
     "thread_started": ("integrity", "the worker's threads (1 started by the candidate)"),
+    "nonjit_helper": ("compile", "_softmax_kernel does not compile for sm_90: Triton rejects its source: "
+                                 "RuntimeError: Unsupported function referenced"),
 }
 
 
