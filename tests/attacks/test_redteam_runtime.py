@@ -25,6 +25,7 @@ EXPECTED = {
     "grid_torch": ("integrity", "PyTorch compute inside kernel_fn: aten::_softmax"),
     "forged_records": ("integrity", "registry['softmax'].reference"),
     "thread_started": ("integrity", "the worker's threads (1 started by the candidate)"),
+    "rows_past_64": ("shape_sweep", "130x33"),
     "nonjit_helper": ("compile", "_softmax_kernel does not compile for sm_90: Triton rejects its source: "
                                  "RuntimeError: Unsupported function referenced"),
 }
