@@ -76,6 +76,9 @@ class LaunchMonitor:
         self.records: list[LaunchRecord] = []
         self.paused = False
         self.in_triton = 0  # Triton launches running now: inside one, the pause is Triton's own code's
+        # kernel name -> the most warps any launch of it asked for: only the first call's launches are
+        # compiled for the target, and a later shape may ask for more threads than a block can hold
+        self.most_warps: dict[str, int] = {}
         self._undo: list[Callable[[], None]] = []
 
     @property
@@ -96,6 +99,9 @@ class LaunchMonitor:
             if warmup:
                 return original(kernel, *args, grid=grid, warmup=warmup, **kwargs)
             monitor.triton_launches += 1
+            warps = kwargs.get("num_warps")
+            if isinstance(warps, int) and warps > monitor.most_warps.get(getattr(kernel, "__name__", "?"), 0):
+                monitor.most_warps[getattr(kernel, "__name__", "?")] = warps
             if monitor.record:
                 monitor._record(kernel, args, kwargs, grid)
             was = monitor.paused

@@ -33,6 +33,7 @@ from harness.isolation.tamper import IdentityGuard
 from harness.timing.witness import Reporter
 
 DETERMINISM_CALLS = 3
+MAX_WARPS = 32  # 1024 threads per block, CUDA's limit on every architecture
 
 
 class Log:
@@ -206,6 +207,13 @@ class Worker:
         result = self.call(stage, "check", case, args, kwargs)
         if result.error:
             return False, f"{case.label()}: kernel_fn raised\n{result.error}"
+        too_many = {name: w for name, w in self.monitor.most_warps.items() if w > MAX_WARPS}
+        if too_many:
+            # a GPU refuses the launch; the interpreter runs it whatever the warps
+            name, warps = next(iter(too_many.items()))
+            return False, (f"{case.label()}: {name} launched with num_warps={warps} ({32 * warps} threads per "
+                           f"block); CUDA allows at most {32 * MAX_WARPS} (num_warps <= {MAX_WARPS}), so it "
+                           "would fail to launch on a GPU")
         cmp = compare(result.output, registry.reference_output(case), case)
         return cmp.ok, f"{case.label()}: {cmp.detail}"
 

@@ -26,6 +26,7 @@ EXPECTED = {
     "forged_records": ("integrity", "registry['softmax'].reference"),
     "thread_started": ("integrity", "the worker's threads (1 started by the candidate)"),
     "rows_past_64": ("shape_sweep", "130x33"),
+    "unlaunchable": ("shape_sweep", "launched with num_warps=64 (2048 threads per block)"),
     "nonjit_helper": ("compile", "_softmax_kernel does not compile for sm_90: Triton rejects its source: "
                                  "RuntimeError: Unsupported function referenced"),
 }
