@@ -78,6 +78,7 @@ class TimedCalls:
 
     def finish(self) -> None:
         """Record the rep that last ran (after the timing loop's synchronize, outside its region)."""
+        gc.enable()  # held off only from a refill to its call (a loop that stopped between them)
         if self._pending is None:
             return
         rep, snapshots, launches_before = self._pending
