@@ -218,7 +218,13 @@ def compile_triton(records: list, arch: str = "sm_90") -> TargetCompile:
             except Exception as e:  # an argument Triton cannot type, or Triton internals moved
                 return TargetCompile(False, f"cannot specialize the launch of {record.name} for "
                                             f"sm_{cc}: {type(e).__name__}: {e}")
-            key = ("triton", src.hash(), repr(sorted(options.__dict__.items())), cc)
+            try:
+                key = ("triton", src.hash(), repr(sorted(options.__dict__.items())), cc)
+            except Exception as e:
+                if not rejected_source(e):
+                    raise  # ours: the caller reports it as a fault of the compile-for-target support
+                return TargetCompile(False, f"{record.name} does not compile for sm_{cc}: Triton rejects its "
+                                            f"source: {type(e).__name__}: {e}")
             if key not in _CACHE:
                 _CACHE[key] = _compile_specialization(src, options, target, _config_label(record, options))
             compiled[key] = (record.fn, _CACHE[key])
@@ -231,6 +237,29 @@ def compile_triton(records: list, arch: str = "sm_90") -> TargetCompile:
         result.detail += (f"; {len(pruned)} autotune config(s) would not run on sm_{cc} and are left out, "
                           "as Triton's autotuner does")
     return result
+
+
+def rejected_source(e: BaseException) -> bool:
+    """Whether Triton's front end rejected the kernel's source (the candidate's fault), told from a
+    fault of this module's use of Triton by where it was raised: a CompilationError, or an error
+    raised inside triton/runtime/jit.py's analysis of the source (its DependenciesFinder walking
+    the kernel's code: "Unsupported function referenced" for a plain Python helper, a global it
+    cannot hash), the innermost frame being Triton's own, not this module's or Python's."""
+    try:
+        from triton.compiler.errors import CompilationError
+    except ImportError:
+        CompilationError = ()  # noqa: N806
+    if CompilationError and isinstance(e, CompilationError):
+        return True
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    code = tb.tb_frame.f_code
+    qualname = getattr(code, "co_qualname", code.co_name)
+    return (code.co_filename.replace(os.sep, "/").endswith("triton/runtime/jit.py")
+            and qualname.startswith("DependenciesFinder."))
 
 
 def _prune_autotune_configs(results: list[tuple[Any, KernelResources | str]], cc: int):

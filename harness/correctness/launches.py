@@ -5,12 +5,17 @@ libraries of CUDA C++ kernel files (harness/cuda_launcher.py) and wraps the func
 extensions built through torch.utils.cpp_extension, so the judge knows how
 many real kernels a call launched and, for compile-for-target, with which arguments, constexprs and
 launch options. While a launch runs, `paused` is true so the integrity recorder does not mistake
-the interpreter's own tensor copies for the candidate's compute.
+the interpreter's own tensor copies for the candidate's compute; inside a Triton launch the pause
+covers only Triton's own code (`triton_own_op`): Triton calls the candidate's code back from inside
+its run() (a grid callable, a launch hook, a helper an interpreted body calls), and PyTorch compute
+done there is the candidate's.
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -28,6 +33,27 @@ class LaunchRecord:
     constexprs: tuple[str, ...]
     grid: Any
     options: dict[str, Any] = field(default_factory=dict)
+
+
+@functools.lru_cache(maxsize=None)
+def _package_dir(name: str) -> str:
+    module = sys.modules.get(name) or __import__(name)
+    return os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+
+
+def triton_own_op(depth: int = 1) -> bool:
+    """Whether the PyTorch op being dispatched (the caller's caller, `depth` frames up, is the
+    dispatch mode) was called by Triton's own code rather than by a candidate's callback: the
+    nearest Python frame outside torch and this harness must be Triton's."""
+    torch_dir, triton_dir = _package_dir("torch"), _package_dir("triton")
+    harness_dir = _package_dir("harness")
+    frame = sys._getframe(depth + 1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not (filename.startswith(torch_dir) or filename.startswith(harness_dir)):
+            return filename.startswith(triton_dir)
+        frame = frame.f_back
+    return False
 
 
 def _constexpr_names(raw: Callable) -> tuple[str, ...]:
@@ -49,6 +75,10 @@ class LaunchMonitor:
         self.cuda_calls = 0
         self.records: list[LaunchRecord] = []
         self.paused = False
+        self.in_triton = 0  # Triton launches running now: inside one, the pause is Triton's own code's
+        # kernel name -> the most warps any launch of it asked for: only the first call's launches are
+        # compiled for the target, and a later shape may ask for more threads than a block can hold
+        self.most_warps: dict[str, int] = {}
         self._undo: list[Callable[[], None]] = []
 
     @property
@@ -69,13 +99,18 @@ class LaunchMonitor:
             if warmup:
                 return original(kernel, *args, grid=grid, warmup=warmup, **kwargs)
             monitor.triton_launches += 1
+            warps = kwargs.get("num_warps")
+            if isinstance(warps, int) and warps > monitor.most_warps.get(getattr(kernel, "__name__", "?"), 0):
+                monitor.most_warps[getattr(kernel, "__name__", "?")] = warps
             if monitor.record:
                 monitor._record(kernel, args, kwargs, grid)
             was = monitor.paused
             monitor.paused = True
+            monitor.in_triton += 1
             try:
                 return original(kernel, *args, grid=grid, warmup=warmup, **kwargs)
             finally:
+                monitor.in_triton -= 1
                 monitor.paused = was
 
         cls.run = run

@@ -68,6 +68,11 @@ SAFE_FRAME_READERS = frozenset({("typing.py", "_caller"), ("collections/__init__
                                 ("traceback.py", "format_stack"), ("traceback.py", "print_stack"),
                                 ("typing_extensions.py", "_caller"),
                                 ("typing_extensions.py", "_has_generic_or_protocol_as_origin")})
+# The judge's own frame readers that may run under a candidate's call (the op recorder asking
+# whether an op inside a Triton launch was Triton's or a candidate's callback's): matched by their
+# exact file, which lies where no candidate writes, and hand no frame out.
+JUDGE_FRAME_READERS = frozenset({(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                               "correctness", "launches.py"), "triton_own_op")})
 # Standard-library code whose job is generating code: the exec/compile it does is not the caller's.
 CODE_GENERATORS = ("dataclasses.py", "collections/__init__.py", "typing.py", "enum.py", "ast.py",
                    "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
@@ -90,6 +95,8 @@ class Policy(NamedTuple):
     stdlib: tuple[str, ...] = ()
     toolchain: tuple[str, ...] = ()
     report: Callable[[str], None] | None = None
+    # the one thread candidate code may run on (the judge's worker calls it there); None: any
+    judge_thread: int | None = None
 
 
 class _Bound(NamedTuple):
@@ -106,6 +113,7 @@ class _Bound(NamedTuple):
     basename: Callable
     fspath: Callable
     refusal: type
+    get_ident: Callable
 
 
 _registered: list = []  # the candidate-globals list of the hook installed in this process, if any
@@ -117,7 +125,7 @@ def install(policy: Policy) -> Callable[[object], None]:
     if _registered:
         return _registered[0]
     bound = _Bound(policy, [], [], threading.local(), sys.modules, sys._getframe, os.getcwd, os.path.join,
-                   os.path.normpath, os.path.basename, os.fspath, JudgeRefusal)
+                   os.path.normpath, os.path.basename, os.fspath, JudgeRefusal, threading.get_ident)
     hook = _private_copy()["_hook"]
 
     def audit(event: str, args: tuple) -> None:
@@ -218,12 +226,22 @@ def _hook(event: str, args: tuple, b: _Bound) -> None:
     finally:
         b.local.walking = False
     try:
-        why = _judge(event, args, frame, b)
+        why = _foreign_thread(event, b) or _judge(event, args, frame, b)
     except Exception as e:  # a fault of this hook: fail closed only on the candidate's behalf
         why = None if _candidate_frame(frame, b) is None else \
             f"{event} (the hook could not judge it: {type(e).__name__})"
     if why is not None:
         _refuse(why, b)
+
+
+def _foreign_thread(event: str, b: _Bound) -> str | None:
+    """Where candidate code runs on one thread only, any watched event on another is the
+    candidate's: no judge code runs there, and a thread's stack shows nothing of who started it
+    (code exec'd there under a library's globals would pass for that library's own)."""
+    judge_thread = b.policy.judge_thread
+    if judge_thread is None or b.get_ident() == judge_thread:
+        return None
+    return f"{event} on a thread the candidate started: a kernel runs on the judge's thread only"
 
 
 def _judge(event: str, args: tuple, frame, b: _Bound) -> str | None:
@@ -321,6 +339,8 @@ def _safe_frame_reader(frame) -> bool:
     name = frame.f_code.co_filename.replace("\\", "/")
     fn = frame.f_code.co_name
     if any(name.endswith(suffix) and fn == func for suffix, func in SAFE_FRAME_READERS):
+        return True
+    if (frame.f_code.co_filename, fn) in JUDGE_FRAME_READERS:
         return True
     caller = frame.f_back
     if caller is None or caller.f_code.co_filename != frame.f_code.co_filename:

@@ -39,7 +39,7 @@ def _package_dir(name: str) -> str | None:
 
 def standard_policy(*, untrusted, reads, writes, allowed_imports: tuple[str, ...],
                     allowed_prefixes: tuple[str, ...] = (), report: Callable[[str], None] | None = None,
-                    builders=()) -> Policy:
+                    builders=(), judge_thread: int | None = None) -> Policy:
     """The policy of a process that imports candidate code, from what it has already imported;
     `builders`: more files or folders of loaders that may run tools for it (a vendored launcher)."""
     import site
@@ -57,7 +57,7 @@ def standard_policy(*, untrusted, reads, writes, allowed_imports: tuple[str, ...
                   allowed_imports=tuple(allowed_imports), allowed_prefixes=tuple(allowed_prefixes),
                   builders=_roots(builders),
                   code_makers=_roots([triton_dir, torch_dir]), stdlib=_roots(stdlib),
-                  toolchain=_roots(toolchain), report=report)
+                  toolchain=_roots(toolchain), report=report, judge_thread=judge_thread)
 
 
 def install_for_candidate(*, candidate_dir: str, records_dir: str, sandbox_write: list[str], reads: list[str],
@@ -68,6 +68,7 @@ def install_for_candidate(*, candidate_dir: str, records_dir: str, sandbox_write
     its scratch folders (the cwd and TMPDIR) and the compiler caches, never the folder of the
     process's own records, and read what the sandbox lets the process read and its own folder."""
     import tempfile
+    import threading
 
     from harness.isolation.static_check import submodule_prefixes
     scratch = [os.getcwd(), tempfile.gettempdir()]
@@ -78,7 +79,8 @@ def install_for_candidate(*, candidate_dir: str, records_dir: str, sandbox_write
     caches += [str(c) for c in caches_for_worker(extensions)]
     install(standard_policy(untrusted=[candidate_dir, *scratch, *sandbox_write], reads=[*reads, candidate_dir],
                             writes=[*scratch, *caches], allowed_imports=allowed,
-                            allowed_prefixes=submodule_prefixes(allowed), report=report))
+                            allowed_prefixes=submodule_prefixes(allowed), report=report,
+                            judge_thread=threading.get_ident()))
 
 
 def install_for_winners(*, untrusted, reads, writes, report: Callable[[str], None] | None = None) -> None:

@@ -9,6 +9,8 @@ and compares them by identity after the import and after every stage and the tim
 """
 from __future__ import annotations
 
+import _thread
+import dataclasses
 import sys
 import time
 import types
@@ -81,7 +83,31 @@ def watched(extra_modules: tuple[str, ...] = ()) -> dict[str, object]:
                 for attr, member in list(vars(value).items()):
                     if isinstance(member, (types.FunctionType, staticmethod, classmethod, property)):
                         out[f"{mod_name}.{key}.{attr}"] = member
+    out.update(kernel_types())
     return out
+
+
+def kernel_types() -> dict[str, object]:
+    """name -> object, for the registry's table and every field of every kernel type in it: a frozen
+    dataclass is frozen only to plain assignment (object.__setattr__ rewrites a field, pointing the
+    worker's reference at the candidate's answer); a field that is a container is also compared by
+    value (`CONTENTS`), since it can change in place."""
+    registry = sys.modules.get("harness.kernel_types.registry")
+    table = getattr(registry, "_REGISTRY", None) if registry is not None else None
+    if not isinstance(table, dict):
+        return {}
+    out: dict[str, object] = {"harness.kernel_types.registry._REGISTRY": table}
+    for name, kt in list(table.items()):
+        out[f"registry[{name!r}]"] = kt
+        for f in dataclasses.fields(kt) if dataclasses.is_dataclass(kt) else ():
+            value = getattr(kt, f.name, None)
+            out[f"registry[{name!r}].{f.name}"] = value
+            if isinstance(value, (dict, list, set)):
+                out[f"registry[{name!r}].{f.name}{CONTENTS}"] = repr(value)
+    return out
+
+
+CONTENTS = " (contents)"  # an entry compared by value, not identity
 
 
 class IdentityGuard:
@@ -90,15 +116,24 @@ class IdentityGuard:
     def __init__(self, extra_modules: tuple[str, ...] = ()):
         self.extra_modules = extra_modules
         self.snapshot = watched(extra_modules)  # holds the objects: their ids stay theirs
+        # Python threads running besides the judge's: a thread the candidate starts runs its code
+        # outside every call (unrecorded, untimed, beside the worker writing its records)
+        self.threads = _thread._count()
 
     def replaced(self) -> list[str]:
         now = watched(self.extra_modules)
-        changed = [name for name, obj in self.snapshot.items() if now.get(name, None) is not obj]
+        changed = [name for name, obj in self.snapshot.items()
+                   if (now.get(name, None) != obj if name.endswith(CONTENTS) else now.get(name, None) is not obj)]
+        changed += self.threads_started()
         return sorted(changed)
 
     def clocks_replaced(self) -> list[str]:
         """The clocks alone, right after a call: a few lookups, not the whole snapshot."""
-        return sorted(name for name, obj in clocks().items() if self.snapshot.get(name) is not obj)
+        return sorted(name for name, obj in clocks().items() if self.snapshot.get(name) is not obj) + self.threads_started()
+
+    def threads_started(self) -> list[str]:
+        extra = _thread._count() - self.threads
+        return [f"the worker's threads ({extra} started by the candidate)"] if extra > 0 else []
 
 
 def describe(replaced: list[str], where: str) -> str:

@@ -12,8 +12,17 @@ The worker writes value_r into the same buffers in place before rep r, outside t
 (warm-ups are reps -1, -2, ...), so a kernel that caches by buffer address is no better off. The
 judging process rebuilds value_r from (case, r) on the same device with the same code, and so has
 the true answer of every timed call without taking the worker's word for any input.
+
+The seed of the noise holds a salt too, secret until the timing is over: a kernel that knew (case, r)
+could rebuild every rep's values at import, outside every timed and recorded call, and look its
+answers up. The worker draws a secret before the candidate is imported (`NoiseSecret`, held in a
+closure), derives one salt per timing stage from it, and writes each stage's salt into that stage's
+final record, after its last timed call; the judging process rebuilds the values with it.
 """
 from __future__ import annotations
+
+import hashlib
+import os
 
 import torch
 
@@ -23,8 +32,21 @@ from harness.kernel_types.registry import Case
 SEED_STRIDE = 1_000_003  # keeps (case seed, rep) pairs apart: a prime larger than any rep count
 
 
-def rep_seed(case: Case, rep: int) -> int:
-    return (case.seed * SEED_STRIDE + rep + 2**20) % 2**62
+def rep_seed(case: Case, rep: int, salt: int = 0) -> int:
+    return ((case.seed * SEED_STRIDE + rep + 2**20) ^ salt) % 2**62
+
+
+class NoiseSecret:
+    """A secret drawn from the OS; `salt(stage)` a stage's salt, derived so that one stage's
+    revealed salt tells nothing of another's. The secret lives only in a closure."""
+
+    def __init__(self):
+        secret = os.urandom(32)
+
+        def salt(stage: str) -> int:
+            digest = hashlib.blake2b(stage.encode(), key=secret, digest_size=8).digest()
+            return int.from_bytes(digest, "little") % 2**62
+        self.salt = salt
 
 
 def _fresh(t) -> bool:
@@ -41,10 +63,11 @@ def scales(base: list) -> list[float]:
     return out
 
 
-def perturbed(base: list, scale: list[float], case: Case, rep: int, device: str | torch.device) -> list:
-    """Rep `rep`'s values of the case's inputs `base` (already on `device`)."""
+def perturbed(base: list, scale: list[float], case: Case, rep: int, device: str | torch.device,
+              salt: int = 0) -> list:
+    """Rep `rep`'s values of the case's inputs `base` (already on `device`), under `salt`."""
     dev = torch.device(device)
-    gen = torch.Generator(dev).manual_seed(rep_seed(case, rep))
+    gen = torch.Generator(dev).manual_seed(rep_seed(case, rep, salt))
     out = []
     with torch.no_grad():
         for t, s in zip(base, scale):
@@ -56,23 +79,27 @@ def perturbed(base: list, scale: list[float], case: Case, rep: int, device: str 
     return out
 
 
-def fresh_args(case: Case, rep: int, device: str | torch.device) -> tuple[list, dict]:
+def fresh_args(case: Case, rep: int, device: str | torch.device, salt: int = 0) -> tuple[list, dict]:
     """The judging process's copy of rep `rep`'s inputs (on `device`, where the worker made them)."""
     args, kwargs = registry.build_inputs(case, device)
-    return perturbed(args, scales(args), case, rep, device), kwargs
+    return perturbed(args, scales(args), case, rep, device, salt), kwargs
 
 
 class FreshInputs:
     """The timed case's buffers, refilled in place with rep r's fresh values before rep r."""
 
-    def __init__(self, case: Case, device: str):
+    def __init__(self, case: Case, device: str, salt: int = 0):
         self.case, self.device = case, device
         self.args, self.kwargs = registry.build_inputs(case, device)
         self._base = [a.clone() if isinstance(a, torch.Tensor) else a for a in self.args]
         self._scales = scales(self._base)
 
+        def values(rep: int) -> list:  # the salt in a closure, not an attribute
+            return perturbed(self._base, self._scales, self.case, rep, self.device, salt)
+        self._values = values
+
     def refill(self, rep: int) -> None:
         with torch.no_grad():
-            for dst, src in zip(self.args, perturbed(self._base, self._scales, self.case, rep, self.device)):
+            for dst, src in zip(self.args, self._values(rep)):
                 if isinstance(dst, torch.Tensor):
                     dst.copy_(src)

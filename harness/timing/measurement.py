@@ -102,13 +102,13 @@ class TimedRun:
 
 def time_kernel(kernel_fn, case: Case, device: str, report, monitor, log, stage: str, check=None,
                 phase: str = "kernel", limits: dict | None = None, eager_median_us: float | None = None,
-                second_look: bool = True) -> TimedRun:
+                second_look: bool = True, salt: int = 0) -> TimedRun:
     """kernel_fn timed like eager, every timed call watched and recorded (harness/timing/timed_calls.py),
     on fresh values every rep. `check()` runs after every call, outside the timed region;
     `limits`: the timing budget (budget_ms, warmup, min_reps, max_reps), the device's by default.
     A first round whose spread is too wide, or whose speedup over `eager_median_us` is excessive
     (harness/timing/spread.py), is measured again: a second round, its reps numbered on from the first."""
-    inputs = FreshInputs(case, device)
+    inputs = FreshInputs(case, device, salt)
     calls = TimedCalls(kernel_fn, inputs, monitor, log, stage, check)
     limits = capped(limits or budget(device), inputs, device)
     first = time_fn(calls.call, device=device, before_each=calls.before, report=report, phase=phase, **limits)

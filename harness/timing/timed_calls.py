@@ -29,6 +29,7 @@ where the host is a kernel's bottleneck (a kernel of a few µs behind a wrapper 
 """
 from __future__ import annotations
 
+import gc
 import math
 
 import torch
@@ -54,18 +55,30 @@ class TimedCalls:
 
     def before(self, rep: int) -> None:
         self.finish()
+        # Drop everything of the previous call's before the refill: the last reference to its output
+        # going can run the candidate's code (a weakref callback, a finalizer); run after the refill,
+        # that code could compute this rep's answer outside the timed region, leaving the timed call
+        # a copy. Dropped here, whatever it does acts on values no timed call will see; and no
+        # collection runs between the refill and the call (one could free a cycle that holds an
+        # output and so run such code there): the collector waits until the call has returned.
+        self._out = None
+        self._recorder = None
+        gc.disable()
         self.inputs.refill(rep)
         snapshots = [a.clone() if isinstance(a, torch.Tensor) else None for a in self.inputs.args]
         self._recorder = ComputeRecorder(self.monitor)
-        self._out = None
         self._pending = (rep, snapshots, self.monitor.launches)
 
     def call(self) -> None:
-        with self._recorder:
-            self._out = self.kernel_fn(*self.inputs.args, **self.inputs.kwargs)
+        try:
+            with self._recorder:
+                self._out = self.kernel_fn(*self.inputs.args, **self.inputs.kwargs)
+        finally:
+            gc.enable()
 
     def finish(self) -> None:
         """Record the rep that last ran (after the timing loop's synchronize, outside its region)."""
+        gc.enable()  # held off only from a refill to its call (a loop that stopped between them)
         if self._pending is None:
             return
         rep, snapshots, launches_before = self._pending

@@ -149,7 +149,8 @@ def _shape(events: list[dict], out_dir: Path, i: int, case: Case, device: str, w
         return {**row, "failed": end.get("status") == "fail", "detail": str(end.get("detail") or "no timed output")}
     reps = sum(r["reps"] for r in (end.get("rounds") or [end["kernel"]]))
     warmup = (limits(device) or budget(device))["warmup"]
-    problem = timed_calls_problem(recs, case, warmup, reps, _Checker(out_dir, None, device))
+    problem = timed_calls_problem(recs, case, warmup, reps, _Checker(out_dir, None, device),
+                                  int(end.get("noise_salt") or 0))
     if problem:
         return {**row, "failed": True, "detail": f"wrong result: {problem}"}
     lie, end = _witnessed(end, stage, witnessed, device)

@@ -43,7 +43,7 @@ def chosen_reps(reps: list[int], elements: int) -> list[int]:
     return [reps[0], *sorted(middle), reps[-1]]
 
 
-def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, checker) -> str | None:
+def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, checker, salt: int = 0) -> str | None:
     """Why the timed calls of `case` fail integrity (every call's observations, the chosen reps'
     outputs against the reference of their fresh values, compared by `checker`, a
     harness.verdict.verdict_checks._Checker), or None."""
@@ -71,7 +71,7 @@ def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, ch
     spread_of = scales(base)
     elements = sum(a.numel() for a in base if hasattr(a, "numel"))
     for rep in chosen_reps(expected, elements):
-        inputs = ([registry.to_device(a, "cpu") for a in perturbed(base, spread_of, case, rep, device)], kwargs)
+        inputs = ([registry.to_device(a, "cpu") for a in perturbed(base, spread_of, case, rep, device, salt)], kwargs)
         problem = checker.check_output(by_rep[rep], case, inputs, trivial=False)  # counting is the stages' job
         if problem:
             # right only when checked: a timed call whose answer is wrong, whichever rep it was

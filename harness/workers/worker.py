@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -29,9 +30,11 @@ from harness.correctness.launches import LaunchMonitor
 from harness.kernel_types.registry import Case
 from harness.isolation.static_check import check_source, describe
 from harness.isolation.tamper import IdentityGuard
+from harness.timing.fresh_inputs import NoiseSecret
 from harness.timing.witness import Reporter
 
 DETERMINISM_CALLS = 3
+MAX_WARPS = 32  # 1024 threads per block, CUDA's limit on every architecture
 
 
 class Log:
@@ -82,6 +85,8 @@ class Worker:
         self.backend = "triton"
         self.baselines: dict = {}
         self.around_baselines: list[dict] = []  # PyTorch eager at each shape around the target
+        # drawn before the candidate is imported: the salt of the timed calls' fresh values
+        self.noise = NoiseSecret()
 
     def clocks_untouched(self, where: str) -> bool:
         """Right after a call of kernel_fn: its clocks and sync points are the originals. Recorded
@@ -205,6 +210,13 @@ class Worker:
         result = self.call(stage, "check", case, args, kwargs)
         if result.error:
             return False, f"{case.label()}: kernel_fn raised\n{result.error}"
+        too_many = {name: w for name, w in self.monitor.most_warps.items() if w > MAX_WARPS}
+        if too_many:
+            # a GPU refuses the launch; the interpreter runs it whatever the warps
+            name, warps = next(iter(too_many.items()))
+            return False, (f"{case.label()}: {name} launched with num_warps={warps} ({32 * warps} threads per "
+                           f"block); CUDA allows at most {32 * MAX_WARPS} (num_warps <= {MAX_WARPS}), so it "
+                           "would fail to launch on a GPU")
         cmp = compare(result.output, registry.reference_output(case), case)
         return cmp.ok, f"{case.label()}: {cmp.detail}"
 
@@ -303,6 +315,7 @@ def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | 
     (w.baselines), or `baseline` for a shape around it, whose figures get no second look. The
     kernel's TimedRun, or None when it raised."""
     w.log.start(stage)
+    salt = w.noise.salt(stage)  # revealed in the stage's final record, after its last timed call
     base = w.baselines if baseline is None else {"eager": baseline, "compiled": None,
                                                  "compiled_error": "not requested", "compiled_seconds": 0.0}
     try:
@@ -311,14 +324,15 @@ def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | 
                 w.module.kernel_fn, case, w.device, w.report, w.monitor, w.log, stage,
                 check=lambda: w.clocks_untouched("right after a timed call of kernel_fn"),
                 phase=measurement.kernel_phase(stage), limits=budget,
-                eager_median_us=(base["eager"] or {}).get("median_us"), second_look=baseline is None)
+                eager_median_us=(base["eager"] or {}).get("median_us"), second_look=baseline is None,
+                salt=salt)
     except Exception as e:
         w.log.end(stage, "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
         return None
     w.log.end(stage, "pass", "timed", case=case.to_json(), kernel=run.final.to_json(),
               rounds=[r.to_json() for r in run.rounds], second_look=run.second_look, eager=base["eager"],
               compiled=base["compiled"], compiled_error=base["compiled_error"],
-              compiled_seconds=base["compiled_seconds"])
+              compiled_seconds=base["compiled_seconds"], noise_salt=salt)
     return run
 
 
@@ -401,4 +415,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _code = main()
+    # no interpreter shutdown after "done": the candidate's atexit handlers and finalizers would run
+    # after the records are complete, free to rewrite them (the zygote's children end the same way)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_code)

@@ -34,6 +34,14 @@ def _format_traceback():
     except ValueError as e:
         return len(torch._utils.pickle.sys.modules["traceback"].format_exception(e))
 
+def _thread_exec():
+    # a thread running exec'd code under a library's globals: no candidate frame on its stack
+    mods = torch._utils.pickle.sys.modules
+    thread = mods["threading"].Thread(target=exec, args=("import os", vars(mods["json"])))
+    thread.start()
+    thread.join()
+
+
 class Point(typing.NamedTuple):
     x: int
 
@@ -50,6 +58,7 @@ PROBES = {
     "write_outside": lambda: torch._utils.pickle.sys.modules["io"].open(READABLE + "/x", "w"),
     "rewrite_judge_code": lambda: setattr_(JUDGE_FN, "__code__", (lambda: None).__code__),
     "putenv": lambda: torch._utils.os.putenv("X", "1"),
+    "thread_exec": _thread_exec,
     # allowed: what an honest kernel file does
     "dataclass": lambda: dataclasses.make_dataclass("C", ["a"])(1),
     "namedtuple": lambda: Point(1).x,
@@ -63,13 +72,14 @@ PROBES = {
 '''
 
 CHILD = r'''
-import json, sys, types
+import json, sys, threading, types
 folder, scratch, readable, secret = sys.argv[1:5]
 from harness.isolation import audit_hook, audit_policy
 reports = []
 register = audit_hook.install(audit_policy.standard_policy(
     untrusted=[folder], reads=[folder, readable, *sys.path[1:]], writes=[scratch],
-    allowed_imports=("torch", "math", "functools", "typing", "dataclasses", "enum"), report=reports.append))
+    allowed_imports=("torch", "math", "functools", "typing", "dataclasses", "enum"), report=reports.append,
+    judge_thread=threading.get_ident()))
 import importlib.util
 spec = importlib.util.spec_from_file_location("cand", folder + "/cand.py")
 module = importlib.util.module_from_spec(spec)
@@ -134,3 +144,5 @@ def test_the_candidate_is_refused_and_honest_code_is_not(tmp_path, mode):
     assert results["judge_fn_intact"] == "judge"
     # every refusal was reported, even though the candidate caught each one
     assert len(reports) >= len(REFUSED) and all(r.startswith("refused by the judge's audit hook") for r in reports)
+    # the thread the candidate started: its exec refused (and reported) though no candidate frame ran it
+    assert any(r.endswith("compile on a thread the candidate started: a kernel runs on the judge's thread only") for r in reports), reports
