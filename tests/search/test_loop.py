@@ -107,6 +107,20 @@ class FakeClock:
 
 
 @pytest.mark.slow
+def steady_timings(judge):
+    """The real judge, whose passing verdicts get fixed timings: the starter (experiment 0) 100 us,
+    every other file 25 us, no spread. Every stage is still judged for real; only keep-or-revert
+    is made independent of how busy the machine is (interpreter timings of two kernels a few
+    percent apart swap under load). The judge's timing has its own tests in tests/harness/timing."""
+    def steady(kernel_file, **kw):
+        verdict = judge(kernel_file, **kw)
+        if verdict.get("verdict") == "PASS":
+            verdict["timing"].update(median_us=100.0 if kernel_file.name == "exp_0000.py" else 25.0,
+                                     iqr_us=0.0, spread_ok=True)
+        return verdict
+    return steady
+
+
 def test_llm_agent_end_to_end(tmp_path, fake_openai, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     model = tmp_path / "softmax_model.py"
@@ -126,7 +140,7 @@ def test_llm_agent_end_to_end(tmp_path, fake_openai, monkeypatch):
     clock, lines = FakeClock(), []
     client = LLMClient(MODEL, base_url=fake_openai.base_url, sleep=clock.sleep, clock=clock, log=lines.append)
     log = io.StringIO()
-    state = run_search.execute(run, state, config, client=client,
+    state = run_search.execute(run, state, config, client=client, judge=steady_timings(run_search.default_judge),
                                display=LogDisplay(state, Console(file=log, width=200)))
 
     frame = board.read(run.leaderboard_path)
