@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import attack_kernels
 import judge_kernels
+from judge_batch import judge_batch
 from harness.judge import judge
-from harness.workers.judge_session import judge_session
 from harness.kernel_types.registry import Case
 from harness.isolation.sandbox import abi_version
 
@@ -99,22 +97,10 @@ def attacked(tmp_path_factory):
     paths["honest_correct"] = folder / "honest_correct.py"
     paths["honest_correct"].write_text(judge_kernels.source())
     paths["honest_softmax_rows"] = judge_kernels.GOOD / "softmax_rows.py"
-    def judged(names):
-        return dict(zip(names, pool.map(
-            lambda name: judge(paths[name], target=TARGET, device="cpu", timeout_s=300, time_around=True), names)))
-
     # the static check refuses most of these before import (tests/attacks/test_caches_and_shipping.py):
-    # switched off here, they reach the layers behind it, which must hold on their own
-    with pytest.MonkeyPatch.context() as mp, judge_session(fork=True), ThreadPoolExecutor(2) as pool:
-        mp.setenv("AUTOKERNEL_STATIC_CHECK", "off")
-        # the honest kernels with the other core kept busy: the witness must not fail them there
-        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        try:
-            verdicts = judged(list(HONEST))
-        finally:
-            busy.kill()
-            busy.wait()
-        verdicts.update(judged([name for name in paths if name not in HONEST]))
+    # switched off here, they reach the layers behind it, which must hold on their own; the honest
+    # kernels with the other core kept busy: the witness must not fail them there
+    verdicts = judge_batch(paths, TARGET, busy_for=HONEST, static_check=False, time_around=True)
     received = listeners.received()
     listeners.close()
     return verdicts, received, other

@@ -4,14 +4,12 @@ kernel: each attack ends in FAIL with a named reason, the honest kernel in a PAS
 from __future__ import annotations
 
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import judge_kernels
+from judge_batch import judge_batch
 import redteam_runtime_kernels
-from harness.judge import judge
-from harness.workers.judge_session import judge_session
 from harness.kernel_types.registry import Case
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox and the hook are Linux's")
@@ -41,11 +39,7 @@ def judged(tmp_path_factory):
     for name, text in redteam_runtime_kernels.sources().items():
         paths[name] = folder / f"{name}.py"
         paths[name].write_text(text)
-    with pytest.MonkeyPatch.context() as mp, judge_session(fork=True), ThreadPoolExecutor(2) as pool:
-        mp.setenv("AUTOKERNEL_STATIC_CHECK", "off")
-        names = list(paths)
-        return dict(zip(names, pool.map(
-            lambda n: judge(paths[n], target=TARGET, device="cpu", timeout_s=300), names)))
+    return judge_batch(paths, TARGET, static_check=False)
 
 
 def _reason(v: dict) -> str:

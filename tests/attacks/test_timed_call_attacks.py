@@ -5,18 +5,15 @@ or for a timing whose spread leaves its median meaningless, in a verdict the sea
 the honest kernels PASS with a spread the judge trusts."""
 from __future__ import annotations
 
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import judge_kernels
+from judge_batch import judge_batch
 import timed_call_kernels
 from autokernel.search import decision
 from autokernel.search.run import TargetState
-from harness.judge import judge
-from harness.workers.judge_session import judge_session
 from harness.kernel_types.registry import Case
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox and the hook are Linux's")
@@ -43,18 +40,7 @@ def judged(tmp_path_factory):
     paths["honest_correct"].write_text(judge_kernels.source())
     paths["honest_softmax_rows"] = judge_kernels.GOOD / "softmax_rows.py"
 
-    def run(names):
-        return dict(zip(names, pool.map(lambda n: judge(paths[n], target=TARGET, device="cpu", timeout_s=300), names)))
-
-    with judge_session(fork=True), ThreadPoolExecutor(2) as pool:
-        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # the other core kept busy
-        try:
-            verdicts = run(list(HONEST))
-        finally:
-            busy.kill()
-            busy.wait()
-        verdicts.update(run([n for n in paths if n not in HONEST]))
-    return verdicts
+    return judge_batch(paths, TARGET, busy_for=HONEST)
 
 
 def _reason(v: dict) -> str:
