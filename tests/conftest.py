@@ -106,7 +106,7 @@ def judged(request, tmp_path_factory) -> Judged:
     try:
         with judge_session(fork=True) as session, ThreadPoolExecutor(2) as pool:
             verdicts = dict(zip([name for name, _ in order], pool.map(
-                lambda item: judge(item[1], device="cpu", timeout_s=10 if item[0] == "hang" else 180), order)))
+                lambda item: judge(item[1], device="cpu", timeout_s=judge_kernels.HANG_TIMEOUT_S if item[0] == "hang" else 180), order)))
             return Judged(verdicts, session.pool.forked, session.pool.fallbacks)
     finally:
         del os.environ["AK_TEST_FAKE_API_KEY"], os.environ["HF_TOKEN"]

@@ -40,7 +40,7 @@ def _kernels(folder: Path) -> dict[str, Path]:
 def _judge_all(paths: dict[str, Path]) -> dict[str, dict]:
     with ThreadPoolExecutor(2) as pool:  # two judges at once: two zygotes, one candidate each
         return dict(zip(paths, pool.map(
-            lambda item: judge(item[1], device="cpu", timeout_s=10 if item[0] == "hang" else 180), paths.items())))
+            lambda item: judge(item[1], device="cpu", timeout_s=judge_kernels.HANG_TIMEOUT_S if item[0] == "hang" else 180), paths.items())))
 
 
 @pytest.fixture(scope="module")
