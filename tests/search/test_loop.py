@@ -106,7 +106,6 @@ class FakeClock:
         return self.now
 
 
-@pytest.mark.slow
 def steady_timings(judge):
     """The real judge, whose passing verdicts get fixed timings: the starter (experiment 0) 100 us,
     every other file 25 us, no spread. Every stage is still judged for real; only keep-or-revert
@@ -121,6 +120,7 @@ def steady_timings(judge):
     return steady
 
 
+@pytest.mark.slow
 def test_llm_agent_end_to_end(tmp_path, fake_openai, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     model = tmp_path / "softmax_model.py"

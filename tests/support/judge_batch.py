@@ -4,13 +4,14 @@ their attacks and the honest kernels beside them with it.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+import pytest
 
 
 @contextmanager
@@ -36,17 +37,13 @@ def judge_batch(paths: dict[str, Path], target, *, busy_for=(), static_check: bo
         return dict(zip(names, pool.map(
             lambda name: judge(paths[name], target=target, device="cpu", timeout_s=300, **judge_kw), names)))
 
-    saved = os.environ.get("AUTOKERNEL_STATIC_CHECK")
-    if not static_check:
-        os.environ["AUTOKERNEL_STATIC_CHECK"] = "off"
-    try:
-        with judge_session(fork=True), ThreadPoolExecutor(2) as pool:
+    first = [name for name in paths if name in busy_for]
+    with pytest.MonkeyPatch.context() as mp, judge_session(fork=True), ThreadPoolExecutor(2) as pool:
+        if not static_check:
+            mp.setenv("AUTOKERNEL_STATIC_CHECK", "off")
+        verdicts = {}
+        if first:
             with other_core_busy():
-                verdicts = judged([name for name in paths if name in busy_for])
-            verdicts.update(judged([name for name in paths if name not in busy_for]))
-        return verdicts
-    finally:
-        if saved is None:
-            os.environ.pop("AUTOKERNEL_STATIC_CHECK", None)
-        else:
-            os.environ["AUTOKERNEL_STATIC_CHECK"] = saved
+                verdicts = judged(first)
+        verdicts.update(judged([name for name in paths if name not in busy_for]))
+    return verdicts
