@@ -10,8 +10,9 @@ nothing about a GPU.
 fresh values, so a kernel that caches results by buffer address returns stale answers, which the
 judge then catches by checking timed outputs.
 
-`report` (harness/timing/witness.py's Reporter) hears of each rep just before its timed region starts and
-just after it ends, so the judging process can hold the samples to its own clock. `calibrate` times
+`report` (harness/timing/witness.py's Reporter) hears of each rep as its timed region starts (on the
+CPU from inside it, on a GPU just before the start event) and just after it ends, so the judging
+process can hold the samples to its own clock. `calibrate` times
 a null call the same way: the overhead the judge's clock sees around an empty timed region.
 
 The clocks and sync points the loops read are bound here, when the judge imports this module,
@@ -122,8 +123,8 @@ def _time_cpu(fn, budget_ms, warmup, min_reps, max_reps, before_each, report, ph
         i = first_rep + len(samples)
         if before_each:
             before_each(i)
-        report.start(phase, i)
         start = _clock()
+        report.start(phase, i)  # inside the clock: a preemption at this send is the worker's time too
         fn()
         elapsed = _clock() - start
         report.end(phase, i, elapsed * 1e6)

@@ -20,6 +20,13 @@ the same session, before the candidate is imported, by timing a null call the sa
 `null`). `agreement` then holds each rep's reported time to its own interval on the judge's clock,
 within a bound it states, and asks that more than half the reps keep it.
 
+On the CPU the worker's clock starts before S is sent. Sending S wakes the judge's reader, and on a
+busy machine the worker may then wait a scheduler slice or two before it runs again; with the clock
+started after the send, that wait would be in the judge's interval but not in the worker's time,
+and an honest rep would look like a lie. On a GPU the worker's time is the events' and the order is
+unchanged: the start event is recorded after S is sent, so the send is not added to every kernel's
+time.
+
 The socket lives in a folder of the judge's that the sandbox neither lets the worker read nor write,
 and the sandbox refuses socket(2) itself: the worker's connected descriptor is the only way in.
 Code in the worker could still send lines of its own through that descriptor; they break the strict

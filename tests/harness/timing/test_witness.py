@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from harness.timing.witness import Reps, Witness, agreement, disagreement_text, parse
+from harness.timing.timer import calibrate, time_fn
+from harness.timing.witness import Reporter, Reps, Witness, agreement, disagreement_text, parse
 from paths import DATA, ROOT
 
 # a worker's timing loop in miniature: each rep sleeps 20 ms; `factor` scales what it reports
@@ -55,6 +57,39 @@ def test_a_worker_that_reports_a_quarter_of_its_time_is_caught():
     check = _witnessed(0.25)
     assert not check["agrees"], check
     assert check["reported_median_us"] < check["lower_us"]
+
+
+class _StalledAtStart:
+    """A worker preempted just after each kernel rep's S is sent, as on a busy machine when the send
+    wakes the judge's reader and another process runs before the worker is back: 20 ms each time."""
+
+    def __init__(self, path):
+        self.reporter = Reporter(path)
+
+    def start(self, phase, i):
+        self.reporter.start(phase, i)
+        if phase == "kernel":
+            time.sleep(0.02)
+
+    def end(self, phase, i, us):
+        self.reporter.end(phase, i, us)
+
+
+def test_a_worker_preempted_just_after_a_rep_starts_still_agrees():
+    # the CPU loop starts its clock before it sends S, so a stall at that send is in the worker's
+    # time as well as in the judge's interval: an honest rep the judge saw late is not a lie
+    witness = Witness()
+    try:
+        report = _StalledAtStart(witness.path)
+        calibrate(device="cpu", report=report, reps=5)
+        timing = time_fn(lambda: None, device="cpu", budget_ms=0.0, warmup=0, min_reps=5, max_reps=5,
+                         report=report, phase="kernel")
+    finally:
+        record = witness.close()
+    assert record.problem is None, record.problem
+    assert min(timing.samples_us) >= 20_000.0  # the stall is timed, as the judge's clock times it
+    check = agreement(record.reps("kernel"), record.reps("null"))
+    assert check["agrees"] and check["reps"] == 5, check
 
 
 def _reps(samples, intervals):
