@@ -24,13 +24,17 @@ import time
 from pathlib import Path
 
 from harness.isolation.process import ChildResult, _kill_group, _live_groups, _read
-from harness.workers.zygote import TITLE_ROOM
+from harness.workers.zygote import TITLE_ROOM, TRITON_KEY_ENV
 
 START_TIMEOUT_S = 300.0  # importing torch and triton on a loaded machine
 # set in the child after the fork, never read at import: the scratch folder and the judgement's
 # own compiler caches (harness/isolation/sandbox.py's private_caches)
 PER_CALL_ENV = ("TMPDIR", "TRITON_CACHE_DIR", "AUTOKERNEL_BUILD_CACHE", "TORCH_EXTENSIONS_DIR")
 ZYGOTE_ARGV = ["-m", "harness.workers.zygote", " " * TITLE_ROOM]  # blank room for each child's own command line
+
+
+# Triton's version key from this process's first zygote, handed to the later ones (zygote.preload)
+_triton_key: str | None = None
 
 
 class ZygoteError(Exception):
@@ -52,9 +56,10 @@ class Zygote:
         self.env = {k: v for k, v in env.items() if k not in PER_CALL_ENV}
         self._home = tempfile.mkdtemp(prefix="ak-zygote-")
         self._log = open(Path(self._home, "stderr"), "wb")
+        known = {TRITON_KEY_ENV: _triton_key} if _triton_key else {}
         self.proc = subprocess.Popen([sys.executable, *ZYGOTE_ARGV], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._log, env=self.env, cwd=self._home,
-                                     start_new_session=True)
+                                     stdout=subprocess.PIPE, stderr=self._log, env={**self.env, **known},
+                                     cwd=self._home, start_new_session=True)
         self.ready = False
         self._pending = b""
 
@@ -80,11 +85,14 @@ class Zygote:
         return reply
 
     def start(self) -> None:
+        global _triton_key
         if not self.ready:
             try:
-                self._line(START_TIMEOUT_S)
+                key = self._line(START_TIMEOUT_S).get("triton_key")
             except TimeoutError:
                 raise ZygoteError("the zygote did not start in time") from None
+            if isinstance(key, str) and key:  # told before any child exists: the judge's own figure
+                _triton_key = key
             self.ready = True
 
     def run(self, argv: list[str], timeout_s: float, env: dict[str, str], cwd: str | Path,

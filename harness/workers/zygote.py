@@ -34,8 +34,13 @@ import traceback
 WORKERS = ("harness.workers.worker", "harness.kernelbench.kb_worker")
 
 
-def preload() -> None:
-    """Everything a worker imports before the candidate, so a child starts with it in memory."""
+# Triton's version key, as an earlier zygote of the same judging process computed it (forkserver.py)
+TRITON_KEY_ENV = "AUTOKERNEL_TRITON_KEY"
+
+
+def preload(known_triton_key: str | None = None) -> str | None:
+    """Everything a worker imports before the candidate, so a child starts with it in memory.
+    Returns Triton's version key, for the judge to hand to its next zygote."""
     import torch  # noqa: F401
     import triton  # noqa: F401  (reads TRITON_INTERPRET now: the environment is the child's)
 
@@ -44,11 +49,23 @@ def preload() -> None:
     import harness.timing.timer  # noqa: F401
     import harness.workers.worker  # noqa: F401
     harness.workers.worker._target_compile()
-    try:  # Triton's own version key hashes its library (~0.4 s): once here, not in every child
-        from triton.runtime.cache import triton_key
-        triton_key()
+    return _triton_key(known_triton_key)
+
+
+def _triton_key(known: str | None) -> str | None:
+    """Triton's own version key hashes its library (~0.3 s): once here, not in every child, and
+    where an earlier zygote of this judge computed it, not here either (Triton's own warm-up pool
+    hands its workers the key the same way). It depends only on Triton's installed files."""
+    try:
+        from triton.runtime import autotuner, cache
+        if known:
+            computed = cache.triton_key
+            for module in (cache, autotuner):  # the names its callers look up when they run
+                if getattr(module, "triton_key", None) is computed:
+                    module.triton_key = lambda: known
+        return cache.triton_key()
     except Exception:  # noqa: BLE001 - Triton's internals moved: each child computes it, as before
-        pass
+        return None
 
 
 def cuda_initialised() -> bool:
@@ -131,7 +148,7 @@ def _exit_code(main, argv: list[str]) -> int:
     return result if isinstance(result, int) else 0
 
 
-def serve(requests_fd: int, replies_fd: int) -> None:
+def serve(requests_fd: int, replies_fd: int, triton_key: str | None = None) -> None:
     live: set[int] = set()
     reader = os.fdopen(requests_fd, "r", encoding="utf-8", buffering=1)
     replies = os.fdopen(replies_fd, "w", encoding="utf-8", buffering=1)
@@ -140,7 +157,7 @@ def serve(requests_fd: int, replies_fd: int) -> None:
         replies.write(json.dumps(fields) + "\n")
         replies.flush()
 
-    reply(ready=True, pid=os.getpid())
+    reply(ready=True, pid=os.getpid(), triton_key=triton_key)
     try:
         while True:
             ready, _, _ = select.select([reader], [], [], 0.02 if live else 1.0)
@@ -188,8 +205,8 @@ def main() -> int:
     os.dup2(null, 0)
     os.dup2(2, 1)
     os.close(null)
-    preload()
-    serve(requests_fd, replies_fd)
+    known = os.environ.pop(TRITON_KEY_ENV, None)  # the judge's, not the children's
+    serve(requests_fd, replies_fd, preload(known))
     return 0
 
 

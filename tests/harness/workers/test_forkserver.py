@@ -116,6 +116,26 @@ def test_zygote_is_single_threaded_never_touches_cuda_and_a_timeout_leaves_no_ch
     assert not zygote.alive()
 
 
+def test_the_first_zygote_computes_tritons_key_and_later_ones_are_handed_it(monkeypatch):
+    from triton.runtime.cache import triton_key
+
+    from harness.judge import child_env
+
+    def started() -> str | None:
+        zygote = forkserver.Zygote(child_env("cpu"))
+        try:
+            zygote.start()
+        finally:
+            zygote.close()
+        return forkserver._triton_key
+
+    monkeypatch.setattr(forkserver, "_triton_key", None)
+    assert started() == triton_key()  # the first one hashed Triton's library, as this process does
+    # a later one is handed the key and uses it rather than hashing again: a planted key comes back
+    monkeypatch.setattr(forkserver, "_triton_key", "planted")
+    assert started() == "planted"
+
+
 def test_a_zygote_that_cannot_start_falls_back_to_spawning(tmp_path, monkeypatch):
     monkeypatch.setattr(forkserver, "ZYGOTE_ARGV", ["-c", "import sys; sys.exit(3)"])
     paths = judge_kernels.write_variants(tmp_path, ["wrong_math"])
