@@ -38,14 +38,19 @@ def cost_us(config):
 
 class StubJudge:
     """Verdicts from CONFIG; counts calls in flight; `hold_until` = {n: m} keeps experiment n's
-    verdict back until experiment m's is returned (out of order on purpose)."""
+    verdict back until experiment m's is returned (out of order on purpose); with `meet`, a proposal's
+    call (not a starter's: those are judged alone) waits, up to GATE_S, until that many calls are in
+    flight, once: a scheduler that hands two slots their candidates together is seen doing so however
+    loaded the machine is, and one that does not is seen not to."""
 
-    def __init__(self, hold_until=None, on_call=None):
+    def __init__(self, hold_until=None, on_call=None, meet=0):
         self.hold_until = hold_until or {}
         self.on_call = on_call or (lambda number, kernel_file: None)
         self.returned = {}
         self.lock = threading.Lock()
         self.active = self.max_active = 0
+        self.met = threading.Event()
+        self.meet = meet
 
     def event(self, number):
         with self.lock:
@@ -56,7 +61,11 @@ class StubJudge:
         with self.lock:
             self.active += 1
             self.max_active = max(self.max_active, self.active)
+            if self.active >= self.meet:
+                self.met.set()
         try:
+            if number >= 1 and not self.met.wait(GATE_S):
+                self.met.set()  # never met: the rest go on alone, and max_active says so
             if number in self.hold_until:
                 assert self.event(self.hold_until[number]).wait(GATE_S), "the gate never opened"
             self.on_call(number, kernel_file)
@@ -373,7 +382,7 @@ def test_two_slots_and_the_scheduler_share_the_night_between_targets(tmp_path):
         TargetState(**{**TARGET, "share": 0.5, "ceiling_speedup": 20.0}),
         TargetState(**{**TARGET, "name": "softmax[8x128:float32]#2", "share": 0.4, "ceiling_speedup": 20.0})])
     settings = loop.SearchSettings(max_experiments=6, plateau=2)
-    judge = StubJudge()
+    judge = StubJudge(meet=2)
     slots = LocalSlots(judge, local_slots("cpu", 2))
     try:
         run_search.search_all(run, state, settings, run_search.proposer_factory("tune", seed=0),
