@@ -12,8 +12,8 @@ judge then catches by checking timed outputs.
 
 `report` (harness/timing/witness.py's Reporter) hears of each rep as its timed region starts (on the
 CPU from inside it, on a GPU just before the start event) and just after it ends, so the judging
-process can hold the samples to its own clock. `calibrate` times
-a null call the same way: the overhead the judge's clock sees around an empty timed region.
+process can hold the samples to its own clock. `calibrate` times a null call the same way: the
+overhead the judge's clock sees around an empty timed region.
 
 The clocks and sync points the loops read are bound here, when the judge imports this module,
 before any candidate is imported: a candidate that swaps `time.perf_counter` or a method of
