@@ -25,6 +25,12 @@ def pytest_unconfigure(config):
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
+# Inductor's first CPU compile in a process first proves each vector ISA the CPU reports by
+# compiling and loading a test program per ISA: about 9 s in a fresh cache, 1 s in every later
+# process. The session's caches start empty, and the tests judge what the compiled baseline is
+# used for, not Inductor's check of the compiler: take the CPU's word for its ISAs.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+
 if not torch.cuda.is_available():
     # Without a GPU the interpreter is the only Triton there is, and the mode is fixed by whoever
     # imports triton first (torch itself does, lazily): choose it before any test can.
