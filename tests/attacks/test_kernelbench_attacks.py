@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from autokernel.judging.kb_evaluate import EvalOptions, RefCache, evaluate
+from harness.workers.judge_session import judge_session
 from paths import KERNELBENCH
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox and the hook are Linux's")
@@ -77,11 +78,14 @@ def kb_attacked(tmp_path_factory):
         paths[name] = folder / f"19_ReLU_{name}.py"
         paths[name].write_text(text)
     cache = RefCache()
-    cache.reference(RELU, replace(OPTS))
-    # the static check would refuse them before import: off, they reach the layers behind it
-    with pytest.MonkeyPatch.context() as mp, ThreadPoolExecutor(2) as pool:
-        mp.setenv("AUTOKERNEL_STATIC_CHECK", "off")
-        verdicts = dict(zip(paths, pool.map(lambda p: evaluate(RELU, p, OPTS, cache), paths.values())))
+    # one judge session, as a kernelbench run holds: the reference child forks from its
+    # pre-imported worker too, and the solutions judged one after another share it
+    with judge_session():
+        cache.reference(RELU, replace(OPTS))
+        # the static check would refuse them before import: off, they reach the layers behind it
+        with pytest.MonkeyPatch.context() as mp, ThreadPoolExecutor(2) as pool:
+            mp.setenv("AUTOKERNEL_STATIC_CHECK", "off")
+            verdicts = dict(zip(paths, pool.map(lambda p: evaluate(RELU, p, OPTS, cache), paths.values())))
     try:
         received = [listener.recvfrom(65536)]
     except BlockingIOError:

@@ -13,6 +13,7 @@ import pytest
 
 from autokernel.judging.kb_evaluate import EvalOptions, RefCache, evaluate
 from harness.workers import forkserver
+from harness.workers.judge_session import judge_session
 from paths import KERNELBENCH
 
 HERE = KERNELBENCH
@@ -47,8 +48,6 @@ CASES = {
 def verdicts(request) -> dict[str, dict]:
     from dataclasses import replace
     cache = RefCache()
-    for problem in {p for p, _, _ in CASES.values()}:
-        cache.reference(problem, replace(OPTS))  # one reference child per problem, shared
 
     def judge(name: str) -> tuple[str, dict]:
         problem, solution, extra = CASES[name]
@@ -58,8 +57,13 @@ def verdicts(request) -> dict[str, dict]:
     # pass) the others in the opposite order, so each verdict follows other judgements
     others = [n for n in CASES if n != "relu_hang"]
     order = ["relu_hang"] + others[::-1 if request.config.getoption("reverse", False) else 1]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(judge, order))
+    # one judge session, as a kernelbench run holds: every child, the references' too, forks from
+    # its pre-imported workers
+    with judge_session():
+        for problem in {p for p, _, _ in CASES.values()}:
+            cache.reference(problem, replace(OPTS))  # one reference child per problem, shared
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return dict(pool.map(judge, order))
 
 
 @pytest.mark.parametrize("name", ["relu_correct", "softmax_correct", "gemm_correct", "mlp_partial"])
