@@ -23,7 +23,7 @@ def one_session():
 def test_suite_judges_both_backends_with_both_baselines():
     triton, cuda = judge_suite("cpu", "sm_90", None, types=["reduce"])
     assert (triton["backend"], triton["verdict"]) == ("triton", "PASS")
-    assert triton["target"] == "reduce[64x4096:float32]"
+    assert triton["target"] == "reduce[16x4096:float32]"
     t = triton["timing"]
     assert t["representative_of_gpu"] is False and t["baseline_median_us"] > 0
     # torch.compile is the second baseline: timed, or missing with the reason, never silently absent
@@ -48,9 +48,9 @@ def test_suite_streams_each_row_as_a_json_line_and_a_stderr_row(tmp_path, capsys
                      backend="triton", dtype="bfloat16", jsonl=str(out))
     lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert code == 0 and lines[0] == {"earlier": "run"} and len(lines) == 2
-    assert (lines[1]["backend"], lines[1]["target"]) == ("triton", "reduce[64x4096:bfloat16]")
+    assert (lines[1]["backend"], lines[1]["target"]) == ("triton", "reduce[16x4096:bfloat16]")
     err = capsys.readouterr().err
-    assert "reduce[64x4096:bfloat16] | triton | PASS" in err
+    assert "reduce[16x4096:bfloat16] | triton | PASS" in err
 
 
 def test_suite_rejects_an_unknown_backend_or_type():

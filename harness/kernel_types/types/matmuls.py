@@ -85,7 +85,7 @@ TYPES.append(KernelType(
     edge_cases=[("noncontig", {"M": 12, "D": 64, "F": 96}, {}), ("offset", {"M": 9, "D": 48, "F": 80}, {}),
                 ("plain", {"M": 1, "D": 16, "F": 16}, {})],
     bench_shape={"M": 4096, "D": 4096, "F": 11008},
-    cpu_bench_shape={"M": 32, "D": 256, "F": 688},
+    cpu_bench_shape={"M": 32, "D": 128, "F": 344},
     flops=lambda d: 6.0 * d["M"] * d["D"] * d["F"] + 4.0 * d["M"] * d["F"],
     bytes=lambda d, es: (2 * d["M"] * d["D"] + 3 * d["D"] * d["F"]) * es,
     aten_ops=(),  # recognised by module pattern (gate/up/SiLU/product/down), not by one aten op

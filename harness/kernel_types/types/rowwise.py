@@ -17,12 +17,12 @@ TYPES: list[KernelType] = []  # registered by harness.kernel_types.registry on f
 # width test nothing new. Widths carry the coverage.
 ROW_SWEEP = [({"M": 11, "N": 1000}, {}), ({"M": 5, "N": 1025}, {}), ({"M": 3, "N": 4097}, {}),
              ({"M": 2, "N": 50257}, {}), ({"M": 6, "N": 777}, {}), ({"M": 24, "N": 256}, {}),
-             # more rows than any other case (the CPU timing shape has 64): a kernel that leaves the
+             # more rows than any other case (the CPU timing shape has 16): a kernel that leaves the
              # rows past some count alone fails here; narrow, so cheap on the interpreter
              ({"M": 130, "N": 33}, {})]
 ROW_LAYOUTS = [("noncontig", {"M": 9, "N": 300}, {}), ("offset", {"M": 5, "N": 129}, {}),
                ("plain", {"M": 1, "N": 2048}, {}), ("plain", {"B": 2, "S": 3, "N": 96}, {})]
-CPU_BENCH = {"M": 64, "N": 4096}
+CPU_BENCH = {"M": 16, "N": 4096}
 
 
 def _row_bytes(extra_vectors: int):
@@ -206,7 +206,7 @@ TYPES.append(KernelType(
     edge_cases=[("noncontig", {"N": 9, "V": 300}, {}), ("offset", {"N": 5, "V": 129}, {}),
                 ("plain", {"N": 1, "V": 4096}, {})],
     bench_shape={"N": 4096, "V": 32000},
-    cpu_bench_shape={"N": 32, "V": 32000},
+    cpu_bench_shape={"N": 8, "V": 32000},
     flops=lambda d: 4.0 * d["N"] * d["V"],
     bytes=lambda d, es: d["N"] * d["V"] * es + 8 * d["N"] + 4,
     aten_ops=("aten::cross_entropy_loss", "aten::log_softmax", "aten::_log_softmax",
