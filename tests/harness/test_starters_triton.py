@@ -87,10 +87,15 @@ def results(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("starters")
     # each job is its own process: threads suffice; the starters are judged as `autokernel
     # optimize` judges a baseline, by workers forked from a pre-imported one
+    softmax_second = tmp / "judged" / "softmax_second.py"  # judged too: a second config is a kernel of its own
+    softmax_second.parent.mkdir()
+    softmax_second.write_text(apply_config(_source("softmax"), SECOND_CONFIGS["softmax"]), encoding="utf-8")
     with judge_session(fork=True), ThreadPoolExecutor(PARALLEL_JOBS) as pool:
         second = pool.submit(_check_second_configs, tmp)
         verdicts = {t: pool.submit(judge, starter_path(t), device="cpu") for t in KERNEL_TYPES}
-        return {"verdicts": {t: f.result() for t, f in verdicts.items()}, "second": second.result()}
+        softmax_second_verdict = pool.submit(judge, softmax_second, device="cpu")
+        return {"verdicts": {t: f.result() for t, f in verdicts.items()}, "second": second.result(),
+                "softmax_second": softmax_second_verdict.result()}
 
 
 def _stage_report(verdict: dict) -> str:
@@ -193,11 +198,8 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--check"]:
 
 
 @pytest.mark.slow
-def test_two_configs_of_one_starter_pass_the_judge_with_different_code(results, tmp_path):
-    path = tmp_path / "softmax_second.py"
-    path.write_text(apply_config(_source("softmax"), SECOND_CONFIGS["softmax"]), encoding="utf-8")
-    second = judge(path, device="cpu")
-    first = results["verdicts"]["softmax"]
+def test_two_configs_of_one_starter_pass_the_judge_with_different_code(results):
+    second, first = results["softmax_second"], results["verdicts"]["softmax"]
     assert second["verdict"] == "PASS", _stage_report(second)
 
     def code(verdict):  # what was compiled for sm_90: one hash per kernel specialization
