@@ -111,10 +111,9 @@ def judged(request, tmp_path_factory) -> Judged:
     os.environ["HF_TOKEN"] = "hf-must-not-leak"
     try:
         with judge_session(fork=True) as session, ThreadPoolExecutor(2) as pool:
-            def timeout_s(name: str) -> float:
-                return judge_kernels.FORKED_HANG_TIMEOUT_S if name == "hang" else 180
             verdicts = dict(zip([name for name, _ in order], pool.map(
-                lambda item: judge(item[1], device="cpu", timeout_s=timeout_s(item[0])), order)))
+                lambda item: judge(item[1], device="cpu", timeout_s=judge_kernels.timeout_s(item[0], forked=True)),
+                order)))
             return Judged(verdicts, session.pool.forked, session.pool.fallbacks)
     finally:
         del os.environ["AK_TEST_FAKE_API_KEY"], os.environ["HF_TOKEN"]

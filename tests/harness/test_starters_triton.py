@@ -62,14 +62,18 @@ def test_every_dot_asks_for_ieee_fp32(kernel_type):
 
 
 # ------------------------------------------------------------------ judged and checked
-def _check_second_configs(tmp: Path) -> dict:
-    """Second CONFIGs written the tuner's way (only the CONFIG line rewritten), checked in one
-    interpreter process."""
-    specs = []
+def _write_second_configs(tmp: Path) -> dict[str, Path]:
+    """Second CONFIGs written the tuner's way (only the CONFIG line rewritten)."""
+    paths = {}
     for kernel_type, config in SECOND_CONFIGS.items():
-        path = tmp / f"{kernel_type}_second.py"
-        path.write_text(apply_config(_source(kernel_type), config), encoding="utf-8")
-        specs.append(f"{kernel_type}={path}")
+        paths[kernel_type] = tmp / f"{kernel_type}_second.py"
+        paths[kernel_type].write_text(apply_config(_source(kernel_type), config), encoding="utf-8")
+    return paths
+
+
+def _check_second_configs(tmp: Path, paths: dict[str, Path]) -> dict:
+    """The second configs checked in one interpreter process."""
+    specs = [f"{kernel_type}={path}" for kernel_type, path in paths.items()]
     out = tmp / "second_configs.json"
     # the script is started by path: the project root must be importable as it is for pytest;
     # one BLAS thread, as numpy's many spin-waiting threads only slow the interpreter on 2 cores
@@ -87,13 +91,12 @@ def results(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("starters")
     # each job is its own process: threads suffice; the starters are judged as `autokernel
     # optimize` judges a baseline, by workers forked from a pre-imported one
-    softmax_second = tmp / "judged" / "softmax_second.py"  # judged too: a second config is a kernel of its own
-    softmax_second.parent.mkdir()
-    softmax_second.write_text(apply_config(_source("softmax"), SECOND_CONFIGS["softmax"]), encoding="utf-8")
+    seconds = _write_second_configs(tmp)
     with judge_session(fork=True), ThreadPoolExecutor(PARALLEL_JOBS) as pool:
-        second = pool.submit(_check_second_configs, tmp)
+        second = pool.submit(_check_second_configs, tmp, seconds)
         verdicts = {t: pool.submit(judge, starter_path(t), device="cpu") for t in KERNEL_TYPES}
-        softmax_second_verdict = pool.submit(judge, softmax_second, device="cpu")
+        # judged too: a second config is a kernel of its own
+        softmax_second_verdict = pool.submit(judge, seconds["softmax"], device="cpu")
         return {"verdicts": {t: f.result() for t, f in verdicts.items()}, "second": second.result(),
                 "softmax_second": softmax_second_verdict.result()}
 

@@ -60,6 +60,13 @@ HANG_TIMEOUT_S = 6
 FORKED_HANG_TIMEOUT_S = 3
 
 
+def timeout_s(name: str, forked: bool) -> float:
+    """The judge's deadline for variant `name`: the hang's short one, ample time for any other."""
+    if name != "hang":
+        return 180
+    return FORKED_HANG_TIMEOUT_S if forked else HANG_TIMEOUT_S
+
+
 def source(body: str = BODY, wrapper: str = WRAPPER, prelude: str = "") -> str:
     return TEMPLATE.format(BODY=body, WRAPPER=wrapper, PRELUDE=prelude)
 

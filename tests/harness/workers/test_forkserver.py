@@ -37,10 +37,11 @@ def _kernels(folder: Path) -> dict[str, Path]:
     return paths
 
 
-def _judge_all(paths: dict[str, Path]) -> dict[str, dict]:
+def _judge_all(paths: dict[str, Path], forked: bool) -> dict[str, dict]:
     with ThreadPoolExecutor(2) as pool:  # two judges at once: two zygotes, one candidate each
         return dict(zip(paths, pool.map(
-            lambda item: judge(item[1], device="cpu", timeout_s=judge_kernels.HANG_TIMEOUT_S if item[0] == "hang" else 180), paths.items())))
+            lambda item: judge(item[1], device="cpu", timeout_s=judge_kernels.timeout_s(item[0], forked)),
+            paths.items())))
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +52,10 @@ def both(tmp_path_factory, judged):
     # sandbox_write reaches torch.save, which the static check refuses first: off, the sandbox must hold
     with pytest.MonkeyPatch.context() as mp, judge_session(fork=True) as session:
         mp.setenv("AUTOKERNEL_STATIC_CHECK", "off")
-        forked = _judge_all({"sandbox_write": paths["sandbox_write"]})
+        forked = _judge_all({"sandbox_write": paths["sandbox_write"]}, forked=True)
         counts = (judged.forked + session.pool.forked, judged.fallbacks + session.pool.fallbacks)
     forked.update({name: judged.verdicts[name] for name in NAMES})
-    spawned = _judge_all({name: paths[name] for name in SPAWNED})
+    spawned = _judge_all({name: paths[name] for name in SPAWNED}, forked=False)
     return forked, spawned, counts
 
 
