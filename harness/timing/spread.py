@@ -14,6 +14,13 @@ the work) measured 947% then 94%. On the CPU (the Triton interpreter on a shared
 is 75%, so that two wide rounds in a row stay out of an honest kernel's reach; on a GPU, where
 honest reps spread by a few per cent, 50%.
 
+A busy machine: the judging process reads, over each round, the share of the time some task on the
+machine waited for a CPU (harness/timing/witness.py). Where a round too wide to trust was timed
+while that share was at least BUSY_SHARE, the note says the machine was oversubscribed, so that a
+run whose candidates go unkept on a loaded machine says why and what to do. The verdict is the
+same: a median that means nothing is not kept, whatever made it so. Two cores and three or more
+busy processes keep the share near 100%; one judge beside one busy process, a few per cent.
+
 Excessive speedup: KernelBench's flag, a candidate more than EXCESSIVE_SPEEDUP times faster than
 PyTorch eager. It is re-timed (a second round), and the second round's median is held to the
 physical floor (harness/device/roofline.py) with a margin of 0.9, not the usual half: a real kernel does
@@ -25,6 +32,7 @@ from __future__ import annotations
 SPREAD_LIMIT = {"cpu": 0.75, "cuda": 0.5}
 EXCESSIVE_SPEEDUP = 10.0
 SECOND_LOOK_FLOOR_MARGIN = 0.9
+BUSY_SHARE = 0.5
 
 
 def ratio(median_us: float, iqr_us: float) -> float:

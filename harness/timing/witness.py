@@ -32,6 +32,11 @@ and the sandbox refuses socket(2) itself: the worker's connected descriptor is t
 Code in the worker could still send lines of its own through that descriptor; they break the strict
 S/E sequence (`Reps`), and a descriptor swapped for another socket is caught by its inode before
 every send (`Reporter`).
+
+With every line the reader also notes how long, so far, some task on the machine has waited for a
+CPU (Linux's pressure stall information, /proc/pressure/cpu): over a round of reps, that gives the
+share of the round the machine was oversubscribed (`Reps.cpu_wait`), the judge's own measure of
+a busy machine when a spread is too wide to trust.
 """
 from __future__ import annotations
 
@@ -58,8 +63,26 @@ SLACK_IQRS = 3.0
 MAX_LINES = 20_000  # a worker that floods the socket is not timing anything; its lines stop counting
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's number, where Python does not name it
 
+PRESSURE = Path("/proc/pressure/cpu")
+Reading = tuple[float, float]  # (time.monotonic() in s, cpu_stall_us()) as the reader kept a line
+
 # Bound before any candidate is imported: the reporter's own system calls are not the candidate's.
 _write, _fstat = os.write, os.fstat
+
+
+def cpu_stall_us() -> float | None:
+    """Microseconds since boot during which some runnable task waited for a CPU (the "some" line's
+    total in /proc/pressure/cpu), or None where the kernel keeps no such figure."""
+    try:
+        text = PRESSURE.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("some "):
+            for item in line.split():
+                if item.startswith("total="):
+                    return float(item[len("total="):])
+    return None
 
 
 class WitnessBroken(RuntimeError):
@@ -108,6 +131,8 @@ class Witness:
         self._socket.setblocking(False)
         self._stop_r, self._stop_w = os.pipe()
         self.lines: list[tuple[float, str]] = []
+        self.readings: list[Reading | None] = []  # with each line: (time.monotonic(), cpu_stall_us())
+        self._pressure = cpu_stall_us() is not None
         self.flooded = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._read, name="ak-witness", daemon=True)
@@ -136,12 +161,15 @@ class Witness:
             self.flooded = True
             return
         self.lines.append((stamp, data.decode("utf-8", "replace").rstrip("\n")))
+        stall = cpu_stall_us() if self._pressure else None
+        self.readings.append((time.monotonic(), stall) if stall is not None else None)
 
     def reset(self) -> None:
         """Forget everything reported so far (a worker that is started again reports from scratch)."""
         with self._lock:
             self._drain(keep=False)
             self.lines.clear()
+            self.readings.clear()
             self.flooded = False
 
     def close(self) -> "Record":
@@ -154,7 +182,7 @@ class Witness:
         for fd in (self._stop_r, self._stop_w):
             os.close(fd)
         shutil.rmtree(self._dir, ignore_errors=True)
-        return parse(self.lines, self.flooded)
+        return parse(self.lines, self.flooded, self.readings)
 
 
 def _stamp(ancillary) -> float:
@@ -168,10 +196,22 @@ def _stamp(ancillary) -> float:
 
 @dataclass
 class Reps:
-    """One phase's reps as the judge saw them: what the worker reported, and the judge's intervals."""
+    """One phase's reps as the judge saw them: what the worker reported, the judge's intervals, and
+    the machine's CPU pressure read as each rep's S and E arrived."""
     samples_us: list[float] = field(default_factory=list)
     intervals_us: list[float] = field(default_factory=list)
-    open_start: tuple[int, float] | None = None  # (i, stamp) of an S still waiting for its E
+    open_start: tuple[int, float, Reading | None] | None = None  # (i, stamp, reading) of an S waiting for its E
+    pressure: list[tuple[Reading | None, Reading | None]] = field(default_factory=list)
+
+    def cpu_wait(self, first: int, stop: int) -> float | None:
+        """The share of the time from rep `first`'s start to rep `stop - 1`'s end during which some
+        task on the machine waited for a CPU, or None where it was not read."""
+        if not 0 <= first < stop <= len(self.pressure):
+            return None
+        start, end = self.pressure[first][0], self.pressure[stop - 1][1]
+        if start is None or end is None or end[0] <= start[0]:
+            return None
+        return min(1.0, max(0.0, (end[1] - start[1]) / ((end[0] - start[0]) * 1e6)))
 
 
 @dataclass
@@ -184,16 +224,17 @@ class Record:
         return self.phases.get(phase)
 
 
-def parse(lines: list[tuple[float, str]], flooded: bool = False) -> Record:
+def parse(lines: list[tuple[float, str]], flooded: bool = False,
+          readings: list[Reading | None] | None = None) -> Record:
     record = Record()
     if flooded:
         record.problem = f"more than {MAX_LINES} lines arrived on the witness socket"
-    for stamp, line in lines:
+    for n, (stamp, line) in enumerate(lines):
         parts = line.split(" ", 1)
         if parts[0] == "X" and len(parts) == 2:
             record.refusals.append(_json_text(parts[1]))
             continue
-        problem = _step(record, stamp, line)
+        problem = _step(record, stamp, line, readings[n] if readings and n < len(readings) else None)
         if problem and record.problem is None:
             record.problem = problem  # never the line itself: a forged line may carry anything
     for phase, reps in record.phases.items():
@@ -210,7 +251,7 @@ def _json_text(text: str) -> str:
     return value if isinstance(value, str) else str(value)[:2000]
 
 
-def _step(record: Record, stamp: float, line: str) -> str | None:
+def _step(record: Record, stamp: float, line: str, reading: Reading | None = None) -> str | None:
     """Apply one S or E line; why it breaks the strict S i, E i, S i+1 ... order, or None."""
     parts = line.split()
     if len(parts) < 3 or parts[0] not in ("S", "E"):
@@ -226,7 +267,7 @@ def _step(record: Record, stamp: float, line: str) -> str | None:
     if kind == "S":
         if reps.open_start is not None or i != expected:
             return f"rep {i} of {phase} started out of order"
-        reps.open_start = (i, stamp)
+        reps.open_start = (i, stamp, reading)
         return None
     if reps.open_start is None or reps.open_start[0] != i or len(parts) != 4:
         return f"rep {i} of {phase} ended without its start"
@@ -234,6 +275,7 @@ def _step(record: Record, stamp: float, line: str) -> str | None:
         return f"rep {i} of {phase} reported {us} us"
     reps.samples_us.append(us)
     reps.intervals_us.append((stamp - reps.open_start[1]) * 1e6)
+    reps.pressure.append((reps.open_start[2], reading))
     reps.open_start = None
     return None
 

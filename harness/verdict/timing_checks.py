@@ -102,14 +102,32 @@ def witnessed_rounds(end: dict, witnessed, device: str, phase: str,
         # a clock swapped for one call, samples shrunk through a frame: the judge's clock disagrees
         return disagreement_text(check), end
     cut = len(kernel.samples_us) - len(rounds[-1]["samples_us"])
-    seen = [summary(kernel.samples_us[:cut], device).to_json()] if cut else []
-    seen.append(summary(kernel.samples_us[cut:], device).to_json())
+    seen = [_round(kernel, 0, cut, device)] if cut else []
+    seen.append(_round(kernel, cut, len(kernel.samples_us), device))
     end = {**end, "kernel": seen[-1], "rounds": seen, "witness": check}
     for key, baseline_phase in baselines.items():
         reps = witnessed.reps(baseline_phase)
         if reps is not None and reps.samples_us:
             end[key] = summary(reps.samples_us, device).to_json()
     return None, end
+
+
+def _round(kernel, first: int, stop: int, device: str) -> dict:
+    """One round's figures from the reps the judge witnessed, with the share of it during which some
+    task on the machine waited for a CPU (cpu_wait_pct, where the kernel keeps that figure)."""
+    from harness.timing.timer import summary
+    figures = summary(kernel.samples_us[first:stop], device).to_json()
+    wait = kernel.cpu_wait(first, stop)
+    return figures if wait is None else {**figures, "cpu_wait_pct": round(100 * wait, 1)}
+
+
+def busy_note(last: dict) -> str:
+    """The machine's part in an untrusted round: said where the judge measured it oversubscribed."""
+    wait = last.get("cpu_wait_pct")
+    if wait is None or wait < 100 * spread.BUSY_SHARE:
+        return ""
+    return (f"; the machine was oversubscribed: some task waited for a CPU {wait:.0f}% of the round "
+            "(/proc/pressure/cpu): time on a machine with a core free for each judge")
 
 
 def spread_verdict(rounds: list[dict], device: str) -> dict:
@@ -119,15 +137,18 @@ def spread_verdict(rounds: list[dict], device: str) -> dict:
     last = rounds[-1]
     if len(rounds) == 1 and spread.too_wide(last["median_us"], last["iqr_us"], device):
         return {"spread_ok": False, "spread_note": f"the reps' IQR is {pct[0]:.0f}% of the median (limit {limit:.0f}%) "
-                                                   "and the timing was not measured again: the median means nothing"}
+                                                   "and the timing was not measured again: the median means nothing"
+                                                   + busy_note(last)}
     if spread.too_wide(last["median_us"], last["iqr_us"], device):
         return {"spread_ok": False, "spread_note": f"measured twice and both times too wide: the reps' IQR was "
                                                    f"{pct[0]:.0f}% then {pct[1]:.0f}% of the median (limit "
-                                                   f"{limit:.0f}%): the median means nothing, do not keep on it"}
+                                                   f"{limit:.0f}%): the median means nothing, do not keep on it"
+                                                   + busy_note(last)}
     if len(rounds) == 2 and max(rounds[0]["median_us"], last["median_us"]) > 2 * min(rounds[0]["median_us"],
                                                                                   last["median_us"]):
         return {"spread_ok": False, "spread_note": f"measured twice, the medians disagree by more than 2x "
-                                                   f"({rounds[0]['median_us']:.4g} then {last['median_us']:.4g} us)"}
+                                                   f"({rounds[0]['median_us']:.4g} then {last['median_us']:.4g} us)"
+                                                   + busy_note(last)}
     again = f"; measured again after a first round at {pct[0]:.0f}%" if len(rounds) == 2 else ""
     return {"spread_ok": True, "spread_note": f"the reps' IQR is {pct[-1]:.0f}% of the median (limit {limit:.0f}%)"
                                               + again}

@@ -298,7 +298,7 @@ def _timing_problem(end: dict, recs: list[dict], plan: Plan, out_dir: Path, devi
     if problem:
         return problem, end
     trust = {**timing_checks.spread_verdict(rounds, device), "second_look": look,
-             "rounds": [{k: r[k] for k in ("median_us", "iqr_us", "reps")} for r in rounds]}
+             "rounds": [{k: r[k] for k in ("median_us", "iqr_us", "reps", "cpu_wait_pct") if k in r} for r in rounds]}
     return None, {**end, "trust": trust}
 
 

@@ -2,7 +2,8 @@
 `autokernel optimize` judges them (a judge session, forked workers, two at a time), beside the
 honest kernels judged with the other core kept busy. Each attack ends in FAIL with a named reason,
 or for a timing whose spread leaves its median meaningless, in a verdict the search never keeps;
-the honest kernels PASS with a spread the judge trusts."""
+the honest kernels PASS with a spread the judge trusts, unless the judge measured the machine
+oversubscribed while it timed them."""
 from __future__ import annotations
 
 import sys
@@ -14,6 +15,7 @@ from judge_batch import judge_batch
 import timed_call_kernels
 from autokernel.search import decision
 from autokernel.search.run import TargetState
+from harness.timing import spread
 from harness.kernel_types.registry import Case
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox and the hook are Linux's")
@@ -69,5 +71,12 @@ def test_the_honest_kernels_pass_with_a_trusted_spread_on_a_loaded_machine(judge
     for name in HONEST:
         v = judged[name]
         assert v["verdict"] == "PASS", _reason(v)[:2000]
-        assert v["timing"]["spread_ok"] is True, v["timing"]["spread_note"]
-        assert v["timing"]["witness"]["agrees"], v["timing"]["witness"]
+        timing = v["timing"]
+        assert timing["witness"]["agrees"], timing["witness"]
+        if not timing["spread_ok"]:
+            # the limit was chosen with one judge beside one busy process; here two judges share the
+            # cores with it, and a test run adds its own work. Where the judge measured the machine
+            # oversubscribed an honest median may mean nothing, and the verdict must say why
+            last = timing["rounds"][-1]
+            assert last.get("cpu_wait_pct", 0) >= 100 * spread.BUSY_SHARE, (timing["spread_note"], last)
+            assert "oversubscribed" in timing["spread_note"], timing["spread_note"]

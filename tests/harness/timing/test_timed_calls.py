@@ -89,6 +89,17 @@ def test_a_spread_too_wide_twice_is_not_trusted_and_a_wide_first_round_may_be_re
     assert apart["spread_ok"] is False and "disagree" in apart["spread_note"]
 
 
+def test_an_untrusted_spread_says_so_when_the_judge_measured_the_machine_oversubscribed():
+    busy, calm = {**_round(100.0, 80.0), "cpu_wait_pct": 97.0}, {**_round(100.0, 80.0), "cpu_wait_pct": 12.0}
+    wide = timing_checks.spread_verdict([_round(100.0, 90.0), busy], "cpu")
+    assert wide["spread_ok"] is False and "oversubscribed" in wide["spread_note"] and "97%" in wide["spread_note"]
+    assert "oversubscribed" not in timing_checks.spread_verdict([_round(100.0, 90.0), calm], "cpu")["spread_note"]
+    assert "oversubscribed" not in timing_checks.spread_verdict([_round(100.0, 90.0), _round(100.0, 80.0)],
+                                                                "cpu")["spread_note"]  # not measured: not said
+    trusted = timing_checks.spread_verdict([{**_round(100.0, 10.0), "cpu_wait_pct": 97.0}], "cpu")
+    assert trusted["spread_ok"] is True and "oversubscribed" not in trusted["spread_note"]
+
+
 def test_an_excessive_speedup_is_retimed_and_held_to_the_floor_with_a_tight_margin(monkeypatch):
     monkeypatch.setattr(roofline, "_peaks", lambda device: {"copy_gbps": 20.0, "matmul_tflops": {"float32": 0.5}})
     floor_us = roofline.physical_floor_us(CASE, "cpu")["floor_us"]

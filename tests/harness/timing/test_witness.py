@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.timing.timer import calibrate, time_fn
-from harness.timing.witness import Reporter, Reps, Witness, agreement, disagreement_text, parse
+from harness.timing import spread
+from harness.timing.witness import Reporter, Reps, Witness, agreement, cpu_stall_us, disagreement_text, parse
 from paths import DATA, ROOT
 
 # a worker's timing loop in miniature: each rep sleeps 20 ms; `factor` scales what it reports
@@ -146,6 +147,36 @@ def test_refusals_are_kept_apart_from_the_reps():
                     (1.0, "E kernel 0 900000.0")])
     assert record.problem is None and record.refusals == ["refused by the judge's audit hook: socket"]
     assert record.reps("kernel").intervals_us == [1e6]
+
+
+def test_a_rounds_cpu_wait_is_the_stall_over_the_wall_time_from_its_first_start_to_its_last_end():
+    # (monotonic s, stall us) as the reader kept each line: 2 s of wall time, 1.5 s of it with a task waiting
+    lines = [(0.0, "S kernel 0"), (0.1, "E kernel 0 1.0"), (0.2, "S kernel 1"), (2.0, "E kernel 1 1.0")]
+    readings = [(10.0, 100.0), (10.5, 400_100.0), (11.0, 900_100.0), (12.0, 1_500_100.0)]
+    reps = parse(lines, readings=readings).reps("kernel")
+    assert reps.cpu_wait(0, 2) == pytest.approx(0.75)
+    assert reps.cpu_wait(1, 2) == pytest.approx(0.6)
+    assert reps.cpu_wait(0, 3) is None  # no such rep
+    assert parse(lines).reps("kernel").cpu_wait(0, 2) is None  # no pressure figures on this kernel
+    assert parse(lines, readings=[None] * 4).reps("kernel").cpu_wait(0, 2) is None
+
+
+@pytest.mark.skipif(cpu_stall_us() is None, reason="this kernel keeps no CPU pressure figures")
+def test_a_machine_with_more_busy_processes_than_cores_is_measured_oversubscribed():
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range((os.cpu_count() or 1) + 1)]
+    witness = Witness()
+    try:
+        report = Reporter(witness.path)
+        time_fn(lambda: time.sleep(0.01), device="cpu", budget_ms=0.0, warmup=0, min_reps=20, max_reps=20,
+                report=report, phase="kernel")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        record = witness.close()
+    assert record.problem is None, record.problem
+    wait = record.reps("kernel").cpu_wait(0, 20)
+    assert wait is not None and wait >= spread.BUSY_SHARE, wait
 
 
 def test_a_swapped_descriptor_is_refused_before_the_write(tmp_path):
