@@ -115,12 +115,13 @@ def history_section(history: "list[Experiment]") -> str:
         description = e.description.replace("|", "/")[:100]
         lines.append(f"| {e.number} | {e.decision} | {e.verdict} | {e.failed_stage or '-'} | "
                      f"{_fmt(e.median_us)} | {_fmt(e.speedup_vs_best, 'x', 3)} | {description} |")
-    failures = [e for e in recent if e.failed_stage]
-    if failures:
+    said = [e for e in recent if e.failed_stage or e.message]
+    if said:
         lines.append("\nWhat the judge said about each failure:")
-        for e in failures:
+        for e in said:
             message = e.message if len(e.message) <= MESSAGE_CHARS else e.message[:MESSAGE_CHARS] + " ..."
-            lines.append(f"- experiment {e.number} failed `{e.failed_stage}`: {message}")
+            what = f"failed `{e.failed_stage}`" if e.failed_stage else "passed, but"
+            lines.append(f"- experiment {e.number} {what}: {message}")
     return "\n".join(lines) + "\n"
 
 

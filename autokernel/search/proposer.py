@@ -60,7 +60,7 @@ class Experiment:
     decision: str  # BASELINE, KEEP or REVERT
     verdict: str  # the judge's verdict, or FAIL with failed_stage "parse"
     failed_stage: str | None = None
-    message: str = ""  # the failed stage's detail
+    message: str = ""  # the failed stage's detail, or why a passing kernel's time was not trusted
     median_us: float | None = None
     iqr_us: float | None = None
     speedup_vs_best: float | None = None  # best median before this experiment / this median
@@ -78,8 +78,11 @@ class Experiment:
         timing = verdict.get("timing") or {}
         median_us = timing.get("median_us")
         speedup = best_median_us / median_us if (median_us and best_median_us) else None
+        message = failure_message(verdict)
+        if not message and timing.get("spread_ok") is False:  # right, but its time means nothing: never kept
+            message = f"its time was not trusted: {timing.get('spread_note') or 'the reps spread too widely'}"
         return Experiment(number, candidate.description, decision, verdict.get("verdict", "FAIL"),
-                          verdict.get("failed_stage"), failure_message(verdict), median_us,
+                          verdict.get("failed_stage"), message, median_us,
                           timing.get("iqr_us"), speedup, candidate.config)
 
     def to_json(self) -> dict[str, Any]:

@@ -80,6 +80,21 @@ def test_long_failure_messages_are_cut():
     assert "E" * prompt.MESSAGE_CHARS + " ..." in user and "E" * (prompt.MESSAGE_CHARS + 1) not in user
 
 
+def test_a_passing_kernel_whose_time_was_not_trusted_is_told_why():
+    note = "measured twice and both times too wide: the reps' IQR was 90% then 89% of the median"
+    verdict = {"verdict": "PASS", "failed_stage": None, "stages": [],
+               "timing": {"median_us": 80.0, "iqr_us": 72.0, "spread_ok": False, "spread_note": note}}
+    untrusted = Experiment.from_verdict(1, Candidate("src", "fast but noisy"), verdict, "REVERT")
+    assert untrusted.message == f"its time was not trusted: {note}"
+    _, user = user_text(context(failures(0) + [untrusted]))
+    assert f"- experiment 1 passed, but: its time was not trusted: {note}" in user
+    trusted = Experiment.from_verdict(2, Candidate("src", "steady"), {**verdict, "timing": {
+        **verdict["timing"], "spread_ok": True, "spread_note": "the reps' IQR is 3% of the median"}}, "REVERT")
+    assert trusted.message == ""
+    _, user = user_text(context(failures(0) + [trusted]))
+    assert "experiment 2 passed" not in user
+
+
 def test_no_code_reply_is_called_out_only_right_after_it_happened():
     parse = Experiment.from_verdict(1, Candidate(None, "reply without a kernel"), None, "REVERT")
     assert (parse.verdict, parse.failed_stage) == ("FAIL", "parse")
