@@ -3,8 +3,9 @@
 System: what the model is and the rules of the judge (playbook/rules.md). User: the kernel type's
 contract and reference, the target's shapes and dtype, the device and its measured peaks, the parent
 kernel in full (usually the best so far) with its timing and roofline position, one or two other
-elites as inspirations, the recent experiments with what the judge said about each failure, the
-playbook section that fits where the search stands, and what the visit's strategy asks for.
+elites as inspirations, the recent experiments with what the judge said about each failure (and
+each time it did not trust), the playbook section that fits where the search stands, and what the
+visit's strategy asks for.
 
 `level` makes the prompt smaller for a server that refused it for its length: 1 shows fewer
 history rows, a shorter playbook and no inspirations; 2 no history, no playbook, no inspirations.
@@ -117,7 +118,7 @@ def history_section(history: "list[Experiment]") -> str:
                      f"{_fmt(e.median_us)} | {_fmt(e.speedup_vs_best, 'x', 3)} | {description} |")
     said = [e for e in recent if e.failed_stage or e.message]
     if said:
-        lines.append("\nWhat the judge said about each failure:")
+        lines.append("\nWhat the judge said about each failure, and each time it did not trust:")
         for e in said:
             message = e.message if len(e.message) <= MESSAGE_CHARS else e.message[:MESSAGE_CHARS] + " ..."
             what = f"failed `{e.failed_stage}`" if e.failed_stage else "passed, but"

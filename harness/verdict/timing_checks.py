@@ -134,24 +134,28 @@ def spread_verdict(rounds: list[dict], device: str) -> dict:
     """{"spread_ok", "spread_note"}: may the search rest a decision on the last round's median?"""
     limit = 100 * spread.SPREAD_LIMIT.get(device, 0.5)
     pct = [100 * spread.ratio(r["median_us"], r["iqr_us"]) for r in rounds]
-    last = rounds[-1]
-    if len(rounds) == 1 and spread.too_wide(last["median_us"], last["iqr_us"], device):
-        return {"spread_ok": False, "spread_note": f"the reps' IQR is {pct[0]:.0f}% of the median (limit {limit:.0f}%) "
-                                                   "and the timing was not measured again: the median means nothing"
-                                                   + busy_note(last)}
-    if spread.too_wide(last["median_us"], last["iqr_us"], device):
-        return {"spread_ok": False, "spread_note": f"measured twice and both times too wide: the reps' IQR was "
-                                                   f"{pct[0]:.0f}% then {pct[1]:.0f}% of the median (limit "
-                                                   f"{limit:.0f}%): the median means nothing, do not keep on it"
-                                                   + busy_note(last)}
-    if len(rounds) == 2 and max(rounds[0]["median_us"], last["median_us"]) > 2 * min(rounds[0]["median_us"],
-                                                                                  last["median_us"]):
-        return {"spread_ok": False, "spread_note": f"measured twice, the medians disagree by more than 2x "
-                                                   f"({rounds[0]['median_us']:.4g} then {last['median_us']:.4g} us)"
-                                                   + busy_note(last)}
+    untrusted = _untrusted(rounds, device, pct, limit)
+    if untrusted:
+        return {"spread_ok": False, "spread_note": untrusted + busy_note(rounds[-1])}
     again = f"; measured again after a first round at {pct[0]:.0f}%" if len(rounds) == 2 else ""
     return {"spread_ok": True, "spread_note": f"the reps' IQR is {pct[-1]:.0f}% of the median (limit {limit:.0f}%)"
                                               + again}
+
+
+def _untrusted(rounds: list[dict], device: str, pct: list[float], limit: float) -> str | None:
+    """Why the last round's median means nothing, or None."""
+    last = rounds[-1]
+    if len(rounds) == 1 and spread.too_wide(last["median_us"], last["iqr_us"], device):
+        return (f"the reps' IQR is {pct[0]:.0f}% of the median (limit {limit:.0f}%) "
+                "and the timing was not measured again: the median means nothing")
+    if spread.too_wide(last["median_us"], last["iqr_us"], device):
+        return (f"measured twice and both times too wide: the reps' IQR was {pct[0]:.0f}% then {pct[1]:.0f}% "
+                f"of the median (limit {limit:.0f}%): the median means nothing, do not keep on it")
+    if len(rounds) == 2 and max(rounds[0]["median_us"], last["median_us"]) > 2 * min(rounds[0]["median_us"],
+                                                                                  last["median_us"]):
+        return (f"measured twice, the medians disagree by more than 2x "
+                f"({rounds[0]['median_us']:.4g} then {last['median_us']:.4g} us)")
+    return None
 
 
 def second_look_problem(case: Case, end: dict, device: str) -> tuple[str | None, dict | None]:
