@@ -53,7 +53,9 @@ def standard_policy(*, untrusted, reads, writes, allowed_imports: tuple[str, ...
                 torch_dir and os.path.join(torch_dir, "cuda"),
                 *(os.path.join(harness_dir, f) for f in ("cuda_build.py", "cuda_launcher.py", os.path.join("compiling", "target_compile.py"))),
                 *builders]
-    return Policy(untrusted=_roots(untrusted), reads=_roots(reads), writes=_roots(writes),
+    # os.devnull: subprocess opens it for every tool a compiler runs on the candidate's behalf
+    # (Triton's platform_key runs `file` on a GPU's first launch); it holds and keeps nothing
+    return Policy(untrusted=_roots(untrusted), reads=_roots(reads), writes=_roots([*writes, os.devnull]),
                   allowed_imports=tuple(allowed_imports), allowed_prefixes=tuple(allowed_prefixes),
                   builders=_roots(builders),
                   code_makers=_roots([triton_dir, torch_dir]), stdlib=_roots(stdlib),

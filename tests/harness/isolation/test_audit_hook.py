@@ -68,6 +68,9 @@ PROBES = {
     "write_scratch": lambda: torch._utils.pickle.sys.modules["io"].open(SCRATCH + "/out.txt", "w").write("ok"),
     "format_traceback": _format_traceback,
     "torch_compute": lambda: float(torch.ones(3).sum()),
+    # Triton's launcher build on a GPU: platform.architecture() runs `file`, whose subprocess opens
+    # os.devnull, with the candidate's launch on the stack
+    "toolchain_tool_devnull": lambda: (PLATFORM_KEY.cache_clear(), PLATFORM_KEY())[1],
 }
 '''
 
@@ -75,6 +78,7 @@ CHILD = r'''
 import json, sys, threading, types
 folder, scratch, readable, secret = sys.argv[1:5]
 from harness.isolation import audit_hook, audit_policy
+from triton.runtime.build import platform_key
 reports = []
 register = audit_hook.install(audit_policy.standard_policy(
     untrusted=[folder], reads=[folder, readable, *sys.path[1:]], writes=[scratch],
@@ -85,6 +89,7 @@ spec = importlib.util.spec_from_file_location("cand", folder + "/cand.py")
 module = importlib.util.module_from_spec(spec)
 module.SECRET, module.READABLE, module.SCRATCH = secret, readable, scratch
 module.setattr_ = object.__setattr__
+module.PLATFORM_KEY = platform_key
 def judge_fn():
     return "judge"
 module.JUDGE_FN = judge_fn
@@ -115,7 +120,7 @@ REFUSED = {"getframe": "frame introspection (sys._getframe)", "tb_frame": "frame
            "read_outside": "open(", "write_outside": "open(", "rewrite_judge_code": "rewriting judge_fn.__code__",
            "putenv": "os.putenv"}
 ALLOWED = ("dataclass", "namedtuple", "enum", "math", "read_inside", "write_scratch", "format_traceback",
-           "torch_compute", "judge_getframe", "judge_pickle")
+           "torch_compute", "toolchain_tool_devnull", "judge_getframe", "judge_pickle")
 
 
 def _run(tmp_path: Path, mode: str) -> dict:
