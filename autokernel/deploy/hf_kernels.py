@@ -112,7 +112,7 @@ from kernels import LocalLayerRepository, Mode, kernelize, replace_kernel_forwar
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
 
 repo = Path("{repo}")
-# transformers marks LlamaRMSNorm "RMSNorm" itself only with kernels >= 0.18.2; this does it for any version
+# transformers marks LlamaRMSNorm "RMSNorm" itself when it supports the installed kernels; harmless then
 replace_kernel_forward_from_hub(LlamaRMSNorm, "RMSNorm")
 replace_kernel_forward_from_hub(LlamaMLP, "SwiGLUMLP")  # transformers does not mark its MLPs
 with use_kernel_mapping({{
@@ -121,7 +121,7 @@ with use_kernel_mapping({{
     model = kernelize(model, mode=Mode.INFERENCE, device="cpu")  # or "cuda"
 ```
 
-With transformers and kernels >= 0.18.2, on a GPU:
+With a transformers that supports the installed kernels (5.25 with kernels 0.19), on a GPU:
 `AutoModelForCausalLM.from_pretrained(..., use_kernels=True, kernel_config=KernelConfig({{{config}}}, use_local_kernel=True))`.
 
 `kernels.get_local_kernel(repo)` imports the package: `patch(model)` binds every winner

@@ -58,16 +58,23 @@ tokens = {s: torch.randint(0, hf_llama.VOCAB, (1, s), generator=torch.Generator(
 with torch.inference_mode():
     expected = {s: model(x) for s, x in tokens.items()}
 
-# What transformers does itself with kernels >= 0.18.2, done here for any version: its RMSNorm
-# becomes the kernel-aware "RMSNorm" and apply_rotary_pos_emb the "rotary_pos_emb" function layer
-# of each attention module. Its MLP has no layer name: registering one is the user's step.
-replace_kernel_forward_from_hub(modeling_llama.LlamaRMSNorm, "RMSNorm")
+# With kernels >= 0.18.2, transformers marks its own layers: its RMSNorm is the kernel-aware
+# "RMSNorm" and apply_rotary_pos_emb the "rotary_pos_emb" function layer of each attention module.
+# With an older kernels, that is done here as transformers would. Its MLP has no layer name in any
+# version: registering one is the user's step.
+def kernel_aware(obj):
+    return hasattr(obj if isinstance(obj, type) else type(obj), "kernel_layer_name")
+
+
+marked_by_transformers = kernel_aware(modeling_llama.LlamaRMSNorm) and kernel_aware(modeling_llama.apply_rotary_pos_emb)
+if not marked_by_transformers:
+    replace_kernel_forward_from_hub(modeling_llama.LlamaRMSNorm, "RMSNorm")
+    rotary = use_kernel_forward_from_hub("rotary_pos_emb")(modeling_llama.apply_rotary_pos_emb)
+    modeling_llama.apply_rotary_pos_emb = rotary
+    for m in model.modules():
+        if isinstance(m, modeling_llama.LlamaAttention):
+            m.__dict__.setdefault("_kernel_funcs", {})["apply_rotary_pos_emb"] = rotary
 replace_kernel_forward_from_hub(modeling_llama.LlamaMLP, "SwiGLUMLP")
-rotary = use_kernel_forward_from_hub("rotary_pos_emb")(modeling_llama.apply_rotary_pos_emb)
-modeling_llama.apply_rotary_pos_emb = rotary
-for m in model.modules():
-    if isinstance(m, modeling_llama.LlamaAttention):
-        m.__dict__.setdefault("_kernel_funcs", {})["apply_rotary_pos_emb"] = rotary
 
 layer_names = {"RMSNorm": "RMSNorm", "SwiGLUMLP": "SwiGLUMLP", "rotary_pos_emb": "RotaryPosEmb"}
 with use_kernel_mapping({name: {"cpu": LocalLayerRepository(repo, layer_name=layer)}
@@ -75,9 +82,12 @@ with use_kernel_mapping({name: {"cpu": LocalLayerRepository(repo, layer_name=lay
     model = kernelize(model, mode=Mode.INFERENCE, device="cpu")
 package = get_local_kernel(repo)
 aware = [m for module in model.modules() for m in (module, *getattr(module, "_kernel_funcs", {}).values())]
-result = {"package": package.__name__, "patch_only": package.PATCH_ONLY,
+result = {"package": package.__name__, "patch_only": package.PATCH_ONLY, "marked_by_transformers": marked_by_transformers,
+          # the kernel-aware layers whose forward is now one of the repository's layers (transformers
+          # marks more, e.g. its SiLU activation, which keeps its own forward with no mapping for it)
           "bound": sorted({type(m).__name__ + ":" + m.forward.__qualname__ for m in aware
-                           if hasattr(type(m), "kernel_layer_name")}), "errors": {}, "tallies": {}}
+                           if kernel_aware(m) and m.forward.__qualname__.split(".")[0] in layer_names.values()}),
+          "errors": {}, "tallies": {}}
 with torch.inference_mode(), package.patch(model, targets=package.PATCH_ONLY) as router:
     for s, x in tokens.items():
         result["errors"][s] = (model(x) - expected[s]).abs().max().item()
@@ -161,6 +171,71 @@ def test_kernelize_binds_the_layers_onto_a_transformers_llama_that_then_matches_
         assert (counted["routed"], counted["fell_back"], counted["reasons"]) == (served, served, {rows: served}), op
     refused = used["tallies"]["refused"]["layers"]["per_kernel"]["rmsnorm[16x64:float32]"]
     assert refused["fallback_reasons"].get("refused by this test's decision") == 5
+
+
+# transformers' own way in: a KernelConfig naming the repository's layers, validated against the
+# model's kernel-aware layers and applied by transformers' kernelize. KernelConfig accepts GPU
+# devices only, so on the CPU its mapping is built as for "cuda" and then keyed to the CPU; on a GPU
+# set_use_kernels takes it as it is.
+USE_KERNEL_CONFIG = NO_PROJECT_CODE + r'''
+import importlib.util, json, sys
+from pathlib import Path
+import torch
+from kernels import get_local_kernel
+from transformers import KernelConfig
+from transformers.integrations import hub_kernels
+from transformers.utils import kernel_config as config_module
+
+repo, model_file, device = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+spec = importlib.util.spec_from_file_location("hf_llama", model_file)
+hf_llama = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(hf_llama)
+torch.manual_seed(0)
+model = hf_llama.Model().eval().to(device)
+tokens = torch.randint(0, hf_llama.VOCAB, (1, 16), generator=torch.Generator().manual_seed(16)).to(device)
+with torch.inference_mode():
+    expected = model(tokens)
+config = KernelConfig({"RMSNorm": f"{repo}:RMSNorm", "rotary_pos_emb": f"{repo}:RotaryPosEmb"}, use_local_kernel=True)
+if device == "cuda":
+    model.llama.set_use_kernels(True, config)
+else:
+    config.sanitize_kernel_mapping(model.llama)
+    real_device = config_module.infer_device
+    config_module.infer_device = lambda m: "cuda"
+    config.create_compatible_mapping(model.llama)
+    config_module.infer_device = real_device
+    config.kernel_mapping = {name: {"cpu": by_device["cuda"]} for name, by_device in config.kernel_mapping.items()}
+    from kernels import Mode
+    hub_kernels.kernelize(model.llama, mode=Mode.INFERENCE, kernel_config=config)
+package = get_local_kernel(repo)
+with torch.inference_mode():
+    error = (model(tokens) - expected).abs().max().item()
+served = {k: v["calls_served"] for k, v in package.layers.tally()["per_kernel"].items()}
+print(json.dumps({"error": error, "served": served}))
+'''
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_transformers_kernel_config_takes_the_repository(repository, tmp_path, device):
+    if device == "cuda":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA device")
+    transformers_config = pytest.importorskip("transformers.utils.kernel_config")
+    if not hasattr(transformers_config, "KernelConfig"):
+        pytest.skip("this transformers has no KernelConfig")
+    repo, _ = repository
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(TRITON_INTERPRET="1" if device == "cpu" else "0", HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", USE_KERNEL_CONFIG, str(repo), str(HF_LLAMA), device], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    used = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the five norms and the q and k rotations of two attentions ran the repository's kernels; the
+    # MLPs did not: transformers names no MLP layer, so a KernelConfig cannot map one
+    assert used["served"] == {"rmsnorm[16x64:float32]": 5, "rotary_embedding[1x2x16x32:float32]": 4,
+                              "fused_mlp[16x64x128:float32]": 0}, used
+    assert used["error"] < 1e-5, used
 
 
 def test_an_unknown_format_is_a_usage_error_that_writes_nothing(repository, tmp_path):
