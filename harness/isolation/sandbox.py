@@ -118,7 +118,7 @@ def read_roots(extra=()) -> list[str]:
     roots = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              *(v for k, v in sysconfig.get_paths().items() if k != "data"), *site.getsitepackages()]
     roots += _package_roots()
-    roots += [*SYSTEM_READS, *PROC_READS, "/dev", *_cuda_roots(), *extra]
+    roots += [*SYSTEM_READS, *PROC_READS, "/dev", *_cuda_roots(), *_compiler_roots(), *extra]
     real = {os.path.realpath(p) if not p.startswith("/proc/") else p for p in roots if p and os.path.exists(p)}
     # one rule per folder: what lies beneath another root is readable already
     return sorted(p for p in real if not any(p.startswith(other.rstrip("/") + "/") for other in real if other != p))
@@ -139,6 +139,21 @@ def _package_roots() -> list[str]:
         else:  # a namespace package: each of its folders
             out.update(p for p in getattr(module, "__path__", None) or [] if isinstance(p, str))
     return sorted(out)
+
+
+def _compiler_roots() -> list[str]:
+    """The installation of each C/C++ compiler on PATH (or named by CC/CXX) that lies outside the
+    system folders: Inductor and Triton build their host code with it (an H200 image keeps gcc in
+    /opt/gcc, and torch.compile inside verify's sandbox failed there with "Permission denied")."""
+    out = []
+    for name in (os.environ.get("CC"), os.environ.get("CXX"), "cc", "gcc", "c++", "g++", "clang"):
+        found = shutil.which(name) if name else None
+        if not found:
+            continue
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(found)))  # <prefix>/bin/gcc
+        if prefix not in ("/", "") and prefix not in out:
+            out.append(prefix)
+    return out
 
 
 def _cuda_roots() -> list[str]:
