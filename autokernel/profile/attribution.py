@@ -13,6 +13,15 @@
    the tokens torch.where routed to each expert) is that module's own work: its shapes are one
    batch's routing, not a target another batch would repeat.
 
+A training step (autokernel.profile.training) runs the forward and the loss in TRAIN_ROOT, the
+backward in BACKWARD and the optimizer in OPTIMIZER. Each backward node the autograd engine ran
+(`autograd::engine::evaluate_function: MmBackward0`) carries the sequence number of the forward op
+that recorded it, and its time joins whatever target that forward op's time went to: a target's
+time is its forward's plus its backward's (`fwd_ms`, `bwd_ms`). Backward time whose forward op is
+not in the profile (AccumulateGrad, which writes a parameter's .grad, and the loss's seed gradient)
+is its own `other (backward)` row, so the shares still add up to 1. The optimizer step is timed
+apart and is no target's.
+
 Each group's time is its fastest over the profiled iterations: on a busy machine another process
 only ever adds time (a stalled thread pool), and taking each group's best keeps those stalls out of
 the shares.
@@ -21,29 +30,47 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
 from autokernel.errors import UserError
 from autokernel.profile import module_targets, op_work
 from autokernel.profile.forms import GLUE, Call, Node, find_forms, map_op, node_dtype
-from autokernel.profile.records import Records, op_trees
+from autokernel.profile.records import Records, op_trees, windows
 from harness.kernel_types import registry
 
 ROOT = "autokernel::forward"
+TRAIN_ROOT = "autokernel::train_step"  # the forward and the loss of a training step
+BACKWARD = "autokernel::backward"
+OPTIMIZER = "autokernel::optimizer"
+LOSS = "loss"  # where the loss's ops ran: outside the model, in the training step
+BACKWARD_NODE = "autograd::engine::evaluate_function: "
+UNLINKED = "other (backward)"
 
 
 def attribute(records: Records, modules: dict[str, torch.nn.Module], module_inputs: Optional[dict] = None,
               dtype: str = "float32") -> list[dict]:
     """The profile's groups from its records: one tree per profiled forward, attributed alike on
     every device (the ops from the CPU side, the time from the device's kernels on a GPU).
-    `module_inputs` (module_targets.capture_inputs) names and sizes the module targets."""
+    `module_inputs` (module_targets.capture_inputs) names and sizes the module targets. Records of
+    training steps give each group its backward time too."""
+    training = is_training(records)
     tallies = []
-    for tree in op_trees(records, ROOT, _module_of):
+    for tree in op_trees(records, TRAIN_ROOT if training else ROOT, _module_of):
         tallies.append(_Tally(modules, module_inputs, dtype, kernels_only=records.device != "cpu"))
         tallies[-1].scope(tree)
-    return _summarise(tallies)
+    return _summarise(tallies, windows(records, BACKWARD, _module_of) if training else None)
+
+
+def is_training(records: Records) -> bool:
+    return any(op.name == TRAIN_ROOT for op in records.ops)
+
+
+def optimizer_ms(records: Records) -> Optional[float]:
+    """One optimizer step's time (its fastest), None without one: no target's, shown apart."""
+    times = [tree.total_us for tree in op_trees(records, OPTIMIZER, _module_of)]
+    return min(times) / 1e3 if times else None
 
 
 def _module_of(name: str) -> Optional[tuple[str, str]]:
@@ -64,11 +91,12 @@ class _Tally:
         self.kernels_only = kernels_only  # own times are device kernel times (a GPU profile)
         self.calls: list[tuple[Call, tuple[str, str]]] = []
         self.other: dict[str, list[float]] = defaultdict(list)  # top-level op -> us of each call
+        self.other_nodes: list[tuple[str, Node]] = []  # the ops behind `other`, for their backward
         # unmapped time inside a module (not the whole model): one entry per module call
         self.unmapped: list[_Unmapped] = []
 
     def scope(self, scope: Node, patterns: bool = True) -> None:
-        where = scope.module or ("", "")
+        where = scope.module or ("", LOSS if scope.name == TRAIN_ROOT else "")
         in_module = bool(where[0]) and patterns
         head, tail, cause = op_work.data_dependent_tail(scope.children) if in_module else (scope.children, [], None)
         found = find_forms(head, self.modules.get(where[0])) if patterns else []
@@ -90,9 +118,19 @@ class _Tally:
             else:
                 # the highest op decides: the sum inside an aten::mean is the mean's, not a reduce
                 self.other[n.name].append(n.total_us)
+                self.other_nodes.append((n.name, n))
         if in_module and (unmapped or scope.self_us):
             self.unmapped.append(_Unmapped(where, unmapped, scope.self_us + sum(n.total_us for n in unmapped),
                                            scope.self_us, cause))
+
+    def owners(self) -> Iterator[tuple[tuple, list[Node]]]:
+        """Each group's key with the op trees whose time went to it."""
+        for call, _ in self.calls:
+            yield _call_key(call), call.nodes
+        for label, node in self.other_nodes:
+            yield ("other", label), [node]
+        for u in self.unmapped:
+            yield _module_key(u.where[0], self, u.nodes), u.nodes
 
 
 @dataclass
@@ -107,13 +145,15 @@ class _Unmapped:
     cause: Optional[str] = None
 
 
-def _summarise(tallies: list[_Tally]) -> list[dict]:
+def _summarise(tallies: list[_Tally], backward: Optional[list[list[Node]]] = None) -> list[dict]:
+    """The groups of the tallied iterations; `backward`, the trees each training step's backward
+    ran, adds each group's backward time to its forward's."""
     n = max(len(tallies), 1)
     samples: dict[tuple, list[list[float]]] = defaultdict(lambda: [[] for _ in range(n)])
     info: dict[tuple, dict] = {}
     for i, tally in enumerate(tallies):
         for call, where in tally.calls:
-            key = (call.kernel_type, str(call.shapes or call.args), call.dtype, call.causal, call.route)
+            key = _call_key(call)
             samples[key][i].append(sum(nd.total_us for nd in call.nodes))
             g = info.setdefault(key, {"call": call, "modules": {}, "ops": set(), "parts": []})
             g["modules"].setdefault(where[0], where[1])
@@ -132,24 +172,82 @@ def _summarise(tallies: list[_Tally]) -> list[dict]:
             g["ops"] |= set().union(set(), *(nd.op_names() for nd in u.nodes))
             if i == 0:
                 _charge(g, u, tally)
-    best = {k: _best_us(v) / 1e3 for k, v in samples.items()}
+    bwd = _backward_samples(tallies, backward) if backward is not None else {}
+    fwd_ms = {k: _best_us(v) / 1e3 for k, v in samples.items()}
+    bwd_ms = {k: _best_us(v) / 1e3 for k, v in bwd.items()}
+    best = {k: fwd_ms.get(k, 0.0) + bwd_ms.get(k, 0.0) for k in {**samples, **bwd}}
     total_ms = sum(best.values()) or 1.0
     calls = {k: sum(len(s) for s in v) / n for k, v in samples.items()}
-    groups = [_group(info[k], best[k], calls[k], total_ms, tallies[0].modules) for k in samples
-              if k[0] not in ("other", module_targets.KERNEL_TYPE)]
-    groups += [_module_group(k, info[k], best[k], calls[k], total_ms, tallies[0]) for k in samples
-               if k[0] == module_targets.KERNEL_TYPE]
-    others = sorted(((k[1], best[k], calls[k]) for k in samples if k[0] == "other"), key=lambda t: -t[1])
-    if others:
-        other_ms = sum(t[1] for t in others)
-        groups.append({"kernel_type": "other", "op": others[0][0], "shapes": [], "dtype": "", "dims": {},
-                       "target": None, "route": "", "calls": _count(sum(t[2] for t in others)),
-                       "time_ms": other_ms, "share": other_ms / total_ms, "modules": [],
-                       "ops": [t[0] for t in others],
-                       "other_ops": [{"op": op, "time_ms": ms, "share": ms / total_ms, "calls": _count(c)}
-                                     for op, ms, c in others]})
+    groups = []
+    for k in samples:
+        if k[0] == "other":
+            continue
+        group = (_module_group(k, info[k], best[k], calls[k], total_ms, tallies[0]) if k[0] == module_targets.KERNEL_TYPE
+                 else _group(info[k], best[k], calls[k], total_ms, tallies[0].modules))
+        groups.append(_split(group, fwd_ms[k], bwd_ms.get(k, 0.0), backward))
+    other = [k for k in samples if k[0] == "other"]
+    if other:
+        groups.append(_other_group(other, fwd_ms, bwd_ms, calls, total_ms, backward))
+    unlinked = [k for k in bwd if k[0] == UNLINKED]
+    if unlinked:
+        counts = {k: sum(len(s) for s in bwd[k]) / max(len(backward), 1) for k in unlinked}
+        groups.append(_other_group(unlinked, {}, bwd_ms, counts, total_ms, backward, op=UNLINKED))
     groups.sort(key=lambda g: -g["time_ms"])
     return groups
+
+
+def _call_key(call: Call) -> tuple:
+    return (call.kernel_type, str(call.shapes or call.args), call.dtype, call.causal, call.route)
+
+
+def _other_group(keys: list[tuple], fwd_ms: dict, bwd_ms: dict, calls: dict, total_ms: float,
+                 backward: Optional[list], op: Optional[str] = None) -> dict:
+    """One `other` row: the ops no target took (`op`: the row's name, else its largest op's)."""
+    rows = sorted(((k[1], fwd_ms.get(k, 0.0), bwd_ms.get(k, 0.0), calls[k]) for k in keys), key=lambda t: -t[1] - t[2])
+    fwd, bwd = sum(t[1] for t in rows), sum(t[2] for t in rows)
+    group = {"kernel_type": "other", "op": op or rows[0][0], "shapes": [], "dtype": "", "dims": {},
+             "target": None, "route": "", "calls": _count(sum(t[3] for t in rows)),
+             "time_ms": fwd + bwd, "share": (fwd + bwd) / total_ms, "modules": [], "ops": [t[0] for t in rows],
+             "other_ops": [_split({"op": label, "time_ms": f + b, "share": (f + b) / total_ms, "calls": _count(c)},
+                                  f, b, backward) for label, f, b, c in rows]}
+    return _split(group, fwd, bwd, backward)
+
+
+def _split(group: dict, fwd_ms: float, bwd_ms: float, backward: Optional[list]) -> dict:
+    """A training step's row says how much of its time was forward and how much backward."""
+    return {**group, "fwd_ms": fwd_ms, "bwd_ms": bwd_ms} if backward is not None else group
+
+
+def _backward_samples(tallies: list[_Tally], backward: list[list[Node]]) -> dict[tuple, list[list[float]]]:
+    """Each backward tree's time under the key of the group its forward op went to, per step; a
+    tree whose forward op is not in the profile under (UNLINKED, what it was)."""
+    owner: dict[tuple[int, int], tuple] = {}
+    for tally in tallies:
+        for key, nodes in tally.owners():
+            for node in _walk(nodes):  # depth first: an op's own sequence number wins over its caller's
+                if node.seq is not None:
+                    owner[node.seq] = key
+    samples: dict[tuple, list[list[float]]] = defaultdict(lambda: [[] for _ in backward])
+    for i, trees in enumerate(backward):
+        for tree in trees:
+            linked = tree.name.startswith(BACKWARD_NODE) and tree.seq is not None
+            key = owner.get(tree.seq) if linked else None
+            samples[key or (UNLINKED, _unlinked_label(tree))][i].append(tree.total_us)
+    return samples
+
+
+def _unlinked_label(tree: Node) -> str:
+    if not tree.name.startswith(BACKWARD_NODE):
+        return tree.name  # run by backward() itself: the loss's seed gradient (aten::ones_like)
+    name = tree.name[len(BACKWARD_NODE):].removeprefix("torch::autograd::")
+    # AccumulateGrad writes a leaf's .grad and records no forward op; any other node's op was not seen
+    return name if name == "AccumulateGrad" or tree.seq is None else f"{name} (its forward op was not found)"
+
+
+def _walk(nodes: list[Node]) -> Iterator[Node]:
+    for node in nodes:
+        yield node
+        yield from _walk(node.children)
 
 
 def _module_key(qual: str, tally: _Tally, nodes: list[Node]) -> tuple:

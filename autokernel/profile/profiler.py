@@ -9,21 +9,22 @@ target or `other` (autokernel.profile.attribution).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import statistics
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
 from torch.autograd.profiler import record_function
 
-from autokernel.profile import module_targets
-from autokernel.profile.attribution import ROOT, _best_us, attribute, dims_of  # noqa: F401  (the profiler's names)
+from autokernel.profile import module_targets, training
+from autokernel.profile.attribution import ROOT, _best_us, attribute, dims_of, optimizer_ms  # noqa: F401
 from autokernel.profile.records import from_kineto
 from harness.kernel_types import registry
 
@@ -33,8 +34,8 @@ class Profile:
     device: str
     device_name: str
     dtype: str
-    total_ms: float  # op time of one forward: the sum of the groups
-    forward_ms: float  # wall time of one plain forward (median of forward_samples_ms)
+    total_ms: float  # op time of one forward (and its backward, in training): the sum of the groups
+    forward_ms: float  # wall time of one plain forward, or training step (median of forward_samples_ms)
     profiled_forward_ms: float  # the same under the profiler and module hooks (median)
     iters: int
     warmup: int
@@ -43,6 +44,8 @@ class Profile:
     # work ("counted" or "floor"), work_note, and where they ran products or data-dependent shapes,
     # matmuls and data_dependent (module targets)
     module_inputs: dict = field(default_factory=dict)  # qualified name -> what its first call took
+    # a training step's: its loss (step), optimizer and optimizer_ms (timed apart, no group's), last loss
+    train: Optional[dict] = None
 
     forward_samples_ms: list[float] = field(default_factory=list)  # raw, unrounded
     profiled_samples_ms: list[float] = field(default_factory=list)
@@ -61,26 +64,25 @@ class Profile:
 # ---------------------------------------------------------------- measuring
 def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
                   trace_path: Optional[str] = None, records_path: Optional[str] = None) -> Profile:
-    """Profile `iters` forwards of a modelfile.LoadedModel after `warmup` plain ones; `records_path`
-    keeps the raw op and kernel records (JSON) for attributing them again elsewhere."""
+    """Profile `iters` forwards of a modelfile.LoadedModel after `warmup` plain ones, or, when it is
+    profiled for training (`loaded.training`), as many training steps (forward, loss, backward,
+    optimizer step; at least one warm-up: the optimizer makes its state on its first step).
+    `records_path` keeps the raw op and kernel records (JSON) for attributing them again elsewhere."""
     device = loaded.spec.device
     inputs = loaded.make_inputs(seed)
-    for _ in range(warmup):
-        loaded.forward(inputs)
-    plain_s = [_timed(loaded.forward, inputs, device) for _ in range(3)]
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.startswith("cuda"):
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
     modules = dict(loaded.model.named_modules())
     # what each module is called with, captured outside the profiler (its ops would be timed)
     module_inputs = module_targets.capture_inputs(loaded.model, lambda: loaded.forward(inputs))
-    handles = _hook_modules(modules)
-    try:
-        with _without_profiler_chatter(), torch.profiler.profile(activities=activities, record_shapes=True) as prof:
-            profiled_s = [_timed(loaded.forward, inputs, device, ROOT) for _ in range(iters)]
-    finally:
-        for h in handles:
-            h.remove()
+    with (training.training(loaded, inputs) if loaded.training else nullcontext()) as step:
+        if step is not None:
+            warmup = max(warmup, 1)
+            run = functools.partial(step.run, inputs)
+        else:
+            run = functools.partial(_forward, loaded, inputs)
+        for _ in range(warmup):
+            run(False)
+        plain_s = [_timed(run, device, False) for _ in range(3)]
+        prof, profiled_s = _profiled(run, device, modules, iters)
     if trace_path:
         prof.export_chrome_trace(str(trace_path))
     records = from_kineto(prof.profiler.kineto_results, device)
@@ -88,11 +90,33 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
         records.save(records_path)
     groups = attribute(records, modules, module_inputs, _model_dtype(loaded.model))
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
+    train = None if step is None else {"step": step.how, "optimizer": step.optimizer_name,
+                                       "optimizer_ms": optimizer_ms(records), "loss": step.last_loss}
     return Profile(device=device, device_name=name, dtype=_model_dtype(loaded.model),
                    total_ms=sum(g["time_ms"] for g in groups), forward_ms=statistics.median(plain_s) * 1e3,
                    profiled_forward_ms=statistics.median(profiled_s) * 1e3, iters=iters, warmup=warmup,
-                   groups=groups, module_inputs=module_inputs, forward_samples_ms=[t * 1e3 for t in plain_s],
-                   profiled_samples_ms=[t * 1e3 for t in profiled_s])
+                   groups=groups, module_inputs=module_inputs, train=train,
+                   forward_samples_ms=[t * 1e3 for t in plain_s], profiled_samples_ms=[t * 1e3 for t in profiled_s])
+
+
+def _forward(loaded: Any, inputs: list, ranged: bool) -> None:
+    with training.profiled_range(ROOT, ranged):
+        loaded.forward(inputs)
+
+
+def _profiled(run: Callable[[bool], None], device: str, modules: dict, iters: int) -> tuple[Any, list[float]]:
+    """`iters` runs under the profiler, each module call in a range of its own."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    handles = _hook_modules(modules)
+    try:
+        with _without_profiler_chatter(), torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+            profiled_s = [_timed(run, device, True) for _ in range(iters)]
+    finally:
+        for h in handles:
+            h.remove()
+    return prof, profiled_s
 
 
 # What torch's profiler library (kineto) prints on every start and stop, straight to fd 2.
@@ -126,13 +150,9 @@ def _without_profiler_chatter():
                 sys.stderr.flush()
 
 
-def _timed(forward: Callable, inputs: list, device: str, label: Optional[str] = None) -> float:
+def _timed(run: Callable[[bool], None], device: str, ranged: bool) -> float:
     t0 = time.perf_counter()
-    if label:
-        with record_function(label):
-            forward(inputs)
-    else:
-        forward(inputs)
+    run(ranged)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     return time.perf_counter() - t0
