@@ -57,10 +57,13 @@ def attribute(records: Records, modules: dict[str, torch.nn.Module], module_inpu
     training steps give each group its backward time too."""
     training = is_training(records)
     tallies = []
-    for tree in op_trees(records, TRAIN_ROOT if training else ROOT, _module_of):
+    trees = op_trees(records, TRAIN_ROOT if training else ROOT, _module_of)
+    for tree in trees:
         tallies.append(_Tally(modules, module_inputs, dtype, kernels_only=records.device != "cpu"))
         tallies[-1].scope(tree)
-    return _summarise(tallies, windows(records, BACKWARD, _module_of) if training else None)
+    if not training:
+        return _summarise(tallies)
+    return _summarise(tallies, windows(records, BACKWARD, _module_of), _recorders(trees))
 
 
 def is_training(records: Records) -> bool:
@@ -145,9 +148,10 @@ class _Unmapped:
     cause: Optional[str] = None
 
 
-def _summarise(tallies: list[_Tally], backward: Optional[list[list[Node]]] = None) -> list[dict]:
+def _summarise(tallies: list[_Tally], backward: Optional[list[list[Node]]] = None,
+               recorders: Optional[dict] = None) -> list[dict]:
     """The groups of the tallied iterations; `backward`, the trees each training step's backward
-    ran, adds each group's backward time to its forward's."""
+    ran, adds each group's backward time to its forward's op that recorded it (`recorders`)."""
     n = max(len(tallies), 1)
     samples: dict[tuple, list[list[float]]] = defaultdict(lambda: [[] for _ in range(n)])
     info: dict[tuple, dict] = {}
@@ -172,7 +176,7 @@ def _summarise(tallies: list[_Tally], backward: Optional[list[list[Node]]] = Non
             g["ops"] |= set().union(set(), *(nd.op_names() for nd in u.nodes))
             if i == 0:
                 _charge(g, u, tally)
-    bwd = _backward_samples(tallies, backward) if backward is not None else {}
+    bwd = _backward_samples(tallies, backward, recorders or {}) if backward is not None else {}
     fwd_ms = {k: _best_us(v) / 1e3 for k, v in samples.items()}
     bwd_ms = {k: _best_us(v) / 1e3 for k, v in bwd.items()}
     best = {k: fwd_ms.get(k, 0.0) + bwd_ms.get(k, 0.0) for k in {**samples, **bwd}}
@@ -218,20 +222,28 @@ def _split(group: dict, fwd_ms: float, bwd_ms: float, backward: Optional[list]) 
     return {**group, "fwd_ms": fwd_ms, "bwd_ms": bwd_ms} if backward is not None else group
 
 
-def _backward_samples(tallies: list[_Tally], backward: list[list[Node]]) -> dict[tuple, list[list[float]]]:
+def _recorders(trees: list[Node]) -> dict[tuple[int, int], int]:
+    """For each sequence number, the forward op that recorded its backward node (its id). Every
+    op notes the number the next node will take, so a view or a cast that records none shares it
+    with the op after it, and a composite op (aten::linear) with its first child: the node's op is
+    the last to start with the number."""
+    found: dict[tuple[int, int], int] = {}
+    for node in _walk(trees):  # in the order the ops started
+        if node.seq is not None:
+            found[node.seq] = id(node)
+    return found
+
+
+def _backward_samples(tallies: list[_Tally], backward: list[list[Node]],
+                      recorders: dict[tuple[int, int], int]) -> dict[tuple, list[list[float]]]:
     """Each backward tree's time under the key of the group its forward op went to, per step; a
     tree whose forward op is not in the profile under (UNLINKED, what it was)."""
-    owner: dict[tuple[int, int], tuple] = {}
-    for tally in tallies:
-        for key, nodes in tally.owners():
-            for node in _walk(nodes):  # depth first: an op's own sequence number wins over its caller's
-                if node.seq is not None:
-                    owner[node.seq] = key
+    owner = {id(node): key for tally in tallies for key, nodes in tally.owners() for node in _walk(nodes)}
     samples: dict[tuple, list[list[float]]] = defaultdict(lambda: [[] for _ in backward])
     for i, trees in enumerate(backward):
         for tree in trees:
-            linked = tree.name.startswith(BACKWARD_NODE) and tree.seq is not None
-            key = owner.get(tree.seq) if linked else None
+            linked = tree.name.startswith(BACKWARD_NODE) and tree.seq in recorders
+            key = owner.get(recorders[tree.seq]) if linked else None
             samples[key or (UNLINKED, _unlinked_label(tree))][i].append(tree.total_us)
     return samples
 

@@ -241,7 +241,7 @@ def table(plan: dict, max_rows: int = 20) -> Any:
 
 def train_caption(train: dict) -> str:
     """What a training step's plan was measured on, and its optimizer step, shown apart."""
-    text = (f"\ntraining step: loss {train['step']}; forward {train['forward_ms']:.3f} ms, backward "
+    text = (f"\ntraining step: the loss is {train['step']}; forward {train['forward_ms']:.3f} ms, backward "
             f"{train['backward_ms']:.3f} ms; {train['backward_work']}.")
     if train.get("optimizer_ms") is None:
         return text + f"\noptimizer step ({train['optimizer']}): not in the records."
