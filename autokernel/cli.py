@@ -140,8 +140,8 @@ def profile(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (chrome://tracing, Perfetto)."),
     records: Optional[Path] = typer.Option(None, "--records", help="Write the raw op and kernel records (JSON), "
                                            "to attribute again on another machine."),
-    iters: int = typer.Option(10, "--iters", min=1, help="Profiled forwards."),
-    warmup: int = typer.Option(3, "--warmup", min=0, help="Plain forwards before profiling."),
+    iters: int = typer.Option(10, "--iters", min=1, help="Profiled forwards (training steps with --train)."),
+    warmup: int = typer.Option(3, "--warmup", min=0, help="Plain forwards (training steps) before profiling."),
     model_opts: ModelOptions = None,
 ) -> None:
     """Where the model's time goes, by kernel type, and what each bottleneck could be worth."""
@@ -154,14 +154,16 @@ def profile(
 
     spec = model_opts.spec(model)
     loaded = load_model(spec)
-    err.print(f"profiling {model} on {spec.device}: {warmup} warm-up + {iters} profiled forwards", highlight=False)
+    what = "training steps (forward, loss, backward, optimizer step)" if loaded.training else "forwards"
+    err.print(f"profiling {model} on {spec.device}: {max(warmup, int(loaded.training))} warm-up + {iters} profiled {what}",
+              highlight=False)
     prof = profile_model(loaded, iters=iters, warmup=warmup, trace_path=str(trace) if trace else None,
                          records_path=str(records) if records else None)
     peaks = measured_peaks(spec.device, at_least=plan_mod.achieved_tflops(prof))
     plan = plan_mod.make_plan(prof, peaks, model=spec.to_json())
     shown = Console(stderr=json_path == "-")
     if not shown.is_terminal:  # a pipe or a file: wide enough that target names stay whole
-        shown = Console(stderr=json_path == "-", width=120)
+        shown = Console(stderr=json_path == "-", width=140 if loaded.training else 120)
     shown.print(plan_mod.table(plan))
     text = _json.dumps(plan, indent=2)
     if json_path == "-":

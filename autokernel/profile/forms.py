@@ -38,6 +38,9 @@ class Node:
     concrete: list = field(default_factory=list)
     children: list["Node"] = field(default_factory=list)
     module: Optional[tuple[str, str]] = None  # (qualified name, class name) for a module call
+    # autograd's (forward thread, sequence number): a forward op's names the backward node it
+    # recorded; a backward node's (autograd::engine::evaluate_function: ...) names that forward op
+    seq: Optional[tuple[int, int]] = None
 
     @property
     def kind(self) -> str:

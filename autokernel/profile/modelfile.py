@@ -5,6 +5,12 @@ other file names its class with --class-name and describes its input with --inpu
 --input-dtype (a float dtype, or `tokens` with --vocab-size) and --init-args. `--dtype` casts the
 model and its float inputs; `--device` picks cuda or cpu.
 
+A file may also declare a training step (autokernel.profile.training): `loss_fn(output, inputs)`,
+the scalar loss of the model's output on its inputs, or `train_step(model, inputs)`, which runs the
+forward and returns that loss; `get_optimizer(model)` may replace the default AdamW. A file that
+declares one is profiled for training unless `--no-train` says otherwise; `--train` profiles any
+model for training, with a default loss where one fits.
+
 A `ModelSpec` is everything needed to load the same model again (runs store it in config.json and
 `verify` reloads it). Errors in the user's own file are reported as that file and line, never as a
 stack through autokernel.
@@ -37,6 +43,7 @@ from autokernel.errors import UsageError, UserError
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 SHORT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 TOKENS = "tokens"
+LOSS_FN, TRAIN_STEP, GET_OPTIMIZER = "loss_fn", "train_step", "get_optimizer"  # a file's training step
 DEBUG_HINT = "set AUTOKERNEL_DEBUG=1 to see the full traceback"
 
 
@@ -52,6 +59,7 @@ class ModelSpec:
     init_args: Optional[list[Any]] = None  # None: get_init_inputs() if the file has it, else []
     dtype: Optional[str] = None  # cast the model and its float inputs; None: leave as built
     device: str = "cpu"
+    train: Optional[bool] = None  # profile a training step; None: when the file declares one
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -80,6 +88,13 @@ class LoadedModel:
             raw = _in_user_code(self.spec.path, "get_inputs()", self.input_fn)
         raw = list(raw) if isinstance(raw, (list, tuple)) else [raw]
         return [self._place(x) for x in raw]
+
+    @property
+    def training(self) -> bool:
+        """Whether the model is profiled for training: --train/--no-train, else its file's word."""
+        if self.spec.train is not None:
+            return self.spec.train
+        return any(callable(getattr(self.module, name, None)) for name in (LOSS_FN, TRAIN_STEP))
 
     def forward(self, inputs: list) -> Any:
         """model(*inputs) without autograd; an error in the user's code becomes a UserError."""
@@ -161,7 +176,7 @@ def _device_name(text: Optional[str]) -> str:
 def spec_from_options(path: str | Path, class_name: Optional[str] = None, input_shape: Optional[str] = None,
                       input_dtype: Optional[str] = None, vocab_size: Optional[int] = None,
                       init_args: Optional[str] = None, dtype: Optional[str] = None,
-                      device: Optional[str] = None) -> ModelSpec:
+                      device: Optional[str] = None, train: Optional[bool] = None) -> ModelSpec:
     """A ModelSpec from the command-line option values (strings as typed)."""
     in_dtype = _dtype_name(input_dtype, "--input-dtype", allow_tokens=True)
     if in_dtype == TOKENS and not vocab_size:
@@ -170,7 +185,7 @@ def spec_from_options(path: str | Path, class_name: Optional[str] = None, input_
                      input_shape=parse_shape(input_shape) if input_shape else None,
                      input_dtype=in_dtype, vocab_size=vocab_size,
                      init_args=parse_init_args(init_args) if init_args is not None else None,
-                     dtype=_dtype_name(dtype, "--dtype"), device=_device_name(device))
+                     dtype=_dtype_name(dtype, "--dtype"), device=_device_name(device), train=train)
 
 
 @dataclass
@@ -184,6 +199,7 @@ class ModelOptions:
     init_args: Optional[str] = None
     dtype: Optional[str] = None
     device: Optional[str] = None
+    train: Optional[bool] = None
 
     def spec(self, path: str | Path) -> ModelSpec:
         return spec_from_options(path, **asdict(self))
@@ -192,8 +208,8 @@ class ModelOptions:
 def _option_params() -> list[inspect.Parameter]:
     import typer  # only commands need it
 
-    def opt(name: str, annotation: Any, help_text: str) -> inspect.Parameter:
-        flag = "--" + name.replace("_", "-")
+    def opt(name: str, annotation: Any, help_text: str, flag: Optional[str] = None) -> inspect.Parameter:
+        flag = flag or "--" + name.replace("_", "-")
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                                  default=typer.Option(None, flag, help=help_text))
     return [
@@ -204,11 +220,13 @@ def _option_params() -> list[inspect.Parameter]:
         opt("init_args", Optional[str], "Constructor arguments: a JSON list or comma-separated literals."),
         opt("dtype", Optional[str], "Cast the model and its float inputs: float32, float16, bfloat16."),
         opt("device", Optional[str], "cuda or cpu (default: cuda if present)."),
+        opt("train", Optional[bool], "Profile a training step: forward, backward and the optimizer step "
+            "(default: when the file declares loss_fn or train_step).", "--train/--no-train"),
     ]
 
 
 def model_options(command: Callable) -> Callable:
-    """Decorator for a typer command: adds the seven model options and passes their values to the
+    """Decorator for a typer command: adds the eight model options and passes their values to the
     command as its `model_opts: ModelOptions` parameter."""
     # evaluated: under `from __future__ import annotations` they are strings that only resolve in
     # the command's own module, and typer will look them up from this wrapper's

@@ -9,14 +9,23 @@ that projected gain. A module target's FLOPs and bytes are counted op by op by t
 that count is a floor (work no formula covers), the row claims no ceiling (None, with the reason in
 `ceiling_note`), is ranked by its share alone, and the total ceiling leaves it out.
 
+A training step's plan (the profile's `train`) ranks each target by its forward plus backward
+time (`fwd_ms`, `bwd_ms`); a row with a backward is charged three times its forward's work at the
+roofline, the usual count: a product's backward is two products (one for the input's gradient, one
+for the weight's), a row-wise op's reads its input and the upstream gradient and writes a gradient.
+The optimizer step is shown apart (`train.optimizer_ms`): no target covers it, so it is outside
+the shares and every projection.
+
 On a CPU every figure is a CPU figure (timings and peaks of this CPU) and is labelled so.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable
 
+from autokernel.profile.attribution import UNLINKED
 from harness.kernel_types import registry
 
+BACKWARD_WORK = 2.0  # a backward's work in forwards (see above)
 CPU_NOTE = ("CPU figures: times and peaks were measured on this CPU; they rank this CPU's "
             "bottlenecks and say nothing about a GPU")
 
@@ -78,6 +87,8 @@ def entry(group: Any, peaks: dict) -> dict:
         flops, nbytes = kt.flops(group["dims"]), kt.bytes(group["dims"], element_size)
         if group.get("causal"):
             flops /= 2  # a causal mask leaves half the scores: the judge's roofline counts it so too
+    if group.get("bwd_ms"):
+        flops, nbytes = flops * (1 + BACKWARD_WORK), nbytes * (1 + BACKWARD_WORK)
     tflops, tflops_dtype = peak_tflops(peaks, group["dtype"])
     roof = roofline_s(flops, nbytes, tflops, peaks["copy_gbps"])
     per_call_s = group["time_ms"] / 1e3 / group["calls"]
@@ -149,7 +160,20 @@ def make_plan(profile: Any, peaks: dict, model: dict | None = None) -> dict:
                                 f"({', '.join(sorted(peaks['raised']))}): the cached probe read low")
     if model is not None:
         plan["model"] = model
+    if getattr(profile, "train", None):
+        plan["train"] = train_summary(profile.train, rows, profile.total_ms)
     return plan
+
+
+def train_summary(train: dict, rows: list[dict], total_ms: float) -> dict:
+    """A training step's plan header: its loss and optimizer, the forward and backward totals, and
+    the optimizer step, timed apart (None where the records held none)."""
+    opt = train.get("optimizer_ms")
+    step_ms = total_ms + (opt or 0.0)
+    return {**train, "forward_ms": sum(r.get("fwd_ms", 0.0) for r in rows),
+            "backward_ms": sum(r.get("bwd_ms", 0.0) for r in rows), "step_ms": step_ms,
+            "optimizer_share_of_step": (opt / step_ms) if opt is not None and step_ms > 0 else None,
+            "backward_work": f"a row with a backward is charged {1 + BACKWARD_WORK:g}x its forward's work at the roofline"}
 
 
 def _faster_than_peaks(rows: list[dict], peaks: dict) -> list[str]:
@@ -169,7 +193,7 @@ def _faster_than_peaks(rows: list[dict], peaks: dict) -> list[str]:
     return warnings
 
 
-FIRST_KEYS = ("rank", "kernel_type", "op", "shapes", "dtype", "calls", "time_ms", "share", "bound",
+FIRST_KEYS = ("rank", "kernel_type", "op", "shapes", "dtype", "calls", "time_ms", "fwd_ms", "bwd_ms", "share", "bound",
               "ceiling_speedup", "projected_e2e_speedup", "ceiling_note", "target", "dims", "work")
 
 
@@ -185,29 +209,45 @@ def table(plan: dict, max_rows: int = 20) -> Any:
     from rich.table import Table
 
     label = " (CPU figures)" if plan.get("cpu_figures") else ""
-    t = Table(title=f"{plan['device_name']}{label}: {plan['total_ms']:.2f} ms of device time per forward",
+    train = plan.get("train")
+    per = "training step (forward + backward; the optimizer step apart)" if train else "forward"
+    t = Table(title=f"{plan['device_name']}{label}: {plan['total_ms']:.2f} ms of device time per {per}",
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("#", "target", "where", "calls", "ms", "share", "bound", "ceiling", "e2e"):
+    split = ("fwd ms", "bwd ms") if train else ()
+    for name in ("#", "target", "where", "calls", "ms", *split, "share", "bound", "ceiling", "e2e"):
         t.add_column(name, justify="left" if name in ("target", "where", "bound") else "right")
     for row in plan["entries"][:max_rows]:
+        times = [f"{row.get(k, 0.0):.3f}" for k in ("fwd_ms", "bwd_ms")] if train else []
         # targets look like markup ("softmax[64x1024:fp32]"): escape them
         t.add_row(str(row["rank"]), escape(_what(row)), escape(_where(row)), f"{row['calls']:g}", f"{row['time_ms']:.3f}",
-                  f"{row['share']:.1%}", row["bound"] or "", *ceiling_cells(row, "{:.1f}x", "{:.3f}x"))
+                  *times, f"{row['share']:.1%}", row["bound"] or "", *ceiling_cells(row, "{:.1f}x", "{:.3f}x"))
         for part in row.get("parts", []):
             if part["kernel_type"] != "other":
                 t.add_row("", escape(f" └ {_short(part['target'])}"), "", f"{part['calls']:g}", f"{part['time_ms']:.3f}",
-                          f"{part['share']:.1%}", "", "", "", style="dim")
+                          *[""] * len(split), f"{part['share']:.1%}", "", "", "", style="dim")
     typed = plan.get("typed_coverage", plan["coverage"])
     t.caption = (f"{plan['coverage']:.1%} of the time in targets ({typed:.1%} in the nine kernel types, "
                  f"{plan['coverage'] - typed:.1%} in module targets, searched by the LLM agent). ceiling: the group's speedup at "
                  f"the roofline; e2e: the model's, by Amdahl. All mapped groups at their ceilings: "
                  f"{plan['total_ceiling_e2e_speedup']:.2f}x end to end{uncounted_clause(plan)}."
+                 + (train_caption(train) if train else "")
                  + "".join(f"\n{n}" for n in ceiling_notes(plan["entries"][:max_rows]))
                  + (f"\n{plan['note']}." if plan.get("note") else "")
                  + (f"\n{plan['peaks_raised']}." if plan.get("peaks_raised") else "")
                  + "".join(f"\nwarning: {w}" for w in plan.get("warnings", [])))
     t.caption_justify = "left"
     return t
+
+
+def train_caption(train: dict) -> str:
+    """What a training step's plan was measured on, and its optimizer step, shown apart."""
+    text = (f"\ntraining step: the loss is {train['step']}; forward {train['forward_ms']:.3f} ms, backward "
+            f"{train['backward_ms']:.3f} ms; {train['backward_work']}.")
+    if train.get("optimizer_ms") is None:
+        return text + f"\noptimizer step ({train['optimizer']}): not in the records."
+    return text + (f"\noptimizer step ({train['optimizer']}): {train['optimizer_ms']:.3f} ms more, "
+                   f"{train['optimizer_share_of_step']:.1%} of the {train['step_ms']:.3f} ms step; no target "
+                   "covers it, so it is outside the shares and the projections.")
 
 
 def ceiling_cells(row: dict, ceiling_fmt: str, e2e_fmt: str) -> tuple[str, str]:
@@ -240,7 +280,8 @@ def _short(target: str) -> str:
 
 def _what(row: dict) -> str:
     if row["kernel_type"] == "other":
-        return "other: " + ", ".join(o["op"].replace("aten::", "") for o in row.get("other_ops", [])[:3])
+        head = row["op"] if row["op"] == UNLINKED else "other"
+        return f"{head}: " + ", ".join(o["op"].replace("aten::", "") for o in row.get("other_ops", [])[:3])
     return _short(row["target"]) + (" causal" if row.get("causal") else "")
 
 

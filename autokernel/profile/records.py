@@ -26,6 +26,8 @@ from autokernel.profile.forms import Node
 ANNOTATION_ACTIVITIES = {"gpu_user_annotation", "user_annotation"}
 # Runtime and driver calls on the CPU that start device work (cudaLaunchKernel, cuLaunchKernel).
 LAUNCH_ACTIVITIES = {"cuda_runtime", "cuda_driver", "privateuse1_runtime", "privateuse1_driver"}
+# The profiler's own ranges (a forward, a training step's parts): on a CPU their own time is Python.
+OWN_RANGES = "autokernel::"
 
 
 @dataclass
@@ -40,6 +42,8 @@ class OpRecord:
     shapes: list = field(default_factory=list)
     dtypes: list = field(default_factory=list)
     concrete: list = field(default_factory=list)
+    seq: int = -1  # autograd's sequence number: what links a backward node to its forward op
+    fwd_thread: int = 0  # a backward node's forward thread (0 on a forward op: its own thread)
 
 
 @dataclass
@@ -110,7 +114,8 @@ def from_kineto(results: Any, device: str) -> Records:
         else:
             records.ops.append(OpRecord(e.correlation_id(), e.name(), e.start_thread_id(), begin, end,
                                         [list(s) for s in e.shapes()], list(e.dtypes()),
-                                        [_plain(c) for c in (e.concrete_inputs() or [])]))
+                                        [_plain(c) for c in (e.concrete_inputs() or [])], e.sequence_nr(),
+                                        e.fwd_thread_id()))
     return records
 
 
@@ -129,6 +134,25 @@ def op_trees(records: Records, root: str, module_of: Callable[[str], Optional[tu
     `module_of(name)` reads (qualified name, class) from a module's range name, None for an op. On
     a CPU a range's own time is the Python between ops, not work: 0. Records are told apart by
     their place in the list, not by id: ranges and ops need not have ids of their own."""
+    return [tree for tree, op in _forest(records, module_of) if op.name == root]
+
+
+def windows(records: Records, root: str, module_of: Callable[[str], Optional[tuple[str, str]]]) -> list[list[Node]]:
+    """For each top-level `root` range, in order, the trees that ran in it: its children, and the
+    top-level trees of other threads that started inside it. On a GPU the autograd engine runs a
+    backward on a device thread of its own, outside the range that called it."""
+    forest = _forest(records, module_of)
+    out = []
+    for tree, op in forest:
+        if op.name != root:
+            continue
+        others = [t for t, o in forest if o.thread != op.thread and op.start_ns <= o.start_ns <= op.end_ns]
+        out.append(list(tree.children) + others)
+    return out
+
+
+def _forest(records: Records, module_of: Callable[[str], Optional[tuple[str, str]]]) -> list[tuple[Node, OpRecord]]:
+    """Every top-level op tree on every thread, with the record at its root."""
     ops = records.ops
     device_us = _device_us(records) if records.device == "cuda" else None
     children: dict[Optional[int], list[int]] = defaultdict(list)
@@ -140,13 +164,14 @@ def op_trees(records: Records, root: str, module_of: Callable[[str], Optional[tu
         module = module_of(op.name)
         if device_us is not None:
             self_us = device_us.get(i, 0.0)
-        elif module or op.name == root:
+        elif module or op.name.startswith(OWN_RANGES):
             self_us = 0.0
         else:
             self_us = max(op.end_ns - op.start_ns - sum(ops[k].end_ns - ops[k].start_ns for k in kids), 0) / 1e3
-        return Node(op.name, float(self_us), op.shapes, op.dtypes, op.concrete, [node(k) for k in kids], module)
+        seq = (op.fwd_thread or op.thread, op.seq) if op.seq >= 0 else None
+        return Node(op.name, float(self_us), op.shapes, op.dtypes, op.concrete, [node(k) for k in kids], module, seq)
 
-    return [node(i) for i in children[None] if ops[i].name == root]
+    return [(node(i), ops[i]) for i in children[None]]
 
 
 def _nesting(ops: list[OpRecord]) -> list[tuple[Optional[int], int]]:
