@@ -243,6 +243,21 @@ def parse(lines: list[tuple[float, str]], flooded: bool = False,
     return record
 
 
+# the phases only the clean baseline worker (harness/workers/baseline.py) times: never a candidate's
+BASELINE_PHASES = ("eager", "compiled")
+
+
+def baseline_line(record: Record) -> str | None:
+    """Why a candidate's channel is refused for carrying a baseline line, or None: its process never
+    times a baseline, so any such line is written by the candidate."""
+    for phase in record.phases:
+        if phase.split(":")[0] in BASELINE_PHASES:
+            return (f"the candidate's process sent a baseline line (phase {phase!r}) on its witness socket: "
+                    "baselines are timed in a clean worker that never imports a candidate, and nothing a "
+                    "candidate's process says about a baseline is believed")
+    return None
+
+
 def _json_text(text: str) -> str:
     try:
         value = json.loads(text)

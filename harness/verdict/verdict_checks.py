@@ -279,8 +279,7 @@ def _timing_problem(end: dict, recs: list[dict], plan: Plan, out_dir: Path, devi
     from harness.device.roofline import below_floor
     rounds = end.get("rounds") or [end["kernel"]]
     if witnessed is not None:
-        problem, end = timing_checks.witnessed_rounds(end, witnessed, device, "kernel",
-                                                              {"eager": "eager", "compiled": "compiled"})
+        problem, end = timing_checks.witnessed_rounds(end, witnessed, device, "kernel")
         if problem:
             return problem, end
         rounds = end["rounds"]
