@@ -193,7 +193,8 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     base.put_beside(events)  # the clean worker's figures: nothing the candidate's records say of a baseline
     checks_start = time.time()
     with references.on_device(device, visible_devices), references.one_thread(device):  # the slot's own GPU
-        assessment = assess(events, out_dir, plan, device, witnessed)
+        shapes = _around_cases(plan, target) if around is not None else []
+        assessment = assess(events, out_dir, plan, device, witnessed, shapes)
         shapes_around = (_assess_around(events, out_dir, plan, target, device, witnessed)
                          if around is not None and assessment.verdict == "PASS" else None)
         lie = around_lie(shapes_around)
@@ -219,16 +220,19 @@ def _assess_around(events: list[dict], out_dir: Path, plan: Any, target: Case, d
     return around.assess(events, out_dir, around.cases(target, plan.timing.dtype), device, witnessed)
 
 
+def _around_cases(plan: Any, target: Case | None) -> list[Case]:
+    from harness.verdict import around
+    return around.cases(target, plan.timing.dtype) if target is not None else []
+
+
 def _baselines(plan: Any, target: Case | None, device: str, visible_devices: str | None, timeout_s: float,
                compile_baseline: bool, around: dict | None, compile_only: bool) -> "Baselines":
     """The baselines this judgement compares with, from the session's clean worker (timed now where
     none is fresh); none for a kernel that is compiled only and never timed."""
-    from harness.verdict import around as around_shapes
     from harness.workers import baselines
     if compile_only:
         return Baselines([], [])
-    shapes = around_shapes.cases(target, plan.timing.dtype) if around is not None and target is not None else []
-    jobs = baselines.needed(plan.timing, compile_baseline, shapes)
+    jobs = baselines.needed(plan.timing, compile_baseline, _around_cases(plan, target) if around is not None else [])
     session = judge_session.active()
     return Baselines(jobs, baselines.obtain(jobs, device, visible_devices, timeout_s,
                                             session.baselines if session else None))

@@ -141,8 +141,12 @@ def _shape(events: list[dict], out_dir: Path, i: int, case: Case, device: str, w
         return {**row, "failed": end.get("status") == "fail", "detail": str(end.get("detail") or "no timed output")}
     reps = sum(r["reps"] for r in (end.get("rounds") or [end["kernel"]]))
     warmup = (limits(device) or budget(device))["warmup"]
-    problem = timed_calls_problem(recs, case, warmup, reps, _Checker(out_dir, None, device),
-                                  int(end.get("noise_salt") or 0))
+    from harness.verdict.records import RecordProblem
+    try:
+        problem = timed_calls_problem(recs, case, warmup, reps, _Checker(out_dir, None, device, witnessed),
+                                      int(end.get("noise_salt") or 0))
+    except RecordProblem as e:  # an output rewritten after it was saved: a lie, as a time the clock denies
+        return {**row, "failed": True, "lie": True, "detail": str(e)}
     if problem:
         return {**row, "failed": True, "detail": f"wrong result: {problem}"}
     lie, end = _witnessed(end, stage, witnessed, device)

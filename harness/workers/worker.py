@@ -9,6 +9,8 @@ Usage (the parent does this): python -m harness.workers.worker KERNEL_FILE OUT_D
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import json
 import os
 import sys
@@ -24,7 +26,7 @@ from harness.timing import measurement
 from harness.kernel_types import registry
 from harness.correctness.candidate import (CallResult, ContractError, check_header, check_signature, error_text,
                                import_candidate, observed_call, read_header)
-from harness.correctness.cases import Capabilities, Plan, build_plan
+from harness.correctness.cases import DETERMINISM_CALLS, Capabilities, Plan, build_plan
 from harness.correctness.compare import bitwise_equal, compare
 from harness.correctness.launches import LaunchMonitor
 from harness.kernel_types.registry import Case
@@ -33,24 +35,34 @@ from harness.isolation.tamper import IdentityGuard
 from harness.timing.fresh_inputs import NoiseSecret
 from harness.timing.witness import Reporter
 
-DETERMINISM_CALLS = 3
 MAX_WARPS = 32  # 1024 threads per block, CUDA's limit on every architecture
 
 
-class Log:
-    """Append-only event log, flushed per line so a crash keeps everything before it."""
+# bound before any candidate is imported: the digests the judge is sent are the judge's own
+_sha256, _dumps, _save = hashlib.sha256, json.dumps, torch.save
 
-    def __init__(self, out_dir: Path):
+
+class Log:
+    """Append-only event log, flushed per line so a crash keeps everything before it. Every line's
+    digest, and every saved output's, goes to the judge's witness as it is written (`report`):
+    the judge holds the file to what it was told (harness/verdict/records.py), so a record or an
+    output written or rewritten by anyone else fails the candidate."""
+
+    def __init__(self, out_dir: Path, report=None):
         self.dir = out_dir
         (out_dir / "tensors").mkdir(parents=True, exist_ok=True)
         self._f = open(out_dir / "events.jsonl", "a", encoding="utf-8")
         self._n = 0
         self._stage_start = 0.0
+        self.report = report
 
     def event(self, **fields) -> None:
         fields.setdefault("t", time.time())
-        self._f.write(json.dumps(fields, default=str) + "\n")
+        line = _dumps(fields, default=str)
+        self._f.write(line + "\n")
         self._f.flush()
+        if self.report is not None:
+            self.report.record(_sha256(line.encode()).hexdigest())
 
     def start(self, stage: str) -> None:
         self._stage_start = time.perf_counter()
@@ -65,7 +77,12 @@ class Log:
             return None
         self._n += 1
         name = f"t{self._n:04d}.pt"
-        torch.save(tensor.detach().to("cpu").clone(), self.dir / "tensors" / name)
+        buffer = io.BytesIO()
+        _save(tensor.detach().to("cpu").clone(), buffer)
+        data = buffer.getvalue()
+        (self.dir / "tensors" / name).write_bytes(data)
+        if self.report is not None:  # the hash travels as the output is written: a later rewrite fails
+            self.report.output(name, _sha256(data).hexdigest())
         return name
 
 
@@ -399,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     # before any thread starts: a user namespace needs a single-threaded process
     network = None if ns.no_sandbox or not ns.sandbox_write else namespace.isolate_for(ns.device)
     target = Case.from_json(json.loads(ns.target)) if ns.target else None
-    log = Log(ns.out_dir)
+    log = Log(ns.out_dir, report)
     log.event(event="started")
     worker = Worker(ns.kernel_file.resolve(), log, ns.device, ns.arch, target, ns.eager_median_us, report,
                     json.loads(ns.time_around) if ns.time_around else None)
