@@ -24,7 +24,8 @@ EXPECTED = {
     "forged_eager_300ms": ("integrity", "sent a baseline line (phase 'eager') on its witness socket"),
     "forged_eager_5s_wide": ("integrity", "sent a baseline line (phase 'eager') on its witness socket"),
     "forged_records_unreported": ("integrity", "differs from the line the worker reported writing"),
-    "forged_records_reported": ("integrity", "the worker's records are not the judge's: a record of smoke after that stage ended"),
+    "forged_records_reported": ("integrity", "the worker's records are not the judge's: "
+                                             "record 2 of timing duplicates an earlier record"),
 }
 
 
