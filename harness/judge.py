@@ -234,7 +234,9 @@ def _baselines(plan: Any, target: Case | None, device: str, visible_devices: str
         return Baselines([], [])
     jobs = baselines.needed(plan.timing, compile_baseline, _around_cases(plan, target) if around is not None else [])
     session = judge_session.active()
-    return Baselines(jobs, baselines.obtain(jobs, device, visible_devices, timeout_s,
+    # the judge's own work: a deadline of its own, not the candidate's (a hang's is a few seconds)
+    deadline_s = max(timeout_s, DEFAULT_TIMEOUT_S[device])
+    return Baselines(jobs, baselines.obtain(jobs, device, visible_devices, deadline_s,
                                             session.baselines if session else None))
 
 
