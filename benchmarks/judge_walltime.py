@@ -1,5 +1,5 @@
-"""The judge's wall time per kernel, split by phase: worker start-up, the baselines timed before the
-candidate is imported (and within them the torch.compile baseline), compile, the kernel's own calls,
+"""The judge's wall time per kernel, split by phase: worker start-up, the baselines (timed in the clean
+baseline worker, once per target and shape per session: 0 where reused), the null call's calibration, compile, the kernel's own calls,
 the rest of the stages, the candidate's timing, the parent's rechecks.
 
     python benchmarks/judge_walltime.py [--device cpu] [--no-fork] [KERNEL_FILE ...]
@@ -31,7 +31,7 @@ from harness.judge import judge  # noqa: E402
 from harness.workers.judge_session import judge_session  # noqa: E402
 
 DEFAULT = [ROOT / "tests/data/kernels/good/softmax_rows.py", ROOT / "tests/data/kernels/good/rmsnorm_twopass.py"]
-PHASES = ("startup", "baselines", "compile", "kernel_calls", "stages", "timing", "baseline_compile", "parent_checks")
+PHASES = ("startup", "baselines", "compile", "kernel_calls", "stages", "timing", "calibration", "parent_checks")
 HEADER = (f"{'kernel':34} {'round':>5} {'verdict':13} {'total':>7} {'startup':>8} {'eager':>7} {'compile':>8} "
           f"{'calls':>7} {'stages':>7} {'timing':>7} {'baseline':>8} {'checks':>7} worker   (seconds)")
 
@@ -69,7 +69,7 @@ def row(name: str, round_no: int, verdict: dict, total_s: float) -> dict:
 def print_row(r: dict) -> None:
     print(f"{r['kernel'][:34]:34} {r['round']:5d} {r['verdict']:13} {_fmt(r['total'])} {_fmt(r['startup'], 8)} "
           f"{_fmt(r['baselines'])} {_fmt(r['compile'], 8)} {_fmt(r['kernel_calls'])} {_fmt(r['stages'])} {_fmt(r['timing'])} "
-          f"{_fmt(r['baseline_compile'], 8)} {_fmt(r['parent_checks'])} {r['worker'] or '-'}", flush=True)
+          f"{_fmt(r['calibration'], 8)} {_fmt(r['parent_checks'])} {r['worker'] or '-'}", flush=True)
 
 
 def summary(rows: list[dict], limit_s: float | None) -> str:

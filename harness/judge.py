@@ -34,7 +34,6 @@ from harness.verdict.around import around_lie
 from harness.correctness.candidate import ContractError, check_header, read_header
 from harness.correctness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
 from harness.isolation.process import ChildResult, scrubbed_env
-from harness.workers.judge_session import JudgeSession
 from harness.kernel_types.registry import Case
 from harness.isolation.static_check import check_source, describe
 from harness.verdict.verdict_checks import Assessment, assess
@@ -130,7 +129,8 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
     source = path.read_bytes()
     verdict["source_sha256"] = hashlib.sha256(source).hexdigest()
     verdict["sandbox"] = {"kind": "none", "reason": "no worker was started"}
-    with tempfile.TemporaryDirectory(prefix="ak-judge-") as tmp:
+    # outside a session, one of its own: the baseline worker and the candidate's fork from one zygote
+    with judge_session.judge_session(), tempfile.TemporaryDirectory(prefix="ak-judge-") as tmp:
         copy = Path(tmp, "src", path.name if path.suffix == ".py" else "candidate.py")
         copy.parent.mkdir()
         copy.write_bytes(source)
@@ -165,16 +165,18 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
         folder.mkdir()
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)
-    session = judge_session.active()
-    baseline_key = JudgeSession.baseline_key(plan.timing.to_json(), device, visible_devices)
-    cached = session.cached_baseline(baseline_key) if (session and compile_baseline) else None
+    baseline_start = time.time()
+    base = _baselines(plan, target, device, visible_devices, timeout_s, compile_baseline, around,
+                      verdict["backend"] == "cuda" and device == "cpu")
+    baseline_s = time.time() - baseline_start
     argv = [str(path), str(out_dir), "--device", device, "--arch", arch,
             "--origin", str(origin)]  # named for process listings only: the worker never opens it
     argv += sandbox_argv(tmp) if sandbox else ["--no-sandbox"]
     if target is not None:
         argv += ["--target", json.dumps(target.to_json())]
-    if compile_baseline and cached is None:
-        argv.append("--compile-baseline")
+    eager = base.eager_median_us()
+    if eager is not None:
+        argv += ["--eager-median-us", repr(eager)]
     if around is not None:
         argv += ["--time-around", json.dumps(around)]
     witness = Witness()  # the judge's own clock on every timed rep (harness/timing/witness.py)
@@ -188,10 +190,11 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     finally:
         witnessed = witness.close()
     events = read_events(out_dir)
-    _share_baseline(events, session, baseline_key, cached)
+    base.put_beside(events)  # the clean worker's figures: nothing the candidate's records say of a baseline
     checks_start = time.time()
     with references.on_device(device, visible_devices), references.one_thread(device):  # the slot's own GPU
-        assessment = assess(events, out_dir, plan, device, witnessed)
+        shapes = _around_cases(plan, target) if around is not None else []
+        assessment = assess(events, out_dir, plan, device, witnessed, shapes)
         shapes_around = (_assess_around(events, out_dir, plan, target, device, witnessed)
                          if around is not None and assessment.verdict == "PASS" else None)
         lie = around_lie(shapes_around)
@@ -205,9 +208,10 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     verdict.update(plan.dtype_record())  # a dtype that stood in for the target's is said so
     if around is not None:
         verdict["timing_around"] = shapes_around if verdict["verdict"] == "PASS" else None
-    if cached is not None and verdict["timing"]:
-        verdict["timing"]["compile_cached"] = True  # timed once for this target, by an earlier worker
-    verdict["judge_seconds"] = {**wall_time_split(events, spawned, child.seconds, checks_s), "worker": started_by}
+    if verdict["timing"]:
+        verdict["timing"].update(base.record())
+    verdict["judge_seconds"] = {**wall_time_split(events, spawned, child.seconds, checks_s), "baselines": baseline_s,
+                                "worker": started_by}
     return verdict
 
 
@@ -216,32 +220,81 @@ def _assess_around(events: list[dict], out_dir: Path, plan: Any, target: Case, d
     return around.assess(events, out_dir, around.cases(target, plan.timing.dtype), device, witnessed)
 
 
-def _share_baseline(events: list[dict], session: JudgeSession | None, key: tuple, cached: dict | None) -> None:
-    """Reuse the target's torch.compile baseline timed by an earlier worker, or keep this one's
-    (timed before the candidate was imported, so kept even when the candidate then failed)."""
-    end = judge_session.timing_end(events) or next((e for e in events if e.get("event") == "baselines"), None)
-    if session is None or end is None:
-        return
-    if cached is not None:
-        judge_session.apply_cached_baseline(events, cached)
-    else:
-        session.remember_baseline(key, end)
+def _around_cases(plan: Any, target: Case | None) -> list[Case]:
+    from harness.verdict import around
+    return around.cases(target, plan.timing.dtype) if target is not None else []
+
+
+def _baselines(plan: Any, target: Case | None, device: str, visible_devices: str | None, timeout_s: float,
+               compile_baseline: bool, around: dict | None, compile_only: bool) -> "Baselines":
+    """The baselines this judgement compares with, from the session's clean worker (timed now where
+    none is fresh); none for a kernel that is compiled only and never timed."""
+    from harness.workers import baselines
+    if compile_only:
+        return Baselines([], [])
+    jobs = baselines.needed(plan.timing, compile_baseline, _around_cases(plan, target) if around is not None else [])
+    session = judge_session.active()
+    # the judge's own work: a deadline of its own, not the candidate's (a hang's is a few seconds)
+    deadline_s = max(timeout_s, DEFAULT_TIMEOUT_S[device])
+    return Baselines(jobs, baselines.obtain(jobs, device, visible_devices, deadline_s,
+                                            session.baselines if session else None))
+
+
+class Baselines:
+    """The clean worker's figures for one judgement, put where the verdict reads them."""
+
+    def __init__(self, jobs: list, figures: list):
+        self.jobs, self.figures = jobs, figures
+
+    def eager_median_us(self) -> float | None:
+        timing = self.figures[0][0].timing if self.figures else None
+        return timing["median_us"] if timing else None
+
+    def put_beside(self, events: list[dict]) -> None:
+        """Into each timing record, whatever the worker wrote there: the target's eager and
+        torch.compile figures, and eager at each shape around it."""
+        around = [figure for (kind, case), (figure, _) in zip(self.jobs, self.figures) if case != self.jobs[0][1]]
+        compiled = next((f for (kind, _), (f, _) in zip(self.jobs, self.figures) if kind == "compiled"), None)
+        eager = self.figures[0][0] if self.figures else None
+        for e in events:
+            if e.get("event") != "stage_end":
+                continue
+            stage = str(e.get("stage"))
+            if stage == "timing":
+                e["eager"] = eager.timing if eager else None
+                e["compiled"] = compiled.timing if compiled else None
+                e["compiled_error"] = (compiled.error if compiled else "not requested")
+            elif stage.startswith("around:"):
+                i = int(stage.split(":")[1]) if stage.split(":")[1].isdigit() else -1
+                e["eager"] = around[i].timing if 0 <= i < len(around) else None
+
+    def record(self) -> dict:
+        """The verdict's `timing.baseline_source` (and `compile_cached` where torch.compile's was reused)."""
+        from harness.workers.baselines import source
+        if not self.figures:
+            return {}
+        figure, reused = self.figures[0]
+        out = {"baseline_source": source(figure, reused)}
+        for (kind, _), (f, was_reused) in zip(self.jobs, self.figures):
+            if kind == "compiled":
+                out["compile_cached"] = was_reused
+        return out
 
 
 def wall_time_split(events: list[dict], spawned: float, child_s: float, checks_s: float) -> dict:
-    """Where the judge's time went: the worker's start-up (interpreter, torch, triton), the
-    baselines and the calibration timed before the import (the torch.compile baseline's share of
-    them apart), compile, the kernel's own calls, the candidate's timing, and the parent's rechecking."""
+    """Where the judge's time went: the worker's start-up (interpreter, torch, triton), the null
+    call's calibration before the import, compile, the kernel's own calls, the candidate's timing,
+    and the parent's rechecking (the clean worker's baselines are added by the caller)."""
     started = next((e["t"] for e in events if e.get("event") == "started"), None)
     ends = {e["stage"]: e.get("seconds", 0.0) for e in events if e.get("event") == "stage_end"}
     calls = sum(e.get("seconds", 0.0) for e in events if e.get("event") == "case")
-    baselines = next((e for e in events if e.get("event") == "baselines"), {})
+    calibration = next((e for e in events if e.get("event") == "calibration"), {})
     around = sum(v for k, v in ends.items() if k.startswith("around:"))
-    return {"startup": (started - spawned) if started else None, "baselines": baselines.get("seconds"),
+    return {"startup": (started - spawned) if started else None, "calibration": calibration.get("seconds"),
             "compile": ends.get("compile"), "kernel_calls": calls,
             "stages": sum(v for k, v in ends.items() if k not in ("compile", "timing") and not k.startswith("around:")),
             "timing": ends.get("timing"), **({"around": around} if around else {}), "worker_total": child_s,
-            "parent_checks": checks_s, "baseline_compile": baselines.get("compiled_seconds")}
+            "parent_checks": checks_s}
 
 
 def _account_for_child(a: Assessment, child: ChildResult, timeout_s: float) -> Assessment:

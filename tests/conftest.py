@@ -89,6 +89,7 @@ class Judged:
     verdicts: dict[str, dict]  # by variant name, or good/<file stem>
     forked: int  # workers the session's zygotes forked
     fallbacks: int  # judgements that could not fork and spawned instead
+    baseline_runs: int = 0  # clean baseline workers the session started (forked like the others)
 
 
 @pytest.fixture(scope="session")
@@ -114,7 +115,7 @@ def judged(request, tmp_path_factory) -> Judged:
             verdicts = dict(zip([name for name, _ in order], pool.map(
                 lambda item: judge(item[1], device="cpu", timeout_s=judge_kernels.timeout_s(item[0], forked=True)),
                 order)))
-            return Judged(verdicts, session.pool.forked, session.pool.fallbacks)
+            return Judged(verdicts, session.pool.forked, session.pool.fallbacks, session.baselines.runs)
     finally:
         del os.environ["AK_TEST_FAKE_API_KEY"], os.environ["HF_TOKEN"]
 

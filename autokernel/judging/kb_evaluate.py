@@ -276,7 +276,7 @@ def _evaluate(problem: Path, solution: Path, options: EvalOptions | None, cache:
     v.data["workers"]["time"] = timed.started_by
     if (ended := v.child_failed(timed, opts) or _tampered(v, timed) or _refused(v, timed)
             or _judge_timed_ops(v, check, timed) or _judge_timed_outputs(v, ref, timed, opts)
-            or _witnessed(v, timed)) is not None:
+            or _witnessed(v, timed, opts.n_reps)) is not None:
         return ended
     _speedups(v, ref, timed, opts, cache.compiled(problem, opts) if opts.compile_baseline else None)
     return v.end("PASS", None, "correct on every trial; integrity checks passed")
@@ -320,12 +320,20 @@ def _refused(v: Verdict, run: ChildRun) -> dict | None:
     return v.end("FAIL", "integrity", refusals[0] + more)
 
 
-def _witnessed(v: Verdict, timed: ChildRun) -> dict | None:
-    """ModelNew's timing held to the judge's own clock, rep by rep (harness/timing/witness.py)."""
+def _witnessed(v: Verdict, timed: ChildRun, null_reps: int) -> dict | None:
+    """ModelNew's timing held to the judge's own clock, rep by rep (harness/timing/witness.py). The
+    baselines are timed in children that never import a solution (reference, compile): a baseline
+    line, or a null-call rep past the planned `null_reps`, on the solution's channel is a forgery."""
     from harness.kernelbench.kb_protocol import MODEL_PHASE
     from harness.timing.timer import summary
-    from harness.timing.witness import agreement, disagreement_text
+    from harness.timing.witness import agreement, baseline_line, disagreement_text
     w = timed.witnessed
+    null = w.reps("null") if w is not None else None
+    forged = (baseline_line(w) if w is not None else None) or (
+        f"{len(null.samples_us)} null-call reps where the judge planned {null_reps}"
+        if null is not None and len(null.samples_us) != null_reps else None)
+    if forged:
+        return v.end("FAIL", "integrity", f"the witness of the timing: {forged}")
     reps = w.reps(MODEL_PHASE) if w is not None else None
     if w is None or w.problem or reps is None or not reps.samples_us:
         why = (w.problem if w is not None else None) or "the timed reps were not reported to the judge as they ended"

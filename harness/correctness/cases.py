@@ -13,6 +13,7 @@ from harness.kernel_types.registry import Case
 
 STAGES = ("compile", "smoke", "shape_sweep", "stability", "determinism", "edge_cases", "integrity")
 CORRECTNESS_STAGES = ("smoke", "shape_sweep", "stability", "edge_cases")
+DETERMINISM_CALLS = 3  # calls per determinism case: the worker makes them, the judge holds it to them
 # Largest target (in input elements) still checked for correctness under the Triton interpreter.
 CPU_TARGET_CHECK_ELEMENTS = 4_000_000
 

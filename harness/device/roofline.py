@@ -8,14 +8,14 @@ from harness.kernel_types.registry import Case
 
 
 def timing_summary(end: dict) -> dict[str, Any]:
-    kernel, eager = end["kernel"], end["eager"]
-    speedup = eager["median_us"] / kernel["median_us"] if kernel["median_us"] > 0 else None
+    kernel, eager = end["kernel"], end.get("eager") or {}  # none where the clean worker failed to time it
+    speedup = eager["median_us"] / kernel["median_us"] if eager and kernel["median_us"] > 0 else None
     return {"median_us": kernel["median_us"], "iqr_us": kernel["iqr_us"], "reps": kernel["reps"],
-            "baseline_median_us": eager["median_us"], "baseline_iqr_us": eager["iqr_us"],
+            "baseline_median_us": eager.get("median_us"), "baseline_iqr_us": eager.get("iqr_us"),
             "speedup_vs_eager": speedup, "method": kernel["method"],
             "representative_of_gpu": kernel["representative_of_gpu"],
             "shape": Case.from_json(end["case"]).label(),
-            "samples_us": kernel["samples_us"], "baseline_samples_us": eager["samples_us"],
+            "samples_us": kernel["samples_us"], "baseline_samples_us": eager.get("samples_us"),
             **({"witness": end["witness"]} if "witness" in end else {}), **_compiled(end, kernel)}
 
 

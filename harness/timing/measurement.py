@@ -1,10 +1,11 @@
-"""The worker's timings: the baselines and the calibration of the judge's clock, taken before any
-candidate code is imported, and the candidate's own timing once every stage passed.
+"""The timings: the baselines (PyTorch eager and torch.compile, timed in a clean worker that never
+imports a candidate: harness/workers/baseline.py), the calibration of the judge's clock and the
+candidate's own timing once every stage passed (in the candidate's worker).
 
-Order matters. PyTorch eager (and torch.compile of it) is timed where no candidate code has run, so
-nothing a candidate does at import or in a later call can slow a baseline down. The null call is
-calibrated there too: the overhead the judging process's clock sees around an empty timed region
-(harness/timing/witness.py), measured before the candidate could make it look larger. Every rep of every
+Order matters. The baselines are timed where no candidate code has run or ever will, so nothing a
+candidate does can slow one down or speak for one. The null call is calibrated in the candidate's
+worker before the import: the overhead the judging process's clock sees around an empty timed
+region (harness/timing/witness.py), measured before the candidate could make it look larger. Every rep of every
 phase is reported to the judging process as it ends, and every rep of every phase runs on values no
 call has seen (harness/timing/fresh_inputs.py). The candidate's timed calls are watched and recorded like
 checked calls (harness/timing/timed_calls.py); a first round that needs a second look (harness/timing/spread.py)
@@ -38,32 +39,26 @@ def budget(device: str) -> dict:
     return dict(CPU_BUDGET if device == "cpu" else GPU_BUDGET)
 
 
-def baselines(kt: registry.KernelType, case: Case, device: str, report, compile_baseline: bool) -> dict:
-    """The null call, PyTorch eager and (on request) torch.compile, each rep reported as it ends."""
+def calibration(case: Case, device: str, report) -> dict:
+    """The null call, every rep reported as it ends: the overhead the judge's clock sees around an
+    empty timed region in this process, before the candidate is imported. The baselines are not
+    timed here: a clean worker times them (harness/workers/baseline.py)."""
     start = time.perf_counter()
     inputs = FreshInputs(case, device)
     null = calibrate(device=device, report=report, reps=NULL_REPS.get(device, 20), before_each=inputs.refill)
-    with torch.no_grad():
-        eager = time_fn(lambda: kt.eager(*inputs.args, **inputs.kwargs), device=device,
-                        before_each=inputs.refill, report=report, phase=eager_phase("timing"), **budget(device))
-    compile_start = time.perf_counter()
-    compiled, compile_error = (_time_compiled(kt, inputs, device, report) if compile_baseline
-                               else (None, "not requested"))
-    return {"null": null.to_json(), "eager": eager.to_json(), "compiled": compiled.to_json() if compiled else None,
-            "compiled_error": compile_error,
-            "compiled_seconds": time.perf_counter() - compile_start if compile_baseline else 0.0,
-            "seconds": time.perf_counter() - start}
+    return {"null": null.to_json(), "seconds": time.perf_counter() - start}
 
 
-def _time_compiled(kt, inputs: FreshInputs, device: str, report):
-    """torch.compile of PyTorch's own op, timed like the kernel: the baseline a user could get for free."""
+def time_compiled(kt, inputs: FreshInputs, device: str, report, phase: str = "compiled"):
+    """torch.compile of PyTorch's own op, timed like the kernel: the baseline a user could get for
+    free. (Timing or None, why it is missing or None.)"""
     from harness.timing.compile_cache import baseline_caches
     try:
         fn = torch.compile(kt.eager, dynamic=False)
         with torch.no_grad(), baseline_caches():
             fn(*inputs.args, **inputs.kwargs)  # compilation happens here, outside the timed region
             return time_fn(lambda: fn(*inputs.args, **inputs.kwargs), device=device, before_each=inputs.refill,
-                           report=report, phase="compiled", **budget(device)), None
+                           report=report, phase=phase, **budget(device)), None
     except Exception as e:  # no C++ compiler, an unsupported op: the baseline is missing, not the kernel
         return None, f"torch.compile failed: {type(e).__name__}: {str(e)[:200]}"
 

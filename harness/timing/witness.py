@@ -9,6 +9,8 @@ the candidate is imported (and before the sandbox closes sockets):
     S <phase> <i>          just before rep i's timed region starts
     E <phase> <i> <us>     just after it ends, with the time it measured (before the next rep)
     X <json text>          the audit hook refused something the candidate's code tried
+    R <sha256>             a line the worker wrote to its events file, as it wrote it
+    H <name> <sha256>      an output the worker saved, as it saved it
 
 The judging process asked its kernel to stamp every datagram with the system clock at the moment
 it was sent (SO_TIMESTAMPNS), and reads them on a thread (`Witness`), so no sample can be rewritten
@@ -107,6 +109,12 @@ class Reporter:
 
     def refused(self, text: str) -> None:
         self._send("X " + json.dumps(text[:2000]) + "\n")
+
+    def record(self, digest: str) -> None:
+        self._send(f"R {digest}\n")
+
+    def output(self, name: str, digest: str) -> None:
+        self._send(f"H {name} {digest}\n")
 
     def _send(self, line: str) -> None:
         # a descriptor swapped for another socket would let the candidate replay the judge's lines late
@@ -219,6 +227,8 @@ class Record:
     phases: dict[str, Reps] = field(default_factory=dict)
     refusals: list[str] = field(default_factory=list)
     problem: str | None = None  # the first line that broke the protocol
+    digests: list[str] = field(default_factory=list)  # R: each events-file line's sha256, in order
+    outputs: dict[str, str] = field(default_factory=dict)  # H: each saved output's sha256 by name
 
     def reps(self, phase: str) -> Reps | None:
         return self.phases.get(phase)
@@ -234,6 +244,11 @@ def parse(lines: list[tuple[float, str]], flooded: bool = False,
         if parts[0] == "X" and len(parts) == 2:
             record.refusals.append(_json_text(parts[1]))
             continue
+        if parts[0] in ("R", "H"):
+            problem = _digest(record, line)
+            if problem and record.problem is None:
+                record.problem = problem
+            continue
         problem = _step(record, stamp, line, readings[n] if readings and n < len(readings) else None)
         if problem and record.problem is None:
             record.problem = problem  # never the line itself: a forged line may carry anything
@@ -241,6 +256,35 @@ def parse(lines: list[tuple[float, str]], flooded: bool = False,
         if reps.open_start is not None and record.problem is None:
             record.problem = f"rep {reps.open_start[0]} of {phase} started and never ended"
     return record
+
+
+# the phases only the clean baseline worker (harness/workers/baseline.py) times: never a candidate's
+BASELINE_PHASES = ("eager", "compiled")
+
+
+def baseline_line(record: Record) -> str | None:
+    """Why a candidate's channel is refused for carrying a baseline line, or None: its process never
+    times a baseline, so any such line is written by the candidate."""
+    for phase in record.phases:
+        if phase.split(":")[0] in BASELINE_PHASES:
+            return (f"the candidate's process sent a baseline line (phase {phase!r}) on its witness socket: "
+                    "baselines are timed in a clean worker that never imports a candidate, and nothing a "
+                    "candidate's process says about a baseline is believed")
+    return None
+
+
+def _digest(record: Record, line: str) -> str | None:
+    """Keep an R or H line; why it is malformed or repeats an output's name, or None."""
+    parts = line.split()
+    if parts[0] == "R" and len(parts) == 2:
+        record.digests.append(parts[1])
+        return None
+    if parts[0] == "H" and len(parts) == 3:
+        if parts[1] in record.outputs:
+            return f"the output {parts[1]!r} was reported saved twice"
+        record.outputs[parts[1]] = parts[2]
+        return None
+    return "a malformed line"
 
 
 def _json_text(text: str) -> str:

@@ -10,7 +10,7 @@ target they stay the target's.
 Around a target the judge takes the main free dim halved plus an odd remainder (a ragged tile
 edge), doubled, and 1 (one decode token: the decode shape of a linear or an MLP), and for
 attention and rotary the batch doubled too. Each shape is timed like the target: PyTorch's eager
-op before the candidate is imported, the kernel after the target's timing, the inputs refilled
+op in the clean baseline worker (harness/workers/baseline.py), the kernel after the target's timing, the inputs refilled
 before every rep and every rep reported to the judge's witness as it ends (harness/timing/witness.py).
 The parent never takes the worker's word for it: it checks each shape's timed output against the
 float64 reference and its reported median against its own clock. A shape is proven where the
@@ -71,14 +71,6 @@ def limits(device: str) -> dict | None:
     return CPU_BUDGET if device == "cpu" else None
 
 
-def baselines(w, judged_dtype: str) -> list[dict]:
-    """In the worker, before the candidate is imported: PyTorch eager at each shape around the
-    target, so nothing the candidate does can slow a baseline down."""
-    from harness.timing.measurement import time_eager
-    return [time_eager(w.kt, case, w.device, w.report, f"{STAGE}:{i}", limits(w.device)).to_json()
-            for i, case in enumerate(cases(w.target, judged_dtype))]
-
-
 def time_around(w, judged_dtype: str, target_timing, below_us: float | None, time_candidate) -> None:
     """In the worker, after the target's timing: time and record each shape around it, unless the
     target's own time says this candidate will not be kept."""
@@ -89,7 +81,7 @@ def time_around(w, judged_dtype: str, target_timing, below_us: float | None, tim
                                                    f"the best so far ({below_us:.4g} us)")
         return
     for i, case in enumerate(cases(w.target, judged_dtype)):
-        time_candidate(w, case, stage=f"{STAGE}:{i}", budget=limits(w.device), baseline=w.around_baselines[i])
+        time_candidate(w, case, stage=f"{STAGE}:{i}", budget=limits(w.device))
         if not w.untouched(f"after {STAGE}:{i}"):
             return
 
@@ -116,11 +108,11 @@ def around_lie(assessed: dict | None) -> str | None:
 
 def _witnessed(end: dict, stage: str, witnessed, device: str) -> tuple[str | None, dict]:
     """The shape's record with the figures the judge witnessed, or why they cannot be trusted."""
-    from harness.timing.measurement import eager_phase, kernel_phase
+    from harness.timing.measurement import kernel_phase
     from harness.verdict.timing_checks import witnessed_rounds
     if witnessed is None:
         return None, end
-    problem, end = witnessed_rounds(end, witnessed, device, kernel_phase(stage), {"eager": eager_phase(stage)})
+    problem, end = witnessed_rounds(end, witnessed, device, kernel_phase(stage))
     if problem and "differs from the reps" not in problem and "without reporting" not in problem \
             and "does not send" not in problem:
         return problem, end
@@ -149,21 +141,25 @@ def _shape(events: list[dict], out_dir: Path, i: int, case: Case, device: str, w
         return {**row, "failed": end.get("status") == "fail", "detail": str(end.get("detail") or "no timed output")}
     reps = sum(r["reps"] for r in (end.get("rounds") or [end["kernel"]]))
     warmup = (limits(device) or budget(device))["warmup"]
-    problem = timed_calls_problem(recs, case, warmup, reps, _Checker(out_dir, None, device),
-                                  int(end.get("noise_salt") or 0))
+    from harness.verdict.records import RecordProblem
+    try:
+        problem = timed_calls_problem(recs, case, warmup, reps, _Checker(out_dir, None, device, witnessed),
+                                      int(end.get("noise_salt") or 0))
+    except RecordProblem as e:  # an output rewritten after it was saved: a lie, as a time the clock denies
+        return {**row, "failed": True, "lie": True, "detail": str(e)}
     if problem:
         return {**row, "failed": True, "detail": f"wrong result: {problem}"}
     lie, end = _witnessed(end, stage, witnessed, device)
     if lie:
         return {**row, "failed": True, "lie": True, "detail": lie}
-    kernel, eager = end["kernel"], end["eager"]
+    kernel, eager = end["kernel"], end.get("eager") or {}
     impossible = below_floor(case, kernel["median_us"], device)
     if impossible:  # a clock that hides the time
         return {**row, "failed": True, "detail": impossible}
     if not confirmed:  # no word that the clocks were still the judge's own: the figures prove nothing
         return {**row, "detail": "the worker did not confirm its clocks after timing this shape"}
     return {**row, "ok": True, "detail": "timed output within tolerance", "median_us": kernel["median_us"],
-            "iqr_us": kernel["iqr_us"], "reps": kernel["reps"], "baseline_median_us": eager["median_us"],
-            "baseline_iqr_us": eager["iqr_us"], "baseline_reps": eager["reps"],
-            "speedup_vs_eager": eager["median_us"] / kernel["median_us"] if kernel["median_us"] > 0 else None,
+            "iqr_us": kernel["iqr_us"], "reps": kernel["reps"], "baseline_median_us": eager.get("median_us"),
+            "baseline_iqr_us": eager.get("iqr_us"), "baseline_reps": eager.get("reps"),
+            "speedup_vs_eager": eager["median_us"] / kernel["median_us"] if eager and kernel["median_us"] > 0 else None,
             "representative_of_gpu": bool(kernel["representative_of_gpu"]), "method": kernel["method"]}

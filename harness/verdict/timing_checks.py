@@ -79,16 +79,13 @@ def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, ch
     return None
 
 
-def witnessed_rounds(end: dict, witnessed, device: str, phase: str,
-                     baselines: dict[str, str]) -> tuple[str | None, dict]:
+def witnessed_rounds(end: dict, witnessed, device: str, phase: str) -> tuple[str | None, dict]:
     """The timing record with every round's figures as the judge witnessed them (the reps it was told
-    of as they ended, rechecked against its own clock), and the baselines' (`baselines`: record key ->
-    witness phase), or why they cannot be trusted."""
-    from harness.timing.timer import summary
+    of as they ended, rechecked against its own clock), or why they cannot be trusted."""
     from harness.timing.witness import agreement, disagreement_text
-    if witnessed.problem:
-        # lines the timing loop never sends: written by someone else into the worker's descriptor
-        return f"the witness socket carried what the timing loop does not send: {witnessed.problem}", end
+    problem = channel_problem(witnessed, device)
+    if problem:
+        return problem, end
     kernel = witnessed.reps(phase)
     if kernel is None or not kernel.samples_us:
         return "the worker timed the kernel without reporting its reps to the judge as they ended", end
@@ -105,11 +102,28 @@ def witnessed_rounds(end: dict, witnessed, device: str, phase: str,
     seen = [_round(kernel, 0, cut, device)] if cut else []
     seen.append(_round(kernel, cut, len(kernel.samples_us), device))
     end = {**end, "kernel": seen[-1], "rounds": seen, "witness": check}
-    for key, baseline_phase in baselines.items():
-        reps = witnessed.reps(baseline_phase)
-        if reps is not None and reps.samples_us:
-            end[key] = summary(reps.samples_us, device).to_json()
     return None, end
+
+
+def channel_problem(witnessed, device: str) -> str | None:
+    """Why the candidate's witness channel cannot be read as the timing loop's, or None."""
+    from harness.timing.measurement import NULL_REPS
+    from harness.timing.witness import baseline_line
+    forged = baseline_line(witnessed)
+    if forged:
+        # baselines are timed in a clean worker: a baseline line from the candidate's process is forged
+        return forged
+    if witnessed.problem:
+        # lines the timing loop never sends: written by someone else into the worker's descriptor
+        return f"the witness socket carried what the timing loop does not send: {witnessed.problem}"
+    null = witnessed.reps("null")
+    planned = NULL_REPS.get(device, 20)
+    if null is not None and len(null.samples_us) != planned:
+        # the null call is calibrated before the import, rep by planned rep: more is a forgery that
+        # would make the judge's overhead look larger and the candidate's bound looser
+        return (f"the witness socket carried {len(null.samples_us)} null-call reps where the judge planned "
+                f"{planned}: lines the timing loop does not send")
+    return None
 
 
 def _round(kernel, first: int, stop: int, device: str) -> dict:

@@ -15,6 +15,7 @@ from harness.correctness.cases import STAGES, Plan
 from harness.correctness.compare import bitwise_equal, compare
 from harness.correctness.integrity import observation_problem
 from harness.kernel_types.registry import Case
+from harness.verdict.records import RecordProblem, load_output, plan_problem, told_problem
 
 
 @dataclass
@@ -65,13 +66,6 @@ class Assessment:
         return out
 
 
-def _load(out_dir: Path, name: str | None):
-    if not name:
-        return None
-    # weights_only: the file was written by the untrusted process; never unpickle code from it
-    return torch.load(out_dir / "tensors" / name, weights_only=True)
-
-
 def _group(events: list[dict]) -> dict[str, dict]:
     stages: dict[str, dict] = {}
     for e in events:
@@ -89,8 +83,8 @@ def _group(events: list[dict]) -> dict[str, dict]:
 
 
 class _Checker:
-    def __init__(self, out_dir: Path, plan: Plan, device: str):
-        self.out_dir, self.plan, self.device = out_dir, plan, device
+    def __init__(self, out_dir: Path, plan: Plan, device: str, witnessed=None):
+        self.out_dir, self.plan, self.device, self.witnessed = out_dir, plan, device, witnessed
         self.observations: list[tuple[str, dict]] = []
         self.dropped: list[str] = []
         self.counted = 0
@@ -102,7 +96,7 @@ class _Checker:
         if rec.get("error"):
             return f"{case.label()}: kernel_fn raised\n{rec['error']}"
         self.observations.append((case.label(), rec.get("obs", {})))
-        out = _load(self.out_dir, rec.get("output"))
+        out = self.load(rec.get("output"))
         if out is None:
             return f"{case.label()}: kernel_fn returned no tensor"
         args, kwargs = inputs if inputs is not None else registry.build_inputs(case, "cpu")
@@ -139,10 +133,10 @@ class _Checker:
             problem = self.check_output(mine[0], case)
             if problem:
                 return problem
-            first = _load(self.out_dir, mine[0]["output"])
+            first = self.load(mine[0]["output"])
             for r in mine[1:]:
                 # nondeterminism (racy atomics, unseeded randomness) makes every later result suspect
-                if not bitwise_equal(_load(self.out_dir, r["output"]), first):
+                if not bitwise_equal(self.load(r["output"]), first):
                     return f"{case.label()}: repeated calls on identical inputs are not bitwise identical"
         return None
 
@@ -167,10 +161,14 @@ class _Checker:
         # mutated inputs: a kernel that writes into its inputs corrupts the caller's tensors
         args, _ = registry.build_inputs(first_case, "cpu")
         for i, (name, arg) in enumerate(zip(a.get("inputs_after", []), args)):
-            after = _load(self.out_dir, name)
+            after = self.load(name)
             if isinstance(arg, torch.Tensor) and (after is None or not bitwise_equal(after, arg)):
                 return f"input {i} was modified by kernel_fn (inputs must be left unchanged)"
         return self.observed()
+
+    def load(self, name: str | None):
+        """A saved output, held to the hash the witness carried as it was saved (harness/verdict/records.py)."""
+        return load_output(self.out_dir, name, self.witnessed)
 
     def observed(self) -> str | None:
         for label, obs in self.observations:
@@ -182,10 +180,20 @@ class _Checker:
         return None
 
 
-def assess(events: list[dict], out_dir: Path, plan: Plan, device: str, witnessed=None) -> Assessment:
+def assess(events: list[dict], out_dir: Path, plan: Plan, device: str, witnessed=None,
+           around_cases: list[Case] = ()) -> Assessment:
     """The verdict from the worker's records; `witnessed` (harness/timing/witness.py's Record) is what the
-    judge's own clock saw of the timed reps, and what the audit hook refused."""
-    a = _assess_stages(events, out_dir, plan, device, witnessed)
+    judge's own clock saw of the timed reps, what the audit hook refused, and every record's and
+    saved output's digest as the worker wrote it; `around_cases`: the shapes timed around the target."""
+    try:
+        a = _assess_stages(events, out_dir, plan, device, witnessed)
+    except RecordProblem as e:  # an output rewritten after it was saved, or never saved for its record
+        a = Assessment().fail("integrity", str(e))
+    # a record written by anyone but the worker, or one the plan never had, is a forgery
+    forged = (told_problem(out_dir, witnessed) if witnessed is not None else None) \
+        or plan_problem(events, plan, device, around_cases)
+    if forged:
+        return a.fail("integrity", f"the worker's records are not the judge's: {forged}")
     tampered = identity_problem(events, a)
     if tampered:
         return a.fail("integrity", tampered)
@@ -219,7 +227,7 @@ def _assess_stages(events: list[dict], out_dir: Path, plan: Plan, device: str, w
     from harness.device.roofline import roofline_for, timing_summary
     stages = _group(events)
     a = Assessment(complete=any(e.get("event") == "done" for e in events))
-    checker = _Checker(out_dir, plan, device)
+    checker = _Checker(out_dir, plan, device, witnessed)
     for name in STAGES + ("timing",):
         s = stages.get(name)
         if s is None or not s["start"]:
@@ -279,15 +287,14 @@ def _timing_problem(end: dict, recs: list[dict], plan: Plan, out_dir: Path, devi
     from harness.device.roofline import below_floor
     rounds = end.get("rounds") or [end["kernel"]]
     if witnessed is not None:
-        problem, end = timing_checks.witnessed_rounds(end, witnessed, device, "kernel",
-                                                              {"eager": "eager", "compiled": "compiled"})
+        problem, end = timing_checks.witnessed_rounds(end, witnessed, device, "kernel")
         if problem:
             return problem, end
         rounds = end["rounds"]
     else:
         end = {**end, "rounds": rounds}
     problem = timing_checks.timed_calls_problem(recs, plan.timing, budget(device)["warmup"],
-                                                sum(r["reps"] for r in rounds), _Checker(out_dir, None, device),
+                                                sum(r["reps"] for r in rounds), _Checker(out_dir, None, device, witnessed),
                                                 int(end.get("noise_salt") or 0))
     if problem:
         return problem, end

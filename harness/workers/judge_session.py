@@ -1,24 +1,21 @@
 """What a run's judge calls share: the pre-imported workers (harness/workers/forkserver.py) and the
-torch.compile baseline, timed once per target.
-
-The baseline cache is fair: the baseline is torch.compile of PyTorch's own eager op, the same code
-on the same inputs (the target case, built from its seeds) on the same device for every candidate
-of a target, so its time does not depend on the candidate. Rebuilding it per candidate cost a
-compile (tens of seconds on a GPU) each time for the same number. It is timed by the first worker
-that reaches timing with the baseline requested, inside that worker's process, as before; later
-candidates of the target reuse the figure, and their verdicts say so (`compile_cached`).
+baselines, timed in a clean worker once per target and shape (harness/workers/baselines.py holds the
+policy: re-timed after a while, or after so many candidates).
 
     with judge_session():   # every judge() call inside, from any thread, shares one session
         ...
+
+judge() outside a session opens one of its own for the call, so its baseline worker and its
+candidate's worker fork from one pre-imported process.
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from typing import Iterator
 
 from harness.workers import forkserver
+from harness.workers.baselines import BaselineStore
 
 _active: "JudgeSession | None" = None
 _users = 0  # the judge_session() contexts open now, in any thread: the last one out closes it
@@ -28,24 +25,7 @@ _active_lock = threading.Lock()
 class JudgeSession:
     def __init__(self, fork: bool | None = None):
         self.pool = forkserver.ZygotePool() if (forkserver.enabled() if fork is None else fork) else None
-        self._baselines: dict[tuple, dict] = {}
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def baseline_key(timing_case: dict, device: str, visible_devices: str | None) -> tuple:
-        return json.dumps(timing_case, sort_keys=True), device, visible_devices
-
-    def cached_baseline(self, key: tuple) -> dict | None:
-        """{"compiled": timing or None, "compiled_error": str or None}, or None when not yet timed."""
-        with self._lock:
-            return self._baselines.get(key)
-
-    def remember_baseline(self, key: tuple, timing_end: dict) -> None:
-        if "compiled" not in timing_end or timing_end.get("compiled_error") == "not requested":
-            return
-        with self._lock:
-            self._baselines.setdefault(key, {"compiled": timing_end.get("compiled"),
-                                             "compiled_error": timing_end.get("compiled_error")})
+        self.baselines = BaselineStore()
 
     def close(self) -> None:
         if self.pool is not None:
@@ -76,19 +56,6 @@ def judge_session(fork: bool | None = None) -> Iterator[JudgeSession]:
                 _active = None
         if last:
             session.close()
-
-
-def apply_cached_baseline(events: list[dict], cached: dict) -> None:
-    """Put the target's baseline, timed by an earlier worker, into this worker's timing record."""
-    for event in events:
-        if event.get("event") == "stage_end" and event.get("stage") == "timing" and "kernel" in event:
-            event["compiled"], event["compiled_error"] = cached["compiled"], cached["compiled_error"]
-            event["compiled_cached"] = True
-
-
-def timing_end(events: list[dict]) -> dict | None:
-    return next((e for e in events if e.get("event") == "stage_end" and e.get("stage") == "timing"
-                 and "kernel" in e), None)
 
 
 def run_worker(worker_args: list[str], timeout_s: float, env: dict[str, str], cwd, out_dir,

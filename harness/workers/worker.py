@@ -9,6 +9,8 @@ Usage (the parent does this): python -m harness.workers.worker KERNEL_FILE OUT_D
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import json
 import os
 import sys
@@ -24,7 +26,7 @@ from harness.timing import measurement
 from harness.kernel_types import registry
 from harness.correctness.candidate import (CallResult, ContractError, check_header, check_signature, error_text,
                                import_candidate, observed_call, read_header)
-from harness.correctness.cases import Capabilities, Plan, build_plan
+from harness.correctness.cases import DETERMINISM_CALLS, Capabilities, Plan, build_plan
 from harness.correctness.compare import bitwise_equal, compare
 from harness.correctness.launches import LaunchMonitor
 from harness.kernel_types.registry import Case
@@ -33,24 +35,34 @@ from harness.isolation.tamper import IdentityGuard
 from harness.timing.fresh_inputs import NoiseSecret
 from harness.timing.witness import Reporter
 
-DETERMINISM_CALLS = 3
 MAX_WARPS = 32  # 1024 threads per block, CUDA's limit on every architecture
 
 
-class Log:
-    """Append-only event log, flushed per line so a crash keeps everything before it."""
+# bound before any candidate is imported: the digests the judge is sent are the judge's own
+_sha256, _dumps, _save = hashlib.sha256, json.dumps, torch.save
 
-    def __init__(self, out_dir: Path):
+
+class Log:
+    """Append-only event log, flushed per line so a crash keeps everything before it. Every line's
+    digest, and every saved output's, goes to the judge's witness as it is written (`report`):
+    the judge holds the file to what it was told (harness/verdict/records.py), so a record or an
+    output written or rewritten by anyone else fails the candidate."""
+
+    def __init__(self, out_dir: Path, report=None):
         self.dir = out_dir
         (out_dir / "tensors").mkdir(parents=True, exist_ok=True)
         self._f = open(out_dir / "events.jsonl", "a", encoding="utf-8")
         self._n = 0
         self._stage_start = 0.0
+        self.report = report
 
     def event(self, **fields) -> None:
         fields.setdefault("t", time.time())
-        self._f.write(json.dumps(fields, default=str) + "\n")
+        line = _dumps(fields, default=str)
+        self._f.write(line + "\n")
         self._f.flush()
+        if self.report is not None:
+            self.report.record(_sha256(line.encode()).hexdigest())
 
     def start(self, stage: str) -> None:
         self._stage_start = time.perf_counter()
@@ -65,15 +77,22 @@ class Log:
             return None
         self._n += 1
         name = f"t{self._n:04d}.pt"
-        torch.save(tensor.detach().to("cpu").clone(), self.dir / "tensors" / name)
+        buffer = io.BytesIO()
+        _save(tensor.detach().to("cpu").clone(), buffer)
+        data = buffer.getvalue()
+        (self.dir / "tensors" / name).write_bytes(data)
+        if self.report is not None:  # the hash travels as the output is written: a later rewrite fails
+            self.report.output(name, _sha256(data).hexdigest())
         return name
 
 
 class Worker:
     def __init__(self, path: Path, log: Log, device: str, arch: str, target: Case | None,
-                 compile_baseline: bool = False, report=None, around: dict | None = None):
+                 eager_median_us: float | None = None, report=None, around: dict | None = None):
         self.path, self.log, self.device, self.arch, self.target = path, log, device, arch, target
-        self.compile_baseline = compile_baseline
+        # the clean worker's eager median at the target (harness/workers/baseline.py), handed in by
+        # the judge: it only decides whether a first round gets a second look, which the judge rechecks
+        self.eager_median_us = eager_median_us
         self.report = report  # harness/timing/witness.py's Reporter: every timed rep, as it ends
         self.around = around  # {"below_us": float or None}: also time the shapes around the target
         bf16 = device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -83,8 +102,7 @@ class Worker:
         self.kt: registry.KernelType | None = None
         self.guard: IdentityGuard | None = None
         self.backend = "triton"
-        self.baselines: dict = {}
-        self.around_baselines: list[dict] = []  # PyTorch eager at each shape around the target
+        self.calibration: dict = {}
         # drawn before the candidate is imported: the salt of the timed calls' fresh values
         self.noise = NoiseSecret()
 
@@ -281,14 +299,12 @@ def run_stages(w: Worker, ns, network: dict | None = None) -> None:
     if plan is None:  # refused before import: the verdict still states the sandbox it would have had
         w.log.event(event="sandbox", **enter_sandbox(ns, network))
         return
-    # timed before the sandbox and before the candidate exists in this process: nothing it does
-    # can slow a baseline down or make the judge's own overhead look larger; a candidate that is
-    # compiled only is never run, so nothing would be compared with them
+    # calibrated before the sandbox and before the candidate exists in this process: nothing it
+    # does can make the judge's own overhead look larger. The baselines are never timed here: a
+    # clean worker times them (harness/workers/baseline.py); a candidate compiled only never runs
     if not w.compile_only:
-        w.baselines = measurement.baselines(w.kt, plan.timing, w.device, w.report, w.compile_baseline)
-        w.log.event(event="baselines", **w.baselines)
-        if w.around is not None:
-            w.around_baselines = around.baselines(w, plan.timing.dtype)
+        w.calibration = measurement.calibration(plan.timing, w.device, w.report)
+        w.log.event(event="calibration", **w.calibration)
     state = enter_sandbox(ns, network)
     w.log.event(event="sandbox", **state)
     w.guard = IdentityGuard(("__main__",))  # after every judge module is loaded, before the candidate
@@ -307,32 +323,26 @@ def run_stages(w: Worker, ns, network: dict | None = None) -> None:
         around.time_around(w, plan.timing.dtype, timing, w.around.get("below_us"), time_candidate)
 
 
-def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | None = None,
-                   baseline: dict | None = None):
+def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | None = None):
     """Time kernel_fn at `case`, every timed call watched and its output recorded as a checked
     call's is (harness/timing/timed_calls.py), on fresh values every rep (harness/timing/fresh_inputs.py). The
-    baselines were timed before the import, on buffers built from the same seeds: the target's
-    (w.baselines), or `baseline` for a shape around it, whose figures get no second look. The
-    kernel's TimedRun, or None when it raised."""
+    baselines are the clean worker's, put beside these figures by the judge; only the target's
+    timing gets a second look. The kernel's TimedRun, or None when it raised."""
     w.log.start(stage)
     salt = w.noise.salt(stage)  # revealed in the stage's final record, after its last timed call
-    base = w.baselines if baseline is None else {"eager": baseline, "compiled": None,
-                                                 "compiled_error": "not requested", "compiled_seconds": 0.0}
+    target = stage == "timing"
     try:
         with w.monitor:
             run = measurement.time_kernel(
                 w.module.kernel_fn, case, w.device, w.report, w.monitor, w.log, stage,
                 check=lambda: w.clocks_untouched("right after a timed call of kernel_fn"),
                 phase=measurement.kernel_phase(stage), limits=budget,
-                eager_median_us=(base["eager"] or {}).get("median_us"), second_look=baseline is None,
-                salt=salt)
+                eager_median_us=w.eager_median_us if target else None, second_look=target, salt=salt)
     except Exception as e:
         w.log.end(stage, "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
         return None
     w.log.end(stage, "pass", "timed", case=case.to_json(), kernel=run.final.to_json(),
-              rounds=[r.to_json() for r in run.rounds], second_look=run.second_look, eager=base["eager"],
-              compiled=base["compiled"], compiled_error=base["compiled_error"],
-              compiled_seconds=base["compiled_seconds"], noise_salt=salt)
+              rounds=[r.to_json() for r in run.rounds], second_look=run.second_look, noise_salt=salt)
     return run
 
 
@@ -390,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--arch", default="sm_90")
     p.add_argument("--target", default=None, help="a Case as JSON: the shapes and dtype to time")
-    p.add_argument("--compile-baseline", action="store_true", help="also time torch.compile of the eager op")
+    p.add_argument("--eager-median-us", type=float, default=None,
+                   help="the clean worker's eager median at the target: when a first round gets a second look")
     p.add_argument("--sandbox-write", action="append", default=[], help="a folder the sandbox lets it write")
     p.add_argument("--no-sandbox", action="store_true", help="run the candidate without the OS sandbox")
     p.add_argument("--origin", default=None, help="the file the judge read the candidate from (never opened here)")
@@ -405,9 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     # before any thread starts: a user namespace needs a single-threaded process
     network = None if ns.no_sandbox or not ns.sandbox_write else namespace.isolate_for(ns.device)
     target = Case.from_json(json.loads(ns.target)) if ns.target else None
-    log = Log(ns.out_dir)
+    log = Log(ns.out_dir, report)
     log.event(event="started")
-    worker = Worker(ns.kernel_file.resolve(), log, ns.device, ns.arch, target, ns.compile_baseline, report,
+    worker = Worker(ns.kernel_file.resolve(), log, ns.device, ns.arch, target, ns.eager_median_us, report,
                     json.loads(ns.time_around) if ns.time_around else None)
     run_stages(worker, ns, network)
     log.event(event="done")

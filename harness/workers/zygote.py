@@ -31,7 +31,7 @@ import tempfile
 import traceback
 
 # the judge's own child programs, the only ones a zygote runs
-WORKERS = ("harness.workers.worker", "harness.kernelbench.kb_worker")
+WORKERS = ("harness.workers.worker", "harness.kernelbench.kb_worker", "harness.workers.baseline")
 
 
 # Triton's version key, as an earlier zygote of the same judging process computed it (forkserver.py)
@@ -45,6 +45,7 @@ def preload(known_triton_key: str | None = None) -> str | None:
     import triton  # noqa: F401  (reads TRITON_INTERPRET now: the environment is the child's)
 
     import harness.kernelbench.kb_worker  # noqa: F401
+    import harness.workers.baseline  # noqa: F401
     import harness.isolation.sandbox  # noqa: F401
     import harness.timing.timer  # noqa: F401
     import harness.workers.worker  # noqa: F401

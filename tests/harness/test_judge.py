@@ -138,8 +138,9 @@ def test_worker_dies_with_a_killed_judge(tmp_path):
     kernel = tmp_path / "hangs.py"
     kernel.write_text("KERNEL_TYPE = 'softmax'\nBACKEND = 'triton'\ndef kernel_fn(x):\n    while True:\n        pass\n")
     code = "import sys\nfrom harness.judge import judge\njudge(sys.argv[1], device='cpu', timeout_s=600)\n"
+    # spawned (outside a session judge() would fork it from a zygote of its own: test_forkserver.py)
     parent = subprocess.Popen([sys.executable, "-c", code, str(kernel)],
-                              env={**os.environ, "TMPDIR": killed_scratch(tmp_path)})
+                              env={**os.environ, "TMPDIR": killed_scratch(tmp_path), "AUTOKERNEL_JUDGE_FORK": "0"})
     try:
         deadline = time.time() + 60
         workers: list[int] = []

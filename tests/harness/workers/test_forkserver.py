@@ -53,9 +53,12 @@ def both(tmp_path_factory, judged):
     with pytest.MonkeyPatch.context() as mp, judge_session(fork=True) as session:
         mp.setenv("AUTOKERNEL_STATIC_CHECK", "off")
         forked = _judge_all({"sandbox_write": paths["sandbox_write"]}, forked=True)
-        counts = (judged.forked + session.pool.forked, judged.fallbacks + session.pool.fallbacks)
+        counts = (judged.forked + session.pool.forked, judged.fallbacks + session.pool.fallbacks,
+                  judged.baseline_runs + session.baselines.runs)
     forked.update({name: judged.verdicts[name] for name in NAMES})
-    spawned = _judge_all({name: paths[name] for name in SPAWNED}, forked=False)
+    with pytest.MonkeyPatch.context() as mp:  # outside a session judge() opens its own, forked: off here
+        mp.setenv("AUTOKERNEL_JUDGE_FORK", "0")
+        spawned = _judge_all({name: paths[name] for name in SPAWNED}, forked=False)
     return forked, spawned, counts
 
 
@@ -88,10 +91,12 @@ def test_the_sandbox_still_refuses_writes_in_a_forked_child(both):
 
 
 def test_every_worker_came_from_the_zygote(both, judged):
-    forked_count, fallbacks = both[2]
-    # every file of the session's batch but the static check's refusals, and sandbox_write
+    forked_count, fallbacks, baseline_runs = both[2]
+    # every file of the session's batch but the static check's refusals, and sandbox_write, and the
+    # clean baseline workers (once per target: fewer than the candidates that reached a worker)
     reached_a_worker = [v for v in judged.verdicts.values() if v.get("judge_seconds", {}).get("worker")]
-    assert fallbacks == 0 and forked_count == len(reached_a_worker) + 1
+    assert 0 < baseline_runs < len(reached_a_worker)
+    assert fallbacks == 0 and forked_count == len(reached_a_worker) + 1 + baseline_runs
 
 
 def test_zygote_is_single_threaded_never_touches_cuda_and_a_timeout_leaves_no_child(tmp_path):
@@ -142,7 +147,8 @@ def test_a_zygote_that_cannot_start_falls_back_to_spawning(tmp_path, monkeypatch
     paths = judge_kernels.write_variants(tmp_path, ["wrong_math"])
     with judge_session(fork=True) as session:
         v = judge(paths["wrong_math"], device="cpu", timeout_s=180)
-        assert session.pool.fallbacks == 1 and session.pool.forked == 0
+        # the clean baseline worker's and the candidate's: each falls back on its own
+        assert session.pool.fallbacks == 2 and session.pool.forked == 0
     assert (v["verdict"], v["failed_stage"], v["judge_seconds"]["worker"]) == ("FAIL", "smoke", "spawn")
 
 
@@ -190,7 +196,7 @@ def test_a_forked_worker_initialises_cuda_itself_and_judges_a_starter(tmp_path):
     with judge_session(fork=True) as session:
         first = judge(starter_path("softmax", "triton"), target=case, device="cuda", compile_baseline=True)
         second = judge(starter_path("softmax", "triton"), target=case, device="cuda", compile_baseline=True)
-        assert session.pool.forked == 2 and session.pool.fallbacks == 0
+        assert session.pool.forked == 3 and session.pool.fallbacks == 0  # the clean baseline worker, once
     spawned = judge(starter_path("softmax", "triton"), target=case, device="cuda")
     assert first["verdict"] == second["verdict"] == spawned["verdict"] == "PASS"
     assert second["judge_seconds"]["worker"] == "fork" and second["timing"].get("compile_cached") is True
