@@ -154,6 +154,7 @@ def _guard() -> None:
 
 def _load(k: dict, entry: str = "kernel_fn"):
     _guard()
+    _vendor()  # the judge's static check, which routing.load_kernel holds each winner to again
     return routing.load_kernel(HERE / k["source"], f"{__name__}.kernels.{Path(k['source']).stem}", entry)
 
 
@@ -188,10 +189,11 @@ def _nvcc() -> Optional[str]:
 
 
 def _vendor() -> None:
-    """CUDA C++ kernels import harness.cuda_launcher: autokernel's own where it is installed, else
-    the copy in vendor/ (appended to sys.path, so it never shadows an installed one)."""
+    """Winners are checked by harness.isolation.static_check and CUDA C++ kernels import
+    harness.cuda_launcher: autokernel's own where it is installed, else the copies in vendor/
+    (appended to sys.path, so they never shadow an installed one)."""
     try:
-        installed = importlib.util.find_spec("harness.cuda_launcher") is not None
+        installed = importlib.util.find_spec("harness.isolation.static_check") is not None
     except ImportError:
         installed = False
     vendor = str(HERE / "vendor")
