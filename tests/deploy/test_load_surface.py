@@ -12,6 +12,7 @@ import pytest
 
 from autokernel.deploy import routing
 from autokernel.deploy.export import Exported, write_package
+from fresh_process import NO_PROJECT_CODE
 from paths import ROOT
 
 STARTER = ROOT / "starter_kernels" / "triton" / "softmax.py"
@@ -41,24 +42,8 @@ def test_the_honest_starter_loads(monkeypatch):
 
 
 # a fresh interpreter as if autokernel were not installed: `harness` only from the package's vendor/
-USE = r'''
-import importlib.abc, importlib.machinery, sys
-
-
-class VendorOnly(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("autokernel", "starter_kernels"):
-            raise ImportError(f"{name} is not available to the exported package")
-        if name.split(".")[0] == "harness":
-            found = importlib.machinery.PathFinder.find_spec(
-                name, [p for p in sys.path if p.endswith("vendor")] if path is None else path)
-            if found is None or "vendor" not in str(found.origin):
-                raise ModuleNotFoundError(f"{name} is not installed", name=name)
-            return found
-        return None
-
-
-sys.meta_path.insert(0, VendorOnly())
+USE = NO_PROJECT_CODE + r'''
+import sys
 sys.path.insert(0, sys.argv[1])
 import autokernel_kernels as ak
 try:
