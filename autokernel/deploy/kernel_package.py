@@ -32,8 +32,10 @@ Where one of them is missing the kernel is left out with a warning that names wh
 UNAVAILABLE says why, and the calls it would serve run in PyTorch. `build_cuda(arch)` builds the
 libraries ahead of time, without a GPU.
 
-The kernels are LLM-written code judged in a sandbox; here they run in your process. So before the
-first kernel file is imported, the package installs the judge's audit hook (guard/, a PEP 578 hook
+The kernels are LLM-written code judged in a sandbox; here they run in your process. So each
+kernel file is first held again to the judge's static check (vendor/harness/isolation/, the closed
+list of what a kernel may name) and one that fails it is refused with its file, line and name;
+and before the first kernel file is imported, the package installs the judge's audit hook (guard/, a PEP 578 hook
 that cannot be removed) watching only the code of kernels/: a kernel that starts a process, opens
 a socket, unpickles, compiles Python code, walks frames, imports beyond what a kernel needs, or
 writes outside the compiler caches and the temporary folder gets the event refused, and the call
