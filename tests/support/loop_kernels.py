@@ -71,7 +71,8 @@ BACKEND = "triton"
 
 
 def kernel_fn(x):
-    e = math.e ** x.float()
+    z = x.float()
+    e = math.e ** (z - z.max(-1, keepdim=True).values)
     total = e @ e.new_full((x.shape[-1], 1), 1.0)
     return (e / total).to(x.dtype)
 '''

@@ -155,3 +155,51 @@ def test_what_the_playbook_tells_the_model_is_the_allow_list():
             assert check_source(code, "cuda" if "cuda_launcher" in code else "triton") == [], path.name
             checked += 1
     assert checked
+
+
+CUDA_FILE = '''import torch
+from harness.cuda_launcher import dtype_code, load_launcher
+
+KERNEL_TYPE = "softmax"
+BACKEND = "cuda"
+CUDA_KERNELS = r"""
+#include "autokernel_cuda.cuh"
+__global__ void copy_kernel(const float* x, float* y, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i];
+}
+void softmax_launch(const void* x, void* y, int64_t n, cudaStream_t stream) {
+  copy_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>((const float*)x, (float*)y, n);
+  HOST_LINE
+}
+"""
+
+
+def kernel_fn(x):
+    y = torch.empty_like(x)
+    load_launcher(CUDA_KERNELS, None).softmax_launch(x, y, x.numel(), None)
+    return y
+'''
+
+
+@pytest.mark.parametrize("host_line, word", [
+    ("float h[4]; cudaMemcpy(h, x, 16, cudaMemcpyDeviceToHost);", "cudaMemcpy"),
+    ("float* h; cudaMallocHost(&h, 16);", "cudaMallocHost"),
+    ("std::ofstream log(\"/tmp/x\");", "std::ofstream"),
+], ids=["memcpy_to_host", "host_memory", "a_file"])
+def test_the_cuda_host_side_only_launches(host_line, word):
+    assert check_source(CUDA_FILE.replace("HOST_LINE", ""), "cuda") == []
+    found = check_source(CUDA_FILE.replace("HOST_LINE", host_line), "cuda")
+    assert any(v.rule == "CUDA host side" and word in v.detail and v.line == 14 for v in found), found
+
+
+@pytest.mark.parametrize("source, word", [
+    ("#include <fstream>\n", "fstream"),
+    ("torch::Tensor f(torch::Tensor a) {\n  float s = a.item<float>();\n  return torch::softmax(a, 0);\n}\n", ".item"),
+    ("torch::Tensor f(torch::Tensor a) {\n  return torch::softmax(a, 0);\n}\n", "torch::softmax"),
+])
+def test_a_modelnew_load_inline_source_is_held_to_it_too(source, word):
+    text = ("import torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
+            f"SRC = '''\n#include <torch/extension.h>\n{source}'''\n")
+    found = check_source(text, model=True)
+    assert any(v.rule == "CUDA host side" and word in v.detail for v in found), found
