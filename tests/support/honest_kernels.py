@@ -19,8 +19,9 @@ CHEATING_SOLUTIONS = ("19_ReLU_zeros", "19_ReLU_pytorch", "19_ReLU_eager_when_ti
                       "96_ScaleByTiny_zeros")
 # judge variants that are refused before import by design (what they do is not on the allow-list)
 REFUSED_VARIANTS = ("syntax_error", "import_error", "numpy_no_launch", "calls_reference")
-# string literals in tests that are attacks or fragments, not kernel files: (file, line)
-NOT_KERNELS = (("tests/deploy/test_served_guard.py", 76), ("tests/search/test_prompt.py", 9))
+# tests whose kernel literals are attacks on what ships, and (file, line) of fragments
+ATTACK_TESTS = ("tests/deploy/test_served_guard.py", "tests/deploy/test_load_surface.py")
+NOT_KERNELS = (("tests/search/test_prompt.py", 9),)
 
 
 def _backend(text: str) -> str:
@@ -58,7 +59,7 @@ def _in_tests() -> dict[str, tuple[str, str, bool]]:
     found = {}
     for path in sorted((ROOT / "tests").rglob("test_*.py")):
         where = str(path.relative_to(ROOT))
-        if path.parent.name == "attacks":
+        if path.parent.name == "attacks" or where in ATTACK_TESTS:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
