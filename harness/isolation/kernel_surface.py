@@ -7,7 +7,7 @@ static_check.py walks the file; harness/isolation/cuda_surface.py reads CUDA C++
 it stands in the file and whether or not it runs while judged. New tricks are refused because they
 were never granted, not because someone foresaw them (a storage's native file write, a host-side
 `apply_`). playbook/rules.md and the LLM's prompt show this list in words (`in_words()`), so a
-refusal is never a surprise; tests/harness/isolation/test_surface_words.py keeps them agreeing.
+refusal is never a surprise; tests/harness/isolation/test_static_check.py keeps them agreeing.
 
 Resolution of `a.b.c`:
 - rooted in an import: the longest prefix that is a module in MODULES names what may follow it
