@@ -28,7 +28,10 @@ EAGER_WHEN_TIMED = WRAPPER.replace(
     f"    if {_AT_TARGET}:\n"
     "        _cache['target'] = _cache.get('target', 0) + 1\n"
     "        if _cache['target'] > 1:\n"
-    "            return torch.softmax(x, -1)\n"
+    # PyTorch's compute through tensor operators (torch.softmax is refused before import)
+    "            z = x.float()\n"
+    "            e = 2.718281828459045 ** (z - z.max(-1, keepdim=True).values)\n"
+    "            return (e / (e @ e.new_full((x.shape[-1], 1), 1.0))).to(x.dtype)\n"
     "    shape = x.shape\n", 1)
 
 RIGHT_ONLY_WHEN_CHECKED = WRAPPER.replace(
