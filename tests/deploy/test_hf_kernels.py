@@ -106,7 +106,10 @@ package.routing.Router.decide = refused
 with torch.inference_mode():
     result["errors"]["refused"] = (model(tokens[16]) - expected[16]).abs().max().item()
 result["tallies"]["refused"] = {"layers": package.layers.tally()}
-result["modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("autokernel", "harness", "starter_kernels"))
+# the project's code the repository ran: none but the static check it carries in its vendor/ folder
+result["modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("autokernel", "harness", "starter_kernels")
+                           and "vendor" not in str(getattr(sys.modules[m], "__file__", None) or "vendor"))
+result["vendored"] = sorted(m for m in sys.modules if m.split(".")[0] == "harness")
 print(json.dumps(result))
 '''
 
@@ -152,6 +155,7 @@ def test_kernelize_binds_the_layers_onto_a_transformers_llama_that_then_matches_
     assert proc.returncode == 0, proc.stderr[-3000:]
     used = json.loads(proc.stdout.strip().splitlines()[-1])
     assert used["modules"] == [] and used["patch_only"] == ["matmul[16x64x64:float32]"]
+    assert "harness.isolation.static_check" in used["vendored"]  # each winner was checked at load
     assert used["bound"] == ["Func:RotaryPosEmb.forward", "LlamaMLP:SwiGLUMLP.forward", "LlamaRMSNorm:RMSNorm.forward"]
     assert max(used["errors"].values()) < 1e-5, used["errors"]
     at_16, at_9 = used["tallies"]["16"], used["tallies"]["9"]
