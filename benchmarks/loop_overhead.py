@@ -14,8 +14,10 @@ is the loop alone.
   per second it could absorb at its late-run cost. Then the finished run is resumed and timed
   until it is ready to judge, the sealed-records check included.
 
-Targets: the cost per experiment over the last 1,000 at most 1.5x that over the first 1,000 and
-under 20 ms, at least 50 verdicts/s absorbed, a resume within 10 s. Run:
+Targets: the cost per experiment over the last 1,000 at most 1.2x that over the first 1,000 and
+under 20 ms, at least 50 verdicts/s absorbed, a resume of 25,000 experiments within 3 s (it hashes
+every record the run wrote, about 1 GB). On a busy machine the wall-clock figures swing with the
+load; the writer thread's CPU time, printed beside them, is what load cannot inflate. Run:
 
     python benchmarks/loop_overhead.py [--experiments 200] [--slots 8 [--delay-s 0.05]] [--agents llm,tune]
 """
@@ -40,10 +42,10 @@ from autokernel.search.slots import LocalSlots, local_slots  # noqa: E402
 from starter_kernels import starter_path  # noqa: E402
 
 WINDOW = 1000
-MAX_GROWTH = 1.5
+MAX_GROWTH = 1.2
 MAX_COST_S = 0.020
 MIN_ABSORBED = 50.0
-MAX_RESUME_S = 10.0
+MAX_RESUME_S = 3.0
 TARGET = dict(name="softmax[64x4096:float16]", kernel_type="softmax", dims={"M": 64, "N": 4096},
               dtype="float16", share=1.0)
 STAGES = ("compile", "smoke", "shape_sweep", "stability", "determinism", "edge_cases", "integrity")

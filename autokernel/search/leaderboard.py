@@ -187,8 +187,9 @@ def read(path: str | Path) -> pd.DataFrame:
     frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, na_filter=False,
                         quoting=csv.QUOTE_NONE, on_bad_lines="skip", lineterminator="\n")
     frame = frame.reindex(columns=list(COLUMNS), fill_value="").fillna("")
-    for column in frame.columns:
-        frame[column] = frame[column].map(unescape)
+    for column in frame.columns:  # a long run has a million cells: a column without an escape is left as read
+        if "\\" in "".join(frame[column].tolist()):
+            frame[column] = frame[column].map(unescape)
     for column in FLOAT_COLUMNS:
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     for column in INT_COLUMNS:

@@ -166,7 +166,7 @@ class TargetSearch:
                             history=t.recent(HISTORY_WINDOW), device=(self.best_verdict or {}).get("device", {}),
                             peaks=self.peaks, experiment=number, proposal_count=t.proposals,
                             strategy=t.strategy or "refine", parks=t.parks, ideas=list(t.ideas),
-                            visit_proposals=sum(1 for h in t.history[t.stint_start:] if h.get("decision") != "BASELINE"))
+                            visit_proposals=t.visit_proposals)
         self._choose_parent(ctx, number)
         return ctx
 

@@ -10,6 +10,7 @@ the hashes of its verdict, prompt and reply, which `leaderboard --check` and `--
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import re
@@ -142,28 +143,36 @@ class TargetState:
     @property
     def record(self) -> "Record":
         """Proposals, passes and keeps so far: what the scheduler discounts a target's promise by."""
-        proposals, _, passes, keeps = self._tally()
+        proposals, _, passes, keeps, _ = self._tally()
         return Record(proposals, passes, keeps, self.seconds)
 
-    def _tally(self) -> tuple[int, int, int, int]:
-        """(proposals, REVERTs in a row, passes, keeps), kept beside the history: only the entries
-        appended since the last call are read, so asking after every experiment does not grow with
-        the run."""
+    @property
+    def visit_proposals(self) -> int:
+        """Proposals made in the current visit (since `stint_start`; a baseline is not one)."""
+        baselines, start = self._tally()[4], max(self.stint_start, 0)
+        return max(len(self.history) - start, 0) - (len(baselines) - bisect.bisect_left(baselines, start))
+
+    def _tally(self) -> tuple[int, int, int, int, list[int]]:
+        """(proposals, REVERTs in a row, passes, keeps, the baselines' indices), kept beside the
+        history: only the entries appended since the last call are read, so asking after
+        every experiment does not grow with the run."""
         history = self.history
-        seen, last, counted, *counts = self.__dict__.get("_counts", (None, None, 0, 0, 0, 0, 0))
+        seen, last, counted, *counts, baselines = self.__dict__.get("_counts", (None, None, 0, 0, 0, 0, 0, []))
         if seen is not history or counted > len(history) or (counted and history[counted - 1] is not last):
-            counted, counts = 0, [0, 0, 0, 0]  # another list, or one rewritten: count it all
+            counted, counts, baselines = 0, [0, 0, 0, 0], []  # another list, or one rewritten: count it all
         proposals, streak, passes, keeps = counts
-        for h in history[counted:]:
+        for index, h in enumerate(history[counted:], counted):
             decision = h.get("decision")
             if decision != "BASELINE":
                 proposals += 1
                 passes += h.get("verdict") == "PASS"
                 keeps += decision == "KEEP"
+            else:
+                baselines = [*baselines, index]  # a new list: a copy of the state keeps its own
             streak = streak + 1 if decision == "REVERT" else 0
         self.__dict__["_counts"] = (history, history[-1] if history else None, len(history),
-                                    proposals, streak, passes, keeps)
-        return proposals, streak, passes, keeps
+                                    proposals, streak, passes, keeps, baselines)
+        return proposals, streak, passes, keeps, baselines
 
     def to_json(self) -> dict:
         return {name: getattr(self, name) for name in _TARGET_FIELDS}

@@ -174,3 +174,21 @@ def test_the_counts_follow_the_history_without_recounting_it(tmp_path):
     t.history = [entry(0, "BASELINE")]  # another list: counted anew
     assert (t.proposals, t.reverts_in_a_row) == (0, 0)
     assert "_counts" not in t.to_json() and [e.number for e in t.recent(3)] == [0]
+
+
+def test_the_visits_proposals_leave_out_baselines_and_what_came_before_the_visit():
+    t = target()
+    t.history.extend(entry(n, "BASELINE" if n in (0, 4) else "REVERT") for n in range(6))
+    assert t.visit_proposals == 4  # stint_start 0: every entry but the two baselines
+    t.stint_start = 3
+    assert t.visit_proposals == 2  # entries 3 and 5; 4 is a baseline
+    t.stint_start = 4
+    assert t.visit_proposals == 1  # a visit that starts on a baseline
+    t.stint_start = 5
+    assert t.visit_proposals == 1
+    t.history.append(entry(6, "KEEP"))
+    assert t.visit_proposals == 2
+    t.stint_start = 9  # past the end (a history rewritten shorter): nothing this visit
+    assert t.visit_proposals == 0
+    t.history, t.stint_start = [entry(0, "BASELINE"), entry(1)], 0  # another list: counted anew
+    assert t.visit_proposals == 1
