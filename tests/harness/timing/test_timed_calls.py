@@ -11,7 +11,7 @@ from harness.device import roofline
 from harness.verdict import timing_checks
 from harness.correctness.candidate import observed_call
 from harness.timing.fresh_inputs import FreshInputs, fresh_args
-from harness.correctness.launches import LaunchMonitor
+from harness.correctness import launches
 from harness.kernel_types.registry import Case, build_inputs
 from harness.verdict.verdict_checks import _Checker
 from harness.workers.worker import Log
@@ -28,14 +28,12 @@ def test_a_kernel_sees_the_same_dispatch_stack_grad_mode_and_shapes_when_checked
                      torch.is_inference_mode_enabled(), tuple(x.shape), x.dtype))
         return x.clone()
 
-    monitor = LaunchMonitor()
+    monitor = launches.install()
     args, kwargs = build_inputs(CASE, "cpu")
-    with monitor:
-        observed_call(kernel_fn, args, kwargs, monitor)
+    observed_call(kernel_fn, args, kwargs, monitor)
     checked = seen.pop()
-    with monitor:
-        run = measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, Log(tmp_path), "timing",
-                                      limits=TINY, second_look=False)
+    run = measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, Log(tmp_path), "timing",
+                                  limits=TINY, second_look=False)
     assert run.final.reps == 3 and len(seen) == 4  # the warm-up and three reps, each watched
     assert set(seen) == {checked}, (checked, seen)
 
@@ -44,10 +42,9 @@ def test_every_timed_call_is_recorded_with_its_observations(tmp_path):
     def kernel_fn(x):
         return torch.softmax(x, -1)  # PyTorch compute: recorded on every timed call
 
-    monitor = LaunchMonitor()
+    monitor = launches.install()
     log = Log(tmp_path)
-    with monitor:
-        measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, log, "timing", limits=TINY, second_look=False)
+    measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, log, "timing", limits=TINY, second_look=False)
     log._f.flush()
     import json
     recs = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
