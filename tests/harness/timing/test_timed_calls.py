@@ -154,9 +154,29 @@ def test_a_timed_call_watcher_or_refill_replaced_by_a_candidate_is_named(monkeyp
     assert {"harness.timing.timed_calls.TimedCalls.call", "harness.timing.fresh_inputs.perturbed"} <= set(guard.replaced())
 
 
-def test_the_parents_checks_of_a_cpu_judgement_run_on_one_thread_and_restore_it():
+def test_the_parents_checks_of_a_cpu_judgement_run_on_one_thread_and_restore_it(tmp_path, monkeypatch):
+    import judge_kernels
+    from harness import judge as judging
     from harness.kernel_types.references import one_thread
+    during = []
+    assess = judging.assess
+
+    def watched_assess(*args, **kwargs):  # the parent's checks of the worker's records, as judge() runs them
+        during.append(torch.get_num_threads())
+        return assess(*args, **kwargs)
+
+    monkeypatch.setattr(judging, "assess", watched_assess)
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(judge_kernels.source(body="    y = x"))  # fails smoke: a short judgement
     before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        v = judging.judge(wrong, device="cpu", timeout_s=120)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert (v["verdict"], v["failed_stage"]) == ("FAIL", "smoke"), v["stages"]
+    assert during == [1] and after == 2
     with one_thread("cpu"):
         with one_thread("cpu"):  # judgements that overlap
             assert torch.get_num_threads() == 1
