@@ -184,3 +184,28 @@ def test_the_parents_checks_of_a_cpu_judgement_run_on_one_thread_and_restore_it(
     assert torch.get_num_threads() == before
     with one_thread("cuda"):
         assert torch.get_num_threads() == before
+
+
+# Rounds the judge recorded (median, IQR, reps, the share of the round some task waited for a CPU):
+# honest kernels judged with the machine oversubscribed (load average about 8 on two cores), and the
+# wild_spread attack's two rounds (spread.py's docstring). The rule must trust the first whatever
+# the load, and never the last.
+RECORDED_HONEST_ON_A_LOADED_MACHINE = [
+    [{"median_us": 120603.97, "iqr_us": 8422.085, "reps": 5, "cpu_wait_pct": 99.7}],  # tests/data/kernels/good/softmax_rows.py
+    [{"median_us": 61586.2785, "iqr_us": 5934.237, "reps": 6, "cpu_wait_pct": 99.9}],  # the softmax starter
+    [{"median_us": 106643.896, "iqr_us": 28730.079, "reps": 5, "cpu_wait_pct": 97.8}],  # the starter, bench
+]
+RECORDED_WILD = [{"median_us": 1000.0, "iqr_us": 9470.0, "reps": 5, "cpu_wait_pct": 99.0},
+                 {"median_us": 1000.0, "iqr_us": 940.0, "reps": 5, "cpu_wait_pct": 99.0}]
+
+
+@pytest.mark.parametrize("rounds", RECORDED_HONEST_ON_A_LOADED_MACHINE)
+def test_recorded_honest_rounds_on_a_loaded_machine_are_trusted(rounds):
+    verdict = timing_checks.spread_verdict(rounds, "cpu")
+    assert verdict["spread_ok"] is True and "oversubscribed" not in verdict["spread_note"], verdict
+
+
+def test_recorded_wild_rounds_are_never_trusted_and_the_busy_machine_is_named():
+    verdict = timing_checks.spread_verdict(RECORDED_WILD, "cpu")
+    assert verdict["spread_ok"] is False and "measured twice" in verdict["spread_note"]
+    assert "oversubscribed" in verdict["spread_note"]
