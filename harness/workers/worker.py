@@ -197,10 +197,10 @@ class Worker:
 
     def specializations_problem(self) -> str | None:
         """Every Triton specialization first launched since the last look, compiled for the target:
-        why one does not, or None (harness/compiling/triton_specialization.py)."""
+        why one does not, or None (harness/workers/specializations.py)."""
         if self.backend != "triton" or _target_compile() is None:
             return None
-        from harness.compiling.triton_specialization import new_specializations_problem
+        from harness.workers.specializations import new_specializations_problem
         return new_specializations_problem(self.monitor, self.arch)
 
     def passed(self, stage: str, detail: str) -> bool:
