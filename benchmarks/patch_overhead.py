@@ -2,6 +2,7 @@
 of a served call beside its kernel (the guard and the dispatch).
 
     python benchmarks/patch_overhead.py [--rounds 15] [--forwards 20]
+    python benchmarks/patch_overhead.py --exported 3   # through an exported package, guards on and off
 
 The model is LlamaTiny(2048, 64, 4, 4, 128) from examples/llama_tiny.py at 8 tokens on the CPU,
 under torch.no_grad. The winners are those a profile of it records, on every route: rmsnorm
@@ -188,13 +189,79 @@ def served_calls(rounds: int, n: int) -> None:
               f"kernel_fn alone {medians[name + '/direct']:6.2f})")
 
 
+EXPORTED_CHILD = r"""
+import json, statistics, sys, torch
+sys.path.insert(0, sys.argv[1])
+import autokernel_kernels as ak
+from benchmarks.patch_overhead import cpu_us, llama
+rounds, forwards = int(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(1)
+_, eager_model, tokens = llama()
+_, patched_model, _ = llama()
+events = [0, False]
+sys.addaudithook(lambda e, a: events.__setitem__(0, events[0] + 1) if events[1] else None)
+eager, patched = [], []
+with torch.no_grad(), ak.patch(patched_model) as router:
+    patched_model(tokens), eager_model(tokens)
+    events[1] = True
+    patched_model(tokens)
+    events[1] = False
+    for i in range(rounds):
+        order = [(eager, eager_model), (patched, patched_model)]
+        for samples, model in (order if i % 2 else order[::-1]):
+            samples.append(cpu_us(lambda: model(tokens), forwards))
+served = sum(k["calls_served"] for k in router.tally.to_json()["per_kernel"].values())
+print(json.dumps({"eager_us": statistics.median(eager), "patched_us": statistics.median(patched),
+                  "audit_events_per_forward": events[0], "served": served, "kernels": len(ak.KERNELS)}))
+"""
+
+
+def exported(rounds: int, forwards: int, repeats: int) -> None:
+    """Nothing matches, through an exported package (its starter kernels at 16 tokens, the model
+    at 8) in a fresh process per figure: AUTOKERNEL_KERNEL_AUDIT on (the audit hook, the launch
+    monitor and the op recorder around served calls: every guard) and off, alternating."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+    from autokernel.deploy.export import Exported, module_name, write_package
+    with tempfile.TemporaryDirectory(prefix="patch_overhead_") as parent:
+        kernels, sources = [], {}
+        for w in winners(2 * TOKENS, never):
+            module = module_name(w.target)
+            sources[module] = ROOT / "starter_kernels" / "triton" / f"{w.kernel_type}.py"
+            kernels.append({"target": w.target, "kernel_type": w.kernel_type, "backend": "triton", "dims": w.dims,
+                            "dtype": "float32", "kwargs": w.kwargs, "source": f"kernels/{module}.py",
+                            "route": w.route, "modules": w.modules})
+        write_package(Exported(None, {"run_id": "bench", "kernels": kernels, "left_out": []}, sources),
+                      Path(parent) / "autokernel_kernels")
+        figures: dict[str, list] = {"on": [], "off": []}
+        for _ in range(repeats):
+            for guard in figures:
+                env = {**os.environ, "PYTHONPATH": parent, "TRITON_INTERPRET": "1", "AUTOKERNEL_KERNEL_AUDIT": guard}
+                done = subprocess.run([sys.executable, "-c", EXPORTED_CHILD, str(ROOT), str(rounds), str(forwards)],
+                                      env=env, capture_output=True, text=True, check=True, cwd=parent)
+                figures[guard].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    for guard, runs in figures.items():
+        ratios = [r["patched_us"] / r["eager_us"] for r in runs]
+        print(f"exported package, nothing matches, AUTOKERNEL_KERNEL_AUDIT={guard}: patched/eager "
+              f"{statistics.median(ratios):.3f}x (median of {len(runs)} processes: "
+              f"{', '.join(f'{x:.3f}' for x in ratios)}); audit events per forward "
+              f"{runs[0]['audit_events_per_forward']}; {runs[0]['served']} calls served by {runs[0]['kernels']} kernels")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--forwards", type=int, default=10, help="forwards per block")
     ap.add_argument("--calls", type=int, default=2000, help="calls per round for the served-call costs")
+    ap.add_argument("--exported", type=int, default=0, metavar="N",
+                    help="instead: nothing matches through an exported package, guards on and off, N processes each")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.exported:
+        exported(args.rounds, args.forwards, args.exported)
+        return
     with torch.no_grad():
         nothing_matches(args.rounds, args.forwards)
     served_calls(args.rounds, args.calls)

@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from harness.correctness.integrity import ComputeRecorder  # noqa: E402
-from harness.correctness.launches import LaunchMonitor  # noqa: E402
+from harness.correctness import launches  # noqa: E402
 
 
 def wrapper(x):
@@ -68,10 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     counter = _Counter()
     with counter:
         wrapper(x)
-    with LaunchMonitor() as monitor:
-        plain = per_call_us(lambda: wrapper(x), ns.calls, False, monitor)
-        recorded = per_call_us(lambda: wrapper(x), ns.calls, True, monitor)
-        empty = per_call_us(lambda: None, ns.calls, True, monitor) - per_call_us(lambda: None, ns.calls, False, monitor)
+    monitor = launches.install()
+    plain = per_call_us(lambda: wrapper(x), ns.calls, False, monitor)
+    recorded = per_call_us(lambda: wrapper(x), ns.calls, True, monitor)
+    empty = per_call_us(lambda: None, ns.calls, True, monitor) - per_call_us(lambda: None, ns.calls, False, monitor)
     extra = recorded - plain
     print(f"wrapper: {counter.ops} aten ops per call on {ns.device}")
     print(f"unrecorded {plain:.2f} us per call, recorded {recorded:.2f} us per call: +{extra:.2f} us per call "

@@ -23,6 +23,7 @@ import torch
 
 from autokernel.search.kernel_source import check_constraints
 from harness.kernel_types import registry
+from harness.correctness import launches
 from harness.correctness.launches import LaunchMonitor
 from harness.kernel_types.registry import Case
 from harness.compiling.target_compile import _launch_problem, compile_triton, parse_arch
@@ -55,9 +56,12 @@ def recorded_launches(module, config: dict, dtype: str, arch: str) -> list:
     try:
         module.CONFIG.clear()
         module.CONFIG.update(config)
-        with LaunchMonitor(record=True) as monitor:
-            module.kernel_fn(*args, **kwargs)
-        return monitor.records
+        monitor = LaunchMonitor()
+        monitor.recording = True
+        for cls, _ in saved_runs:  # a monitor of its own over the no-op runs, put back below
+            launches._wrap_run(monitor, cls)
+        module.kernel_fn(*args, **kwargs)
+        return monitor.take_records()
     finally:
         for cls, run in saved_runs:
             cls.run = run

@@ -42,7 +42,10 @@ VENDORED = {"harness.cuda_launcher": ("cuda_launcher.py", "cuda_build.py")}
 SURFACE = ("__init__.py", "static_check.py", "kernel_surface.py", "tensor_flow.py", "cuda_surface.py", "syntax.py")
 # The audit hook that watches the winners in the user's process (kernel_package.py's _guard)
 GUARD = ("audit_hook.py", "audit_policy.py")
-GUARD_INIT = '"""The judge\'s audit hook, copied verbatim: what a served winner may not do (see ../__init__.py)."""\n'
+# ... and the judge's one launch monitor and op recorder, around every served call (served.py)
+MONITOR = ("launches.py", "integrity.py", "served.py")
+GUARD_INIT = ('"""The judge\'s audit hook, launch monitor and op recorder, copied verbatim: what a served winner '
+              'may not do (see ../__init__.py)."""\n')
 VENDOR_INIT = '"""The files of autokernel\'s judge a winner needs (its static check; a CUDA C++ winner\'s launcher), copied verbatim."""\n'
 TEST_FILE = '''"""Each exported kernel against PyTorch at its target shape (no GPU: TRITON_INTERPRET=1)."""
 import sys
@@ -123,6 +126,8 @@ def write_package(exported: Exported, package: Path, manifest_extra: dict | None
     (package / "guard" / "__init__.py").write_text(GUARD_INIT, encoding="utf-8")
     for name in GUARD:
         shutil.copyfile(judge / "isolation" / name, package / "guard" / name)
+    for name in MONITOR:
+        shutil.copyfile(judge / "correctness" / name, package / "guard" / name)
     (package / "kernels").mkdir()
     (package / "kernels" / "__init__.py").write_text('"""The exported kernel files, as judged."""\n', encoding="utf-8")
     for module, path in exported.sources.items():

@@ -42,7 +42,10 @@ writes outside the compiler caches and the temporary folder gets the event refus
 raises `routing.KernelRefused` (never a quiet fallback). Everything else in the process, your own
 code, torch and Triton working for you, is untouched. Cost: the hook runs on each audit event in
 the process (most return at once; see docs/judge-vs-kernelbench.md for the figure per served
-call). AUTOKERNEL_KERNEL_AUDIT=off, set before the first kernel loads, leaves it out.
+call). AUTOKERNEL_KERNEL_AUDIT=off, set before the first kernel loads, leaves it out. The judge's
+launch monitor is installed at the same point whatever the switch (guard/launches.py: a kernel
+sees the same launch wrappers served as judged), and every served call runs under the judge's op
+recorder: PyTorch compute inside a kernel raises `routing.KernelRefused` too.
 
 In a Hugging Face kernel repository (`export --format hf-kernels`) the package also has `layers`
 (layers.py), which `kernels.kernelize` binds onto a transformers model's kernel-aware layers;
@@ -121,9 +124,17 @@ _guarded: list[str] = []  # "on" or "off", once decided
 
 
 def _guard() -> None:
-    """The audit hook over kernels/, installed once, before the first kernel file is imported."""
+    """The launch monitor and the audit hook over kernels/, installed once, before the first kernel
+    file is imported."""
     if _guarded:
         return
+    if any(k.get("backend") == "cuda" for k in KERNELS):  # the launcher the monitor counts through
+        _vendor()
+    from .guard import served
+    from .routing import refusals
+    # the judge's launch monitor and op recorder, whatever the switch: a kernel sees served what it
+    # saw judged, and a served call that computes in PyTorch raises KernelRefused
+    refusals.observe_with(served.watch(refusals.report))
     if os.environ.get(GUARD_SWITCH, "on").strip().lower() in ("off", "0", "false", "no"):
         _guarded.append("off")
         return
@@ -135,10 +146,8 @@ def _guard() -> None:
         return
     import tempfile
     from .guard import audit_hook, audit_policy
-    from .routing import refusals
     launcher = None
     if any(k.get("backend") == "cuda" for k in KERNELS):  # its loader runs nvcc and ctypes for the kernel
-        _vendor()
         try:
             launcher = importlib.util.find_spec("harness.cuda_launcher")
         except ImportError:

@@ -160,7 +160,12 @@ def load_winners(files: list[WinnerFile], stand_ins: Optional[dict[str, str]] = 
     """The kernels imported in this process, and why any failed to import (it is then guilty).
     A winner in `stand_ins` runs in the dtype that stood in for its own (see stand_in)."""
     from autokernel.deploy import routing
+    from autokernel.deploy.routing import refusals
     from autokernel.deploy.routing.serving import ServingRange
+    from harness.correctness import served
+    # the judge's launch monitor, before the first winner is imported, and its op recorder around
+    # every served call, as in the exported package: a winner sees what it saw judged
+    refusals.observe_with(served.watch(refusals.report))
     winners, failed = [], {}
     for f in files:
         try:

@@ -239,6 +239,46 @@ def compile_triton(records: list, arch: str = "sm_90") -> TargetCompile:
     return result
 
 
+def lower_triton(records: list, arch: str = "sm_90") -> TargetCompile:
+    """Take every distinct specialization among `records` through Triton's compiler for `arch` as
+    far as its GPU passes (the front end, TTIR, TTGIR), where a construct only the interpreter
+    accepts is refused: a tenth of a second each, where the full compile (LLVM, ptxas) of one
+    64K-wide block takes most of a minute on a CPU. No resources: the first call's launches are the
+    ones compiled in full (compile_triton); each specialization is lowered once per process."""
+    cc = parse_arch(arch)
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    target = GPUTarget("cuda", cc, 32)
+    backend = make_backend(target)
+    with compiled_mode(records), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for record in records:
+            label = record.name
+            try:
+                src, options = specialize(record, backend)
+                label = f"{record.name} [{_config_label(record, options)}]"
+                key = ("lowered", src.hash(), repr(sorted(options.__dict__.items())), cc)
+                if key not in _CACHE:
+                    context = ir.context()
+                    ir.load_dialects(context)
+                    backend.load_dialects(context)
+                    stages: dict = {}
+                    backend.add_stages(stages, options, src.language)
+                    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
+                                         backend.get_module_map(), context)
+                    metadata = {"hash": src.hash(), "target": target, **options.__dict__}
+                    with _captured_stderr():
+                        for stage in ("ttir", "ttgir"):
+                            module = stages[stage](module, metadata)
+                    _CACHE[key] = None
+            except Exception as e:
+                if not rejected_source(e) and type(e).__name__ not in ("UnsupportedLanguageConstruct", "RuntimeError"):
+                    raise  # ours: the caller reports it as a fault of the compile-for-target support
+                return TargetCompile(False, f"{label} does not compile for sm_{cc}:\n{_tail(f'{type(e).__name__}: {e}')}")
+    return TargetCompile(True, f"{len(records)} Triton specialization(s) lowered for sm_{cc}")
+
+
 def rejected_source(e: BaseException) -> bool:
     """Whether Triton's front end rejected the kernel's source (the candidate's fault), told from a
     fault of this module's use of Triton by where it was raised: a CompilationError, or an error

@@ -126,3 +126,4 @@ def _leaked_interpreter_patches():
             elif key in _INTERPRETER_MODULE_PATCHES and not interpreter_made(getattr(sibling, key, print)):
                 found.append((namespace, key, getattr(sibling, key)))
     return found
+

@@ -1,14 +1,22 @@
-"""Watch the GPU kernels a kernel_fn launches.
+"""The one launch monitor: the GPU kernels a kernel_fn launches, watched the same way everywhere.
 
-`LaunchMonitor` patches Triton's launch entry points (compiled and interpreted), the launch
-libraries of CUDA C++ kernel files (harness/cuda_launcher.py) and wraps the functions of CUDA C++
-extensions built through torch.utils.cpp_extension, so the judge knows how
-many real kernels a call launched and, for compile-for-target, with which arguments, constexprs and
-launch options. While a launch runs, `paused` is true so the integrity recorder does not mistake
-the interpreter's own tensor copies for the candidate's compute; inside a Triton launch the pause
-covers only Triton's own code (`triton_own_op`): Triton calls the candidate's code back from inside
-its run() (a grid callable, a launch hook, a helper an interpreted body calls), and PyTorch compute
-done there is the candidate's.
+`install()` wraps Triton's launch entry points (compiled and interpreted), the loaders of CUDA C++
+extensions built through torch.utils.cpp_extension and the launch method of CUDA C++ kernel files
+(harness/cuda_launcher.py) once per process, before the first kernel file is imported, and never
+puts them back. The judge's worker, the KernelBench child, verify's child and the exported package
+(which carries this file in its guard/) all install it at that point, so what a kernel can see of
+it is the same judged and served: `type(kernel).run` is one object from the kernel's import on, and
+a kernel that keeps it at import to tell a judged call (once, a wrapper re-made per call) from a
+served one has nothing to compare.
+
+The monitor counts launches, so the judge knows how many real kernels a call launched. While a
+launch runs, `paused` is true so the integrity recorder does not mistake the interpreter's own
+tensor copies for the candidate's compute; inside a Triton launch the pause covers only Triton's
+own code (`triton_own_op`): Triton calls the candidate's code back from inside its run() (a grid
+callable, a launch hook, a helper an interpreted body calls), and PyTorch compute done there is
+the candidate's. While `recording` (the judge, from the first call on), every distinct Triton
+specialization launched is kept once (`LaunchRecord`, its tensors replaced by small stand-ins of
+the same dtype and alignment), for compile-for-target (harness/compiling/target_compile.py).
 """
 from __future__ import annotations
 
@@ -21,6 +29,10 @@ from typing import Any, Callable
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion",
                   "launch_cooperative_grid", "launch_pdl")
+# distinct specializations one judgement may launch: a kernel needs a few per shape class; past
+# this the judge cannot compile them all for the target, and says so
+MAX_SPECIALIZATIONS = 256
+ALIGNMENT = 16  # bytes: Triton specializes pointers and integers on divisibility by 16
 
 
 @dataclass
@@ -41,45 +53,89 @@ def _package_dir(name: str) -> str:
     return os.path.dirname(os.path.abspath(module.__file__)) + os.sep
 
 
+# this file's own folder (harness/correctness/, or an exported package's guard/): the op recorder
+# and this monitor, the only code of ours between a dispatched op and the launch it runs in
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
 def triton_own_op(depth: int = 1) -> bool:
     """Whether the PyTorch op being dispatched (the caller's caller, `depth` frames up, is the
     dispatch mode) was called by Triton's own code rather than by a candidate's callback: the
-    nearest Python frame outside torch and this harness must be Triton's."""
+    nearest Python frame outside torch and this folder must be Triton's."""
     torch_dir, triton_dir = _package_dir("torch"), _package_dir("triton")
-    harness_dir = _package_dir("harness")
     frame = sys._getframe(depth + 1)
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
-        if not (filename.startswith(torch_dir) or filename.startswith(harness_dir)):
+        if not (filename.startswith(torch_dir) or filename.startswith(_OWN_DIR)):
             return filename.startswith(triton_dir)
         frame = frame.f_back
     return False
 
 
-def _constexpr_names(raw: Callable) -> tuple[str, ...]:
-    names = []
+def _signature(raw: Callable) -> tuple[tuple[str, ...], frozenset]:
+    """(parameter names, constexpr parameter names) of a kernel's Python function."""
+    params, constexprs = [], []
     for p in inspect.signature(raw).parameters.values():
+        params.append(p.name)
         ann = p.annotation
         text = ann if isinstance(ann, str) else getattr(ann, "__name__", repr(ann))
         if "constexpr" in str(text):
-            names.append(p.name)
-    return tuple(names)
+            constexprs.append(p.name)
+    return tuple(params), frozenset(constexprs)
+
+
+def _constexpr_names(raw: Callable) -> tuple[str, ...]:
+    params, constexprs = _signature(raw)
+    return tuple(p for p in params if p in constexprs)
+
+
+def _spec(value, exact: bool):
+    """What Triton's launch-time specialization reads of one argument (a constexpr or launch
+    option: its value): a tensor's dtype and alignment, an integer's width class, equality to 1
+    and divisibility by 16, a float's type. Equal keys compile alike for a GPU."""
+    if exact or value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return ("int", value == 1, value % ALIGNMENT == 0, -2**31 <= value < 2**31, value >= 2**63)
+    if isinstance(value, float):
+        return ("float",)
+    dtype, data_ptr = getattr(value, "dtype", None), getattr(value, "data_ptr", None)
+    if dtype is not None and callable(data_ptr):
+        return ("tensor", dtype, data_ptr() % ALIGNMENT == 0)
+    return ("object", type(value).__name__, repr(value)[:200])
+
+
+def _stand_in(value):
+    """A one-element tensor of `value`'s dtype whose address has the same remainder modulo 16 (what
+    Triton specializes a pointer on), so a record keeps no candidate tensor alive; anything else as is."""
+    import torch
+    if not isinstance(value, torch.Tensor):
+        return value
+    size = max(value.element_size(), 1)
+    base = torch.empty(2 * ALIGNMENT // size + 1, dtype=value.dtype)  # the CPU allocator aligns to 64
+    offset = (value.data_ptr() % ALIGNMENT) // size
+    return base[offset:offset + 1]
 
 
 class LaunchMonitor:
-    """Context manager: counts (and optionally records) kernel launches while active."""
+    """The launches of this process, counted (and while `recording`, kept once per specialization)
+    by the wrappers `install()` puts in place once."""
 
-    def __init__(self, record: bool = False):
-        self.record = record
+    def __init__(self):
         self.triton_launches = 0
         self.cuda_calls = 0
-        self.records: list[LaunchRecord] = []
         self.paused = False
         self.in_triton = 0  # Triton launches running now: inside one, the pause is Triton's own code's
-        # kernel name -> the most warps any launch of it asked for: only the first call's launches are
-        # compiled for the target, and a later shape may ask for more threads than a block can hold
+        # kernel name -> the most warps any launch of it asked for: a shape may ask for more threads
+        # than a block can hold, which a GPU refuses and the interpreter runs
         self.most_warps: dict[str, int] = {}
-        self._undo: list[Callable[[], None]] = []
+        self.recording = False
+        self.records: list[LaunchRecord] = []  # every distinct specialization, in launch order
+        self.overflow = False  # more than MAX_SPECIALIZATIONS were launched
+        self._taken = 0
+        self._keys: set = set()
+        self._signatures: dict = {}
+        self.installed = False
 
     @property
     def launches(self) -> int:
@@ -87,94 +143,139 @@ class LaunchMonitor:
 
     def reset(self) -> None:
         self.triton_launches = self.cuda_calls = 0
-        self.records = []
 
-    # -- Triton ------------------------------------------------------------------------------
-    def _wrap_run(self, cls: type) -> None:
-        original = cls.run
-        monitor = self
+    def take_records(self) -> list[LaunchRecord]:
+        """The specializations first launched since the last call (compiled for the target once)."""
+        new, self._taken = self.records[self._taken:], len(self.records)
+        return new
 
-        @functools.wraps(original)
-        def run(kernel, *args, grid=None, warmup=False, **kwargs):
-            if warmup:
-                return original(kernel, *args, grid=grid, warmup=warmup, **kwargs)
-            monitor.triton_launches += 1
-            warps = kwargs.get("num_warps")
-            if isinstance(warps, int) and warps > monitor.most_warps.get(getattr(kernel, "__name__", "?"), 0):
-                monitor.most_warps[getattr(kernel, "__name__", "?")] = warps
-            if monitor.record:
-                monitor._record(kernel, args, kwargs, grid)
-            was = monitor.paused
-            monitor.paused = True
-            monitor.in_triton += 1
-            try:
-                return original(kernel, *args, grid=grid, warmup=warmup, **kwargs)
-            finally:
-                monitor.in_triton -= 1
-                monitor.paused = was
-
-        cls.run = run
-        self._undo.append(lambda: setattr(cls, "run", original))
-
-    def _record(self, kernel, args, kwargs, grid) -> None:
+    def _record(self, kernel, args, kwargs) -> None:
         raw = getattr(kernel, "fn", None)
         while hasattr(raw, "fn"):  # autotuner/heuristics wrap the JIT function
             raw = raw.fn
         if raw is None:
             return
-        params = list(inspect.signature(raw).parameters)
-        bound = dict(zip(params, args))
-        bound.update({k: v for k, v in kwargs.items() if k in params})
-        options = {k: v for k, v in kwargs.items() if k in LAUNCH_OPTIONS}
-        self.records.append(LaunchRecord(raw.__name__, raw, bound, _constexpr_names(raw), grid, options))
-
-    # -- CUDA C++ extensions -----------------------------------------------------------------
-    def _wrap_loader(self, module, name: str) -> None:
-        original = getattr(module, name)
-        monitor = self
-
-        @functools.wraps(original)
-        def load(*args, **kwargs):
-            return _CountingModule(original(*args, **kwargs), monitor)
-
-        setattr(module, name, load)
-        self._undo.append(lambda: setattr(module, name, original))
-
-    def _wrap_invoke(self) -> None:
-        from harness.cuda_launcher import Launcher
-        original = Launcher.invoke
-        monitor = self
-
-        @functools.wraps(original)
-        def invoke(launcher, name, values):
-            monitor.cuda_calls += 1
-            was = monitor.paused
-            monitor.paused = True
-            try:
-                return original(launcher, name, values)
-            finally:
-                monitor.paused = was
-
-        Launcher.invoke = invoke
-        self._undo.append(lambda: setattr(Launcher, "invoke", original))
-
-    def __enter__(self) -> "LaunchMonitor":
-        from triton.runtime import jit
-        self._wrap_run(jit.JITFunction)
+        if raw not in self._signatures:
+            self._signatures[raw] = _signature(raw)
+        params, constexprs = self._signatures[raw]
+        key = (raw, tuple(_spec(v, p in constexprs) for p, v in zip(params, args)),
+               tuple(sorted((k, _spec(v, k in constexprs or k in LAUNCH_OPTIONS)) for k, v in kwargs.items())))
         try:
-            from triton.runtime import interpreter
-            self._wrap_run(interpreter.InterpretedFunction)
-        except ImportError:
-            pass
-        from torch.utils import cpp_extension
-        for name in ("load_inline", "load"):
-            self._wrap_loader(cpp_extension, name)
-        self._wrap_invoke()
-        return self
+            if key in self._keys:
+                return
+        except TypeError:  # an unhashable constexpr: keyed by its text
+            key = repr(key)
+            if key in self._keys:
+                return
+        if len(self._keys) >= MAX_SPECIALIZATIONS:
+            self.overflow = True
+            return
+        self._keys.add(key)
+        bound = {p: _stand_in(v) for p, v in zip(params, args)}
+        bound.update({k: _stand_in(v) for k, v in kwargs.items() if k in params})
+        options = {k: v for k, v in kwargs.items() if k in LAUNCH_OPTIONS}
+        self.records.append(LaunchRecord(raw.__name__, raw, bound, tuple(p for p in params if p in constexprs),
+                                         None, options))
 
-    def __exit__(self, *exc) -> None:
-        while self._undo:
-            self._undo.pop()()
+
+_MONITOR: list[LaunchMonitor] = []  # the process's one monitor, once installed
+
+
+def install() -> LaunchMonitor:
+    """The process's launch monitor, its wrappers put in place on the first call (before the first
+    kernel file is imported) and never undone."""
+    if _MONITOR:
+        return _MONITOR[0]
+    monitor = LaunchMonitor()
+    from triton.runtime import jit
+    _wrap_run(monitor, jit.JITFunction)
+    try:
+        from triton.runtime import interpreter
+        _wrap_run(monitor, interpreter.InterpretedFunction)
+    except ImportError:
+        pass
+    from torch.utils import cpp_extension
+    for name in ("load_inline", "load"):
+        _wrap_loader(monitor, cpp_extension, name)
+    try:  # a CUDA C++ kernel file's launch library (an exported package carries it only for those)
+        from harness.cuda_launcher import Launcher
+    except ImportError:
+        Launcher = None  # noqa: N806
+    if Launcher is not None:
+        _wrap_invoke(monitor, Launcher)
+    monitor.installed = True
+    _MONITOR.append(monitor)
+    return monitor
+
+
+def entry_points() -> dict[str, object]:
+    """name -> object, for every entry point the installed monitor wrapped: the identity check holds
+    them (a candidate that puts an original back launches unseen)."""
+    if not _MONITOR:
+        return {}
+    out = {}
+    from triton.runtime import jit
+    out["triton.runtime.jit.JITFunction.run"] = jit.JITFunction.run
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    if interpreter is not None:
+        out["triton.runtime.interpreter.InterpretedFunction.run"] = interpreter.InterpretedFunction.run
+    from torch.utils import cpp_extension
+    out.update({f"torch.utils.cpp_extension.{n}": getattr(cpp_extension, n) for n in ("load_inline", "load")})
+    launcher = sys.modules.get("harness.cuda_launcher")
+    if launcher is not None:
+        out["harness.cuda_launcher.Launcher.invoke"] = launcher.Launcher.invoke
+    return out
+
+
+def _wrap_run(monitor: LaunchMonitor, cls: type) -> None:
+    original = cls.run
+
+    @functools.wraps(original)
+    def run(kernel, *args, grid=None, warmup=False, **kwargs):
+        if warmup:
+            return original(kernel, *args, grid=grid, warmup=warmup, **kwargs)
+        monitor.triton_launches += 1
+        warps = kwargs.get("num_warps")
+        if isinstance(warps, int) and warps > monitor.most_warps.get(getattr(kernel, "__name__", "?"), 0):
+            monitor.most_warps[getattr(kernel, "__name__", "?")] = warps
+        if monitor.recording:
+            monitor._record(kernel, args, kwargs)
+        was = monitor.paused
+        monitor.paused = True
+        monitor.in_triton += 1
+        try:
+            return original(kernel, *args, grid=grid, warmup=warmup, **kwargs)
+        finally:
+            monitor.in_triton -= 1
+            monitor.paused = was
+
+    cls.run = run
+
+
+def _wrap_loader(monitor: LaunchMonitor, module, name: str) -> None:
+    original = getattr(module, name)
+
+    @functools.wraps(original)
+    def load(*args, **kwargs):
+        return _CountingModule(original(*args, **kwargs), monitor)
+
+    setattr(module, name, load)
+
+
+def _wrap_invoke(monitor: LaunchMonitor, launcher: type) -> None:
+    original = launcher.invoke
+
+    @functools.wraps(original)
+    def invoke(self, name, values):
+        monitor.cuda_calls += 1
+        was = monitor.paused
+        monitor.paused = True
+        try:
+            return original(self, name, values)
+        finally:
+            monitor.paused = was
+
+    launcher.invoke = invoke
 
 
 class _CountingModule:

@@ -70,9 +70,11 @@ SAFE_FRAME_READERS = frozenset({("typing.py", "_caller"), ("collections/__init__
                                 ("typing_extensions.py", "_has_generic_or_protocol_as_origin")})
 # The judge's own frame readers that may run under a candidate's call (the op recorder asking
 # whether an op inside a Triton launch was Triton's or a candidate's callback's): matched by their
-# exact file, which lies where no candidate writes, and hand no frame out.
-JUDGE_FRAME_READERS = frozenset({(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                               "correctness", "launches.py"), "triton_own_op")})
+# exact file, which lies where no candidate writes, and hand no frame out: the judge's, and the copy
+# an exported package carries beside this file in its guard/ (it watches served calls the same way).
+_HERE = os.path.dirname(os.path.abspath(__file__))
+JUDGE_FRAME_READERS = frozenset({(os.path.join(os.path.dirname(_HERE), "correctness", "launches.py"), "triton_own_op"),
+                                 (os.path.join(_HERE, "launches.py"), "triton_own_op")})
 # Standard-library code whose job is generating code: the exec/compile it does is not the caller's.
 CODE_GENERATORS = ("dataclasses.py", "collections/__init__.py", "typing.py", "enum.py", "ast.py",
                    "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")

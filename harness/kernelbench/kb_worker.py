@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from harness.timing.compile_cache import baseline_caches
+from harness.correctness import launches
 from harness.correctness.candidate import error_text, observed_call
 from harness.device.versions import versions as judge_versions
 from harness.kernelbench.kb_protocol import (PRECISIONS, TIME_SEED, Bench, ProblemError, as_outputs, calibrate_overhead,
@@ -151,45 +152,43 @@ def run_compile(a, bench: Bench, out: Path, tensors: dict) -> dict:
 
 
 def run_check(a, bench: Bench, out: Path, tensors: dict) -> dict:
-    from harness.correctness.launches import LaunchMonitor
-    with LaunchMonitor() as monitor:  # active at import: load_inline'd extensions are wrapped
-        new, state = load_candidate(bench, a.solution, out, a.model)
-        a.model = None  # its weights are copied: no second model held while ModelNew runs
-        monitor.reset()
-        stage(out, "correctness")
-        trials, ops, kept = [], set(), None
-        for t, seed in enumerate(trial_seeds(a.trials)):
-            inputs = bench.inputs(seed)
-            fp = fingerprint(inputs)
-            call = observed_call(lambda *x: forward(new, list(x), seed), inputs, {}, monitor)
-            if call.error:
-                return {"error": f"ModelNew.forward raised on trial {t}:\n{call.error}", "stage": "correctness"}
-            sync(bench.device)
-            obs = {**call.observations(), **output_observations(as_outputs(call.output), inputs)}
-            ops |= set(obs.pop("forbidden"))
-            trials.append({"seed": seed, "fingerprint": fp, **obs,
-                           "outputs": store(tensors, f"trial{t}", as_outputs(call.output))})
-            kept = inputs if t == 0 else kept
-        stage(out, "replay")
-        # the trial-0 buffers refilled in place with trial 1's values: a cache keyed on buffer
-        # addresses (or on the tensor objects) answers with trial 0's output here
-        fresh = bench.inputs(trials[min(1, len(trials) - 1)]["seed"])
-        for dst, src in zip(kept, fresh):
-            if isinstance(dst, torch.Tensor):
-                dst.copy_(src)
-        store(tensors, "refill", as_outputs(forward(new, kept, trials[min(1, len(trials) - 1)]["seed"])))
+    monitor = launches.install()  # installed before the import: load_inline'd extensions are counted
+    new, state = load_candidate(bench, a.solution, out, a.model)
+    a.model = None  # its weights are copied: no second model held while ModelNew runs
+    monitor.reset()
+    stage(out, "correctness")
+    trials, ops, kept = [], set(), None
+    for t, seed in enumerate(trial_seeds(a.trials)):
+        inputs = bench.inputs(seed)
+        fp = fingerprint(inputs)
+        call = observed_call(lambda *x: forward(new, list(x), seed), inputs, {}, monitor)
+        if call.error:
+            return {"error": f"ModelNew.forward raised on trial {t}:\n{call.error}", "stage": "correctness"}
+        sync(bench.device)
+        obs = {**call.observations(), **output_observations(as_outputs(call.output), inputs)}
+        ops |= set(obs.pop("forbidden"))
+        trials.append({"seed": seed, "fingerprint": fp, **obs,
+                       "outputs": store(tensors, f"trial{t}", as_outputs(call.output))})
+        kept = inputs if t == 0 else kept
+    stage(out, "replay")
+    # the trial-0 buffers refilled in place with trial 1's values: a cache keyed on buffer
+    # addresses (or on the tensor objects) answers with trial 0's output here
+    fresh = bench.inputs(trials[min(1, len(trials) - 1)]["seed"])
+    for dst, src in zip(kept, fresh):
+        if isinstance(dst, torch.Tensor):
+            dst.copy_(src)
+    store(tensors, "refill", as_outputs(forward(new, kept, trials[min(1, len(trials) - 1)]["seed"])))
     return {"trials": trials, "pytorch_ops": sorted(ops), "state": state, "refill_fingerprint": fingerprint(kept)}
 
 
 def run_time(a, bench: Bench, out: Path, tensors: dict) -> dict:
-    from harness.correctness.launches import LaunchMonitor
     null = calibrate_overhead(bench, a.reps, a.report)  # before the solution exists in this process
-    with LaunchMonitor() as monitor:  # as in run_check: the timed calls are watched as the checked were
-        new, _ = load_candidate(bench, a.solution, out, a.model)
-        a.model = None
-        monitor.reset()
-        stage(out, "timing")
-        timed = time_model(bench, new, a.reps, a.warmup, keep_outputs=True, report=a.report, monitor=monitor)
+    monitor = launches.install()  # as in run_check: the timed calls are watched as the checked were
+    new, _ = load_candidate(bench, a.solution, out, a.model)
+    a.model = None
+    monitor.reset()
+    stage(out, "timing")
+    timed = time_model(bench, new, a.reps, a.warmup, keep_outputs=True, report=a.report, monitor=monitor)
     timed["null"] = null
     for rep, outs in timed.pop("kept").items():
         for k, t in enumerate(outs):
@@ -248,7 +247,6 @@ def enter_sandbox(a, network: dict | None = None) -> dict:
     if a.no_sandbox or not a.sandbox_write:
         return sandbox.not_requested()
     import triton  # noqa: F401  (imported while it may still write)
-    from harness.correctness import launches  # noqa: F401
     if a.device == "cuda":
         torch.cuda.init()
     state = sandbox.confine(a.sandbox_write, readable=[a.problem], namespace=network)
@@ -296,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         # built before the sandbox: a module target's Model reads its weights beside the problem
         a.model = bench.build(bench.Model) if a.solution else None
         if a.solution:
+            launches.install()  # the one launch monitor, before the sandbox, the identity snapshot and the import
             sandbox_state = enter_sandbox(a, network)
             (a.out / "sandbox.json").write_text(json.dumps(sandbox_state))  # kept if the solution crashes
             guard = IdentityGuard(("__main__",))  # before the solution is imported

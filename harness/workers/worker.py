@@ -28,7 +28,7 @@ from harness.correctness.candidate import (CallResult, ContractError, check_head
                                import_candidate, observed_call, read_header)
 from harness.correctness.cases import DETERMINISM_CALLS, Capabilities, Plan, build_plan
 from harness.correctness.compare import bitwise_equal, compare
-from harness.correctness.launches import LaunchMonitor
+from harness.correctness import launches
 from harness.kernel_types.registry import Case
 from harness.isolation.static_check import check_source, describe
 from harness.isolation.tamper import IdentityGuard
@@ -97,7 +97,9 @@ class Worker:
         self.around = around  # {"below_us": float or None}: also time the shapes around the target
         bf16 = device == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         self.caps = Capabilities(device, bf16)
-        self.monitor = LaunchMonitor()
+        # the process's one launch monitor, installed before the candidate exists and never replaced:
+        # the same wrappers a served kernel sees (harness/correctness/launches.py)
+        self.monitor = launches.install()
         self.module = None
         self.kt: registry.KernelType | None = None
         self.guard: IdentityGuard | None = None
@@ -153,8 +155,7 @@ class Worker:
     def compile(self, plan: Plan) -> bool:
         self.log.start("compile")
         try:
-            with self.monitor:
-                self.module = import_candidate(self.path)
+            self.module = import_candidate(self.path)
         except Exception as e:
             self.log.end("compile", "fail", f"importing the file failed:\n{error_text(e)}")
             return False
@@ -171,18 +172,21 @@ class Worker:
     def _compile_triton(self, plan: Plan) -> bool:
         case = plan.stages["smoke"][0]
         args, kwargs = registry.build_inputs(case, self.device)
-        with LaunchMonitor(record=True) as rec:
-            result = observed_call(self.module.kernel_fn, args, kwargs, rec)
+        # from the first call on, every distinct specialization is kept, and compiled for the target
+        # when the stage that first launched it ends (specializations_problem)
+        self.monitor.recording = True
+        result = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
         self.clocks_untouched("right after the first call of kernel_fn")
         if result.error:
             self.log.end("compile", "fail", f"the first call failed:\n{result.error}")
             return False
         how = "ran under the Triton interpreter" if self.device == "cpu" else "compiled and ran on the GPU"
-        resources, detail = None, f"{len(rec.records)} Triton launch(es); {how}"
+        records = self.monitor.take_records()
+        resources, detail = None, f"{result.launches} Triton launch(es); {how}"
         target = _target_compile()
-        if target is not None and rec.records:
+        if target is not None and records:
             try:
-                tc = target.compile_triton(rec.records, self.arch)
+                tc = target.compile_triton(records, self.arch)
             except Exception as e:  # a fault in our compile-for-target support is not the candidate's
                 self.log.end("compile", "pass", f"{detail}; no {self.arch} resources: {error_text(e, 2)}")
                 return True
@@ -209,12 +213,25 @@ class Worker:
         self.log.end("compile", "pass", tc.detail, resources=tc.resources)
         return True
 
+    def specializations_problem(self) -> str | None:
+        """Every Triton specialization first launched since the last look, compiled for the target:
+        why one does not, or None (harness/workers/specializations.py)."""
+        if self.backend != "triton" or _target_compile() is None:
+            return None
+        from harness.workers.specializations import new_specializations_problem
+        return new_specializations_problem(self.monitor, self.arch)
+
+    def passed(self, stage: str, detail: str) -> bool:
+        """End a stage whose cases passed: it passes when what it launched compiles for the target."""
+        problem = self.specializations_problem()
+        self.log.end(stage, "fail" if problem else "pass", problem or detail)
+        return not problem
+
     # -- running cases ----------------------------------------------------------------------
     def call(self, stage: str, role: str, case: Case, args: list, kwargs: dict, *,
              save_inputs: bool = False, **extra) -> CallResult:
         """One observed call of kernel_fn, recorded (output saved) for the judge to recheck."""
-        with self.monitor:
-            result = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        result = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
         self.clocks_untouched(f"right after a call of kernel_fn in {stage}")
         if save_inputs:
             extra["inputs_after"] = [self.log.save(t) for t in args]
@@ -245,8 +262,7 @@ class Worker:
             if not ok:
                 self.log.end(stage, "fail", detail)
                 return False
-        self.log.end(stage, "pass", f"{len(cases)} cases")
-        return True
+        return self.passed(stage, f"{len(cases)} cases")
 
     def determinism(self, cases: list[Case]) -> bool:
         self.log.start("determinism")
@@ -262,8 +278,7 @@ class Worker:
             if not all(isinstance(o, torch.Tensor) and bitwise_equal(o.cpu(), outputs[0].cpu()) for o in outputs):
                 self.log.end("determinism", "fail", f"{case.label()}: repeated calls on identical inputs differ")
                 return False
-        self.log.end("determinism", "pass", f"{DETERMINISM_CALLS} identical calls bitwise equal")
-        return True
+        return self.passed("determinism", f"{DETERMINISM_CALLS} identical calls bitwise equal")
 
     def integrity(self, cases: list[Case]) -> bool:
         """Replay: the same input buffers refilled in place with new values must give new results."""
@@ -273,8 +288,7 @@ class Worker:
         a = self.call("integrity", "replay_first", first, args, kwargs, save_inputs=True)
         refill(args, registry.build_inputs(second, self.device)[0])
         first_copy = a.output.clone() if isinstance(a.output, torch.Tensor) else None
-        with self.monitor:
-            b = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        b = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
         self.clocks_untouched("right after a call of kernel_fn in integrity")
         # an output buffer reused across calls silently rewrites what the caller already holds
         reused = first_copy is not None and not bitwise_equal(a.output, first_copy)
@@ -282,8 +296,10 @@ class Worker:
                        label=second.label(), output=self.log.save(b.output), error=b.error,
                        obs=b.observations(), seconds=b.seconds, earlier_output_changed=reused)
         error = a.error or b.error
-        self.log.end("integrity", "fail" if error else "pass", error or "observations recorded")
-        return not error
+        if error:
+            self.log.end("integrity", "fail", error)
+            return False
+        return self.passed("integrity", "observations recorded")
 
 
 def refill(buffers: list, values: list) -> None:
@@ -332,14 +348,17 @@ def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | 
     salt = w.noise.salt(stage)  # revealed in the stage's final record, after its last timed call
     target = stage == "timing"
     try:
-        with w.monitor:
-            run = measurement.time_kernel(
-                w.module.kernel_fn, case, w.device, w.report, w.monitor, w.log, stage,
-                check=lambda: w.clocks_untouched("right after a timed call of kernel_fn"),
-                phase=measurement.kernel_phase(stage), limits=budget,
-                eager_median_us=w.eager_median_us if target else None, second_look=target, salt=salt)
+        run = measurement.time_kernel(
+            w.module.kernel_fn, case, w.device, w.report, w.monitor, w.log, stage,
+            check=lambda: w.clocks_untouched("right after a timed call of kernel_fn"),
+            phase=measurement.kernel_phase(stage), limits=budget,
+            eager_median_us=w.eager_median_us if target else None, second_look=target, salt=salt)
     except Exception as e:
         w.log.end(stage, "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
+        return None
+    problem = w.specializations_problem()
+    if problem:
+        w.log.end(stage, "fail", problem, noise_salt=salt)
         return None
     w.log.end(stage, "pass", "timed", case=case.to_json(), kernel=run.final.to_json(),
               rounds=[r.to_json() for r in run.rounds], second_look=run.second_look, noise_salt=salt)

@@ -9,6 +9,8 @@ error into a quiet fallback to PyTorch. So the hook also reports each refusal he
 winner's call is wrapped: a call during which a refusal was reported raises KernelRefused, a
 BaseException (as KeyboardInterrupt is), which no stand-in's `except Exception` turns into a
 fallback. Cost per call: two reads of a list's length; the hook's own cost is per audit event.
+Where the judge's observer is installed (`observe_with`), every call also runs under it, and what
+it reports (PyTorch compute inside kernel_fn) fails the call the same way.
 """
 from __future__ import annotations
 
@@ -17,6 +19,14 @@ import inspect
 from typing import Callable
 
 REFUSALS: list[str] = []  # every refusal the hook reported in this process, in order
+# the observer every served call runs through, once installed (harness/correctness/served.py: the
+# judge's launch monitor and op recorder, whose findings are reported here like the hook's)
+OBSERVER: list[Callable] = []
+
+
+def observe_with(observer: Callable) -> None:
+    """Run every served kernel_fn through `observer(kernel_fn, args, kwargs)` from now on."""
+    OBSERVER[:] = [observer]
 
 
 class KernelRefused(BaseException):
@@ -44,7 +54,7 @@ def guarded(kernel_fn: Callable, target: str) -> Callable:
     def call(*args, **kwargs):
         seen = len(REFUSALS)
         try:
-            out = kernel_fn(*args, **kwargs)
+            out = OBSERVER[0](kernel_fn, args, kwargs) if OBSERVER else kernel_fn(*args, **kwargs)
         except Exception as e:
             check(target, seen, e)
             raise

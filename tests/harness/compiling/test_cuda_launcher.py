@@ -145,7 +145,7 @@ def test_a_call_with_a_cpu_tensor_is_refused_before_the_launch():
 
 
 def test_the_launch_monitor_counts_every_launch_library_call(monkeypatch):
-    from harness.correctness.launches import LaunchMonitor
+    from harness.correctness import launches
     seen = []
 
     def dry_invoke(launcher, name, values):
@@ -153,11 +153,11 @@ def test_the_launch_monitor_counts_every_launch_library_call(monkeypatch):
     monkeypatch.setattr(cuda_launcher.Launcher, "invoke", dry_invoke)
     launcher = object.__new__(cuda_launcher.Launcher)
     launcher.__dict__.update(library=Path("x.so"), signatures={"softmax_launch": None})
-    with LaunchMonitor() as monitor:
-        launcher.softmax_launch(1, 2)
-        launcher.softmax_launch(3, 4)
+    monitor = launches.LaunchMonitor()
+    launches._wrap_invoke(monitor, cuda_launcher.Launcher)  # as install() does, once per process
+    launcher.softmax_launch(1, 2)
+    launcher.softmax_launch(3, 4)
     assert monitor.cuda_calls == 2 and seen == [("softmax_launch", True)] * 2  # paused: not the candidate's compute
-    assert cuda_launcher.Launcher.invoke is dry_invoke  # and the monitor put it back
 
 
 def test_replacing_the_launch_check_is_seen_by_the_identity_guard(monkeypatch):

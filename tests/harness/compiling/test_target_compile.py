@@ -14,6 +14,7 @@ import pytest
 
 from harness import cuda_build
 from harness.compiling import target_compile
+from harness.correctness import launches
 from harness.correctness.launches import LaunchMonitor
 from harness.compiling.target_compile import KernelResources, compile_cuda, parse_arch, shared_limit, summarize
 from paths import ROOT
@@ -21,13 +22,14 @@ from toolchain import needs_nvcc
 
 
 # Run in a subprocess with TRITON_INTERPRET=1 set before triton is imported: the kernels run on the
-# CPU under LaunchMonitor(record=True), then every scenario is compiled for a GPU target.
+# CPU under the installed launch monitor, recording, then every scenario is compiled for a GPU target.
 TRITON_SCRIPT = r'''
 import json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 import torch, triton, triton.language as tl
-from harness.correctness.launches import LaunchMonitor, LaunchRecord
+from harness.correctness import launches
+from harness.correctness.launches import LaunchRecord
 from harness.compiling.target_compile import compile_triton
 
 
@@ -75,10 +77,14 @@ def config_records(raw):
                          {"num_warps": warps}) for block, warps in ((64, 2), (128, 64))]
 
 
+monitor = launches.install()
+
+
 def record(launch):
-    with LaunchMonitor(record=True) as monitor:
-        launch()
-    return monitor.records
+    monitor.recording = True
+    launch()
+    monitor.recording = False
+    return monitor.take_records()  # each distinct specialization once
 
 
 def summary(tc):
@@ -169,7 +175,7 @@ def test_triton_launches_compile_for_sm90_with_resources(triton_results):
 
 def test_repeated_launches_compile_once_and_configs_give_different_code(triton_results):
     kernels = triton_results["sm90"]["resources"]["kernels"]
-    assert triton_results["launches"] == 3 and len(kernels) == 2  # the repeated launch is not compiled again
+    assert triton_results["launches"] == 2 and len(kernels) == 2  # the repeated launch is kept once
     assert {k["config"].split(",")[0] for k in kernels} == {"BLOCK=256", "BLOCK=128"}
     assert kernels[0]["hash"] != kernels[1]["hash"]
     assert {k["threads"] for k in kernels} == {128, 64}
@@ -364,11 +370,11 @@ def test_load_cuda_builds_once_into_the_cache_and_counts_calls_under_a_monitor(t
     (build_dir,) = [p for p in (tmp_path / "cuda").iterdir() if p.is_dir()]
     assert build_dir.name.startswith("scale_") and "#define THREADS 64" in (build_dir / "cuda.cu").read_text()
     assert (build_dir / "include" / cuda_build.DEVICE_HEADER_NAME).read_text() == cuda_build.DEVICE_HEADER
-    with LaunchMonitor() as monitor:
-        for x in (2, 3):
-            assert load(64).f(x) == x + 1
+    monitor = LaunchMonitor()
+    launches._wrap_loader(monitor, cpp_extension, "load_inline")  # as install() does, once per process
+    for x in (2, 3):
+        assert load(64).f(x) == x + 1
     assert monitor.cuda_calls == 2
-    with monitor:  # entered again: counted again
-        load(64).f(0)
-    assert monitor.cuda_calls == 3 and load(64) is module
-    assert load(128) is module and len([p for p in (tmp_path / "cuda").iterdir() if p.is_dir()]) == 2
+    assert load(64) is load(64)  # handed out once through the wrapping loader, then reused
+    load(128).f(0)
+    assert monitor.cuda_calls == 3 and len([p for p in (tmp_path / "cuda").iterdir() if p.is_dir()]) == 2

@@ -218,6 +218,26 @@ def test_host_support_states_what_children_get(tmp_path):
         assert got["network"] == "denied" and support["network"].startswith("denied")
 
 
+class _Stopped(Exception):
+    """Raised where the judge would start its worker: what it was handed has been read."""
+
+
+def _worker_environments(tmp_path: Path, monkeypatch, judgements: int) -> list[tuple[dict, Path]]:
+    """(the environment, the judgement's scratch folder) the judge hands each worker it starts."""
+    from harness.workers import judge_session
+    handed = []
+
+    def start(argv, timeout_s, env, cwd, out_dir, restart=None):
+        handed.append((dict(env), Path(out_dir).parent))
+        raise _Stopped
+
+    monkeypatch.setattr(judge_session, "run_worker", start)
+    for _ in range(judgements):
+        with pytest.raises(_Stopped):
+            judge(_kernel(tmp_path, "correct"), device="cpu", timeout_s=120)
+    return handed
+
+
 def test_each_judgement_compiles_into_caches_of_its_own(tmp_path, monkeypatch):
     """Triton's cache, the CUDA build cache and torch's extension cache lie beneath the judgement's
     scratch; the torch.compile baseline's cache (written before any candidate runs) stays shared."""
@@ -225,8 +245,14 @@ def test_each_judgement_compiles_into_caches_of_its_own(tmp_path, monkeypatch):
     from harness import cuda_build
     from harness.isolation import sandbox
     from harness.judge import sandbox_argv
+    # what the judge really hands its workers: each judgement's caches beneath its own scratch
+    handed = _worker_environments(tmp_path, monkeypatch, judgements=2)
+    for worker_env, scratch in handed:
+        assert {n: Path(worker_env.get(n, "/")).is_relative_to(scratch) for n in sandbox.CACHE_VARIABLES} \
+            == dict.fromkeys(sandbox.CACHE_VARIABLES, True), {n: worker_env.get(n) for n in sandbox.CACHE_VARIABLES}
+    assert handed[0][1] != handed[1][1]  # two judgements, two scratch folders: no cache shared
     env = sandbox.private_caches(tmp_path)
-    assert set(env) == {"TRITON_CACHE_DIR", "AUTOKERNEL_BUILD_CACHE", "TORCH_EXTENSIONS_DIR"}
+    assert set(env) == set(sandbox.CACHE_VARIABLES) == {"TRITON_CACHE_DIR", "AUTOKERNEL_BUILD_CACHE", "TORCH_EXTENSIONS_DIR"}
     assert all(Path(p).is_dir() and Path(p).is_relative_to(tmp_path) for p in env.values())
     shared = compile_cache.root()
     for name, value in env.items():

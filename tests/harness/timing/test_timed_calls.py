@@ -11,7 +11,7 @@ from harness.device import roofline
 from harness.verdict import timing_checks
 from harness.correctness.candidate import observed_call
 from harness.timing.fresh_inputs import FreshInputs, fresh_args
-from harness.correctness.launches import LaunchMonitor
+from harness.correctness import launches
 from harness.kernel_types.registry import Case, build_inputs
 from harness.verdict.verdict_checks import _Checker
 from harness.workers.worker import Log
@@ -28,14 +28,12 @@ def test_a_kernel_sees_the_same_dispatch_stack_grad_mode_and_shapes_when_checked
                      torch.is_inference_mode_enabled(), tuple(x.shape), x.dtype))
         return x.clone()
 
-    monitor = LaunchMonitor()
+    monitor = launches.install()
     args, kwargs = build_inputs(CASE, "cpu")
-    with monitor:
-        observed_call(kernel_fn, args, kwargs, monitor)
+    observed_call(kernel_fn, args, kwargs, monitor)
     checked = seen.pop()
-    with monitor:
-        run = measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, Log(tmp_path), "timing",
-                                      limits=TINY, second_look=False)
+    run = measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, Log(tmp_path), "timing",
+                                  limits=TINY, second_look=False)
     assert run.final.reps == 3 and len(seen) == 4  # the warm-up and three reps, each watched
     assert set(seen) == {checked}, (checked, seen)
 
@@ -44,10 +42,9 @@ def test_every_timed_call_is_recorded_with_its_observations(tmp_path):
     def kernel_fn(x):
         return torch.softmax(x, -1)  # PyTorch compute: recorded on every timed call
 
-    monitor = LaunchMonitor()
+    monitor = launches.install()
     log = Log(tmp_path)
-    with monitor:
-        measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, log, "timing", limits=TINY, second_look=False)
+    measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, log, "timing", limits=TINY, second_look=False)
     log._f.flush()
     import json
     recs = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
@@ -157,9 +154,29 @@ def test_a_timed_call_watcher_or_refill_replaced_by_a_candidate_is_named(monkeyp
     assert {"harness.timing.timed_calls.TimedCalls.call", "harness.timing.fresh_inputs.perturbed"} <= set(guard.replaced())
 
 
-def test_the_parents_checks_of_a_cpu_judgement_run_on_one_thread_and_restore_it():
+def test_the_parents_checks_of_a_cpu_judgement_run_on_one_thread_and_restore_it(tmp_path, monkeypatch):
+    import judge_kernels
+    from harness import judge as judging
     from harness.kernel_types.references import one_thread
+    during = []
+    assess = judging.assess
+
+    def watched_assess(*args, **kwargs):  # the parent's checks of the worker's records, as judge() runs them
+        during.append(torch.get_num_threads())
+        return assess(*args, **kwargs)
+
+    monkeypatch.setattr(judging, "assess", watched_assess)
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(judge_kernels.source(body="    y = x"))  # fails smoke: a short judgement
     before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        v = judging.judge(wrong, device="cpu", timeout_s=120)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert (v["verdict"], v["failed_stage"]) == ("FAIL", "smoke"), v["stages"]
+    assert during == [1] and after == 2
     with one_thread("cpu"):
         with one_thread("cpu"):  # judgements that overlap
             assert torch.get_num_threads() == 1
@@ -167,3 +184,28 @@ def test_the_parents_checks_of_a_cpu_judgement_run_on_one_thread_and_restore_it(
     assert torch.get_num_threads() == before
     with one_thread("cuda"):
         assert torch.get_num_threads() == before
+
+
+# Rounds the judge recorded (median, IQR, reps, the share of the round some task waited for a CPU):
+# honest kernels judged with the machine oversubscribed (load average about 8 on two cores), and the
+# wild_spread attack's two rounds (spread.py's docstring). The rule must trust the first whatever
+# the load, and never the last.
+RECORDED_HONEST_ON_A_LOADED_MACHINE = [
+    [{"median_us": 120603.97, "iqr_us": 8422.085, "reps": 5, "cpu_wait_pct": 99.7}],  # tests/data/kernels/good/softmax_rows.py
+    [{"median_us": 61586.2785, "iqr_us": 5934.237, "reps": 6, "cpu_wait_pct": 99.9}],  # the softmax starter
+    [{"median_us": 106643.896, "iqr_us": 28730.079, "reps": 5, "cpu_wait_pct": 97.8}],  # the starter, bench
+]
+RECORDED_WILD = [{"median_us": 1000.0, "iqr_us": 9470.0, "reps": 5, "cpu_wait_pct": 99.0},
+                 {"median_us": 1000.0, "iqr_us": 940.0, "reps": 5, "cpu_wait_pct": 99.0}]
+
+
+@pytest.mark.parametrize("rounds", RECORDED_HONEST_ON_A_LOADED_MACHINE)
+def test_recorded_honest_rounds_on_a_loaded_machine_are_trusted(rounds):
+    verdict = timing_checks.spread_verdict(rounds, "cpu")
+    assert verdict["spread_ok"] is True and "oversubscribed" not in verdict["spread_note"], verdict
+
+
+def test_recorded_wild_rounds_are_never_trusted_and_the_busy_machine_is_named():
+    verdict = timing_checks.spread_verdict(RECORDED_WILD, "cpu")
+    assert verdict["spread_ok"] is False and "measured twice" in verdict["spread_note"]
+    assert "oversubscribed" in verdict["spread_note"]
