@@ -13,6 +13,17 @@ from harness.kernel_types.registry import Case
 
 STAGES = ("compile", "smoke", "shape_sweep", "stability", "determinism", "edge_cases", "integrity")
 CORRECTNESS_STAGES = ("smoke", "shape_sweep", "stability", "edge_cases")
+AROUND_STAGE = "around"  # the worker's stage names for the shapes around a target: around:0, around:1, ...
+# On the CPU the interpreter's times say nothing about a GPU: a few timed calls prove the shape and
+# label its figure (five, so that one or two reps a busy machine preempts outside the timed call
+# cannot outvote the witness's clock); on a GPU the shapes are timed as the target is.
+AROUND_CPU_BUDGET = dict(budget_ms=0.0, warmup=0, min_reps=5, max_reps=5)
+
+
+def around_limits(device: str) -> dict | None:
+    return AROUND_CPU_BUDGET if device == "cpu" else None
+
+
 DETERMINISM_CALLS = 3  # calls per determinism case: the worker makes them, the judge holds it to them
 # Largest target (in input elements) still checked for correctness under the Triton interpreter.
 CPU_TARGET_CHECK_ELEMENTS = 4_000_000

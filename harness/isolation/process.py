@@ -54,6 +54,27 @@ class ChildResult:
         return "\n".join(self.stderr.rstrip().splitlines()[-lines:])
 
 
+def child_env(device: str, visible_devices: str | None = None) -> dict[str, str]:
+    """The environment of a judge's child: no secrets, the harness importable, and on the CPU the
+    Triton interpreter switched on before anything can be jitted. `visible_devices` (a CUDA index)
+    pins the child to one GPU of several: the search's slot for that device passes it."""
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding harness/
+    extra = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
+             "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    # Triton 3.9 warns on every compile unless the (unchanged) FMA-contraction default is explicit
+    extra["TRITON_DEFAULT_FP_FUSION"] = os.environ.get("TRITON_DEFAULT_FP_FUSION", "1")
+    if device == "cpu":
+        extra["TRITON_INTERPRET"] = "1"  # before anything is jitted: the worker imports triton after this
+        # the interpreter's tl.dot runs on numpy's BLAS, whose spinning threads fight a small CPU
+        extra.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+        # and PyTorch's OpenMP threads likewise: the interpreted kernel runs on one thread, so the
+        # eager baseline it is ranked against runs on one too
+        extra.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+    if visible_devices is not None:  # the child sees that GPU as cuda:0
+        extra["CUDA_VISIBLE_DEVICES"] = str(visible_devices)
+    return scrubbed_env(extra)
+
+
 def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)

@@ -26,6 +26,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.kernel_types.registry import Case
+# the stage names and budgets are part of the judge's plan (the records are held to them)
+from harness.correctness.cases import AROUND_CPU_BUDGET as CPU_BUDGET, AROUND_STAGE as STAGE, around_limits as limits
 
 # the dims of each kernel type that vary between calls of one model; the last one is halved,
 # doubled and set to 1 around a target (autokernel/deploy/routing/serving.py holds the same table)
@@ -34,11 +36,6 @@ FREE_DIMS: dict[str, tuple[str, ...]] = {
     "reduce": ("M",), "cross_entropy": ("N",), "flash_attention": ("B", "S"), "rotary_embedding": ("B", "S"),
 }
 SEED = 8000  # seeds of the cases around a target: apart from every stage's (harness/correctness/cases.py)
-STAGE = "around"  # the worker's stage names: around:0, around:1, ...
-# On the CPU the interpreter's times say nothing about a GPU: a few timed calls prove the shape and
-# label its figure (five, so that one or two reps a busy machine preempts outside the timed call
-# cannot outvote the witness's clock); on a GPU the shapes are timed as the target is.
-CPU_BUDGET = dict(budget_ms=0.0, warmup=0, min_reps=5, max_reps=5)
 
 
 def half_odd(n: int) -> int:
@@ -67,10 +64,6 @@ def cases(target: Case | None, judged_dtype: str) -> list[Case]:
 
 
 # ---------------------------------------------------------------- the worker's side
-def limits(device: str) -> dict | None:
-    return CPU_BUDGET if device == "cpu" else None
-
-
 def time_around(w, judged_dtype: str, target_timing, below_us: float | None, time_candidate) -> None:
     """In the worker, after the target's timing: time and record each shape around it, unless the
     target's own time says this candidate will not be kept."""

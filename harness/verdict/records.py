@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from harness.correctness.cases import DETERMINISM_CALLS, STAGES, Plan
+from harness.correctness.cases import AROUND_STAGE, DETERMINISM_CALLS, STAGES, Plan, around_limits
 from harness.kernel_types.registry import Case
 
 
@@ -97,12 +97,11 @@ def key(role, case, rep=None) -> str:
 def plan_problem(events: list[dict], plan: Plan, device: str, around_cases: list[Case] = ()) -> str | None:
     """Why the case records break the judge's plan, or None."""
     from harness.timing.measurement import budget
-    from harness.verdict import around
     warmups = {"timing": budget(device)["warmup"]}
     cases = {"timing": plan.timing}
     for i, c in enumerate(around_cases):
-        cases[f"{around.STAGE}:{i}"] = c
-        warmups[f"{around.STAGE}:{i}"] = (around.limits(device) or budget(device))["warmup"]
+        cases[f"{AROUND_STAGE}:{i}"] = c
+        warmups[f"{AROUND_STAGE}:{i}"] = (around_limits(device) or budget(device))["warmup"]
     known = set(STAGES) | set(cases)
     ends = {e.get("stage"): e for e in events if e.get("event") == "stage_end"}
     counts: dict[str, int] = {}

@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from harness.kernel_types.registry import Case
 
@@ -44,6 +45,9 @@ class BaselineStore:
     figures: dict[tuple, Figure] = field(default_factory=dict)
     runs: int = 0  # clean workers started for this store
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # how a clean worker is started: the judge session's run_module (forked from its zygote);
+    # None: spawned (a store of its own, outside any session)
+    run: Callable | None = field(default=None, repr=False)
 
     def fresh(self, key: tuple, now: float) -> Figure | None:
         figure = self.figures.get(key)
@@ -72,7 +76,7 @@ def obtain(jobs: list[tuple[str, Case]], device: str, visible_devices: str | Non
         keys = [key(kind, case, device, visible_devices) for kind, case in jobs]
         missing = [(k, job) for k, job in zip(keys, jobs) if store.fresh(k, now) is None]
         if missing:
-            timed = _time_clean([job for _, job in missing], device, visible_devices, timeout_s)
+            timed = _time_clean([job for _, job in missing], device, visible_devices, timeout_s, store.run)
             store.runs += 1
             for (k, _), figure in zip(missing, timed):
                 store.figures[k] = figure
@@ -93,15 +97,23 @@ def source(figure: Figure, reused: bool, now: float | None = None) -> dict:
             "candidates_served": figure.uses}
 
 
+def _spawned(module: str, args: list[str], timeout_s: float, env: dict[str, str], cwd, out_dir,
+             restart=None) -> tuple:
+    import sys
+
+    from harness.isolation.process import run_isolated
+    return run_isolated([sys.executable, "-m", module] + args, timeout_s, env=env, cwd=cwd), "spawn"
+
+
 def _time_clean(jobs: list[tuple[str, Case]], device: str, visible_devices: str | None,
-                timeout_s: float) -> list[Figure]:
+                timeout_s: float, run: Callable | None = None) -> list[Figure]:
     """Run harness/workers/baseline.py once for `jobs`; the figures are the reps the judge's witness
     was told of as they ended, as a kernel's are."""
     from harness.isolation.sandbox import private_caches
-    from harness.judge import child_env
+    from harness.isolation.process import child_env
     from harness.timing.timer import summary
     from harness.timing.witness import Witness
-    from harness.workers import judge_session
+    run = run or _spawned
     spec = [{"phase": f"job{i}", "kind": kind, "case": case.to_json(), "limits": _limits(kind, case, jobs, device)}
             for i, (kind, case) in enumerate(jobs)]
     with tempfile.TemporaryDirectory(prefix="ak-baseline-") as tmp:
@@ -112,8 +124,8 @@ def _time_clean(jobs: list[tuple[str, Case]], device: str, visible_devices: str 
         argv = [str(out), "--device", device, "--jobs", json.dumps(spec), "--witness", str(witness.path)]
         env = {**child_env(device, visible_devices), "TMPDIR": str(scratch), **private_caches(Path(tmp))}
         try:
-            child, started_by = judge_session.run_module("harness.workers.baseline", argv, timeout_s, env, cwd, out,
-                                                         restart=witness.reset)
+            child, started_by = run("harness.workers.baseline", argv, timeout_s, env, cwd, out,
+                                    restart=witness.reset)
         finally:
             witnessed = witness.close()
         result_path = out / "baselines.json"

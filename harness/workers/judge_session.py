@@ -25,7 +25,7 @@ _active_lock = threading.Lock()
 class JudgeSession:
     def __init__(self, fork: bool | None = None):
         self.pool = forkserver.ZygotePool() if (forkserver.enabled() if fork is None else fork) else None
-        self.baselines = BaselineStore()
+        self.baselines = BaselineStore(run=run_module)
 
     def close(self) -> None:
         if self.pool is not None:

@@ -90,8 +90,10 @@ def test_served_the_kernel_that_keeps_run_gets_no_torch_compute(tmp_path, audit)
     parent = tmp_path / "out"
     write_package(Exported(None, {"run_id": "r", "kernels": entries, "left_out": []}, sources),
                   parent / "autokernel_kernels")
+    # the static check at load would refuse the file before import (its torch.softmax and .run):
+    # switched off, so that the launch monitor and the op recorder are what this proves
     env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "TRITON_INTERPRET": "1",
-           "AUTOKERNEL_KERNEL_AUDIT": audit}
+           "AUTOKERNEL_KERNEL_AUDIT": audit, "AUTOKERNEL_STATIC_CHECK": "off"}
     proc = subprocess.run([sys.executable, "-c", SERVE], cwd=parent, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -20,7 +20,7 @@ def timed(monkeypatch):
     """The clean worker replaced by a recorder of what it was asked to time."""
     asked = []
 
-    def fake(jobs, device, visible_devices, timeout_s):
+    def fake(jobs, device, visible_devices, timeout_s, run=None):
         asked.append([(kind, case.label(), device) for kind, case in jobs])
         return [baselines.Figure({"median_us": 3.0 + len(asked)}, None, baselines.time.time(), 1, "fork")
                 for _ in jobs]
