@@ -126,6 +126,19 @@ def choose(targets: Sequence[TargetState], current: int | None = None) -> Choice
     return Choice(best, scores[best], _why(targets, best, scores))
 
 
+def round_robin(targets: Sequence[TargetState], current: int | None = None) -> Choice | None:
+    """The plain policy every scheduler must beat: the target being searched keeps its turn until a
+    plateau parks it; then the eligible target with the fewest experiments (the plan's order on a
+    tie). It knows nothing of shares, ceilings or records."""
+    left = [i for i, t in enumerate(targets) if eligible(t)]
+    if not left:
+        return None
+    if current in left:
+        return Choice(current, 0.0, "round robin: its turn goes on until a plateau")
+    first = min(left, key=lambda i: (len(targets[i].history), i))
+    return Choice(first, 0.0, "round robin: the fewest experiments so far")
+
+
 def _why(targets: Sequence[TargetState], index: int, scores: dict[int, float]) -> str:
     t = targets[index]
     r = t.record
