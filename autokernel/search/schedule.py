@@ -18,9 +18,11 @@ the search (run_search.py) and the simulated night (benchmarks/night.py) use the
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from autokernel.search import estimate
 from autokernel.search.decision import notch_us
 from autokernel.search.run import TargetState
 
@@ -28,7 +30,8 @@ from autokernel.search.run import TargetState
 # preferred over one whose ceiling was measured.
 DEFAULT_CEILING = 2.0
 PRIOR_SECONDS = 60.0  # per experiment, until a target has a record of its own
-KEEP_STEP = 0.3  # the part of what is left that a keep wins, on average
+EXPLORE = 1.0  # the UCB term's weight, in priors
+PRIOR_PROPOSALS = 4.0  # what the prior weighs as, against a target's recent proposals
 SWITCH_MARGIN = 1.5  # another target must offer this many times more per minute to take over
 MIN_NOISE = 0.03  # a best within 3% of the ceiling is at the ceiling, whatever its spread says
 
@@ -80,13 +83,22 @@ def at_ceiling(t: TargetState) -> bool:
     return t.speedup_vs_eager * (1.0 + noise) >= t.ceiling_speedup
 
 
-def keep_chance(t: TargetState) -> float:
-    """The chance that the next experiment is kept: its passes and keeps so far, with a Laplace
-    prior (a fresh target is worth a try; a long plateau lowers it)."""
-    r = t.record
-    pass_rate = (r.passes + 1) / (r.proposals + 2)
-    keep_rate = (r.keeps + 1) / (r.passes + 2)
-    return pass_rate * keep_rate
+def expected_log_gain(targets: Sequence[TargetState], t: TargetState) -> float:
+    """What the next experiment on `t` is expected to win, in log speedup, optimistic by what is
+    still unknown. The prior: its pass rate times an even chance of a keep times the usual part of
+    what is left up to its reachable ceiling; it weighs as PRIOR_PROPOSALS proposals against the
+    target's recent record of what its proposals actually won. The UCB term adds EXPLORE priors,
+    scaled by sqrt(log(the run's experiments) / (1 + its recent proposals)): a target tried too
+    little is not written off, one whose recent proposals won nothing is left."""
+    own = estimate.learned(t)
+    now = speedup_now(t)
+    ceiling, step = estimate.reachable(t, ceiling_of(t), now)
+    left = math.log(ceiling / now)
+    prior = own.pass_rate * 0.5 * step * left
+    mean = (PRIOR_PROPOSALS * prior + own.recent_gain) / (PRIOR_PROPOSALS + own.recent_weight)
+    total = sum(len(o.history) for o in targets)
+    bonus = EXPLORE * prior * math.sqrt(math.log(1.0 + total) / (1.0 + own.recent_weight))
+    return min(mean + bonus, left)
 
 
 def minutes_per_experiment(targets: Sequence[TargetState], t: TargetState) -> float:
@@ -102,7 +114,11 @@ def minutes_per_experiment(targets: Sequence[TargetState], t: TargetState) -> fl
 
 def gain_per_min(targets: Sequence[TargetState], t: TargetState) -> float:
     """Expected end-to-end gain (the model's speedup minus 1) per minute of search on `t`."""
-    return (e2e_gain_left(targets, t) - 1.0) * KEEP_STEP * keep_chance(t) / minutes_per_experiment(targets, t)
+    now = speedup_now(t)
+    after = now * math.exp(expected_log_gain(targets, t))
+    before = model_time(targets)
+    gain = before / max(before - t.share * (1.0 / now - 1.0 / after), 1e-12) - 1.0
+    return gain / minutes_per_experiment(targets, t)
 
 
 def eligible(t: TargetState) -> bool:
