@@ -1,5 +1,6 @@
 """The search loop: its decision rules, and the LLM agent end to end against a local
 OpenAI-compatible server with the real judge (Triton interpreter) on a one-op model."""
+import dataclasses
 import io
 import json
 import math
@@ -246,6 +247,13 @@ def test_a_plateau_parks_a_target_and_its_revisit_reseeds_the_tuner(tmp_path):
     assert set(frame["parent"][1:].astype(int)) == {0}  # the tuner rewrites the starter
     saved = runs.RunDir(run.path).load_state().targets[0]  # as saved (snapshot + journal)
     assert (saved.status, saved.parks) == ("done", t.parks)
+    # the revisit's first proposal is a tuner seeded for the revisit, not the first visit's tuner
+    # going on: a tuner with another seed, told what was tried, asks for another configuration
+    starter = run.experiment_file(t, 0).read_text()
+    make = run_search.proposer_factory("tune", seed=0)
+    first_visit = [dataclasses.replace(t, history=t.history[:4], parks=parks) for parks in (0, 1)]
+    same_seed, reseeded = (make(each, starter).propose(None).config for each in first_visit)
+    assert t.history[4]["config"] == reseeded != same_seed
 
 
 def test_keeps_follow_the_timing_and_best_file_follows_the_keeps(tmp_path):
