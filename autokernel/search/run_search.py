@@ -66,13 +66,13 @@ def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_prop
     """Give visits to the targets, the one worth most per minute first, until every target is
     done. Raises BudgetExhausted, NothingUsable or Interrupted (and KeyboardInterrupt) to end the
     run early. `slots`: judge slots (autokernel.search.slots) to keep several experiments in flight;
-    None judges one at a time. `choose`: the policy, (targets, current) -> Choice or None (the
+    None judges one at a time. `choose`: the policy, (targets, current, cpu) -> Choice or None (the
     simulated night compares schedule.choose with plain round robin through it)."""
     agent = state.agent
     current: list[int | None] = [next((i for i, t in enumerate(state.targets) if t.status == "searching"), None)]
 
     def should_switch() -> str:
-        choice = choose(state.targets, current[0])
+        choice = choose(state.targets, current[0], cpu=settings.device == "cpu")
         if choice is None or choice.index == current[0]:
             return ""
         return f"{state.targets[choice.index].name} now offers more per minute"
@@ -82,7 +82,7 @@ def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_prop
     while True:
         if state.budget_left_s <= 0:
             raise BudgetExhausted(f"the time budget of {state.budget_s / 3600:.2f} h is spent")
-        choice = choose(state.targets, current[0])
+        choice = choose(state.targets, current[0], cpu=settings.device == "cpu")
         if choice is None:
             blocked = [t for t in state.targets if t.blocked]
             if blocked:

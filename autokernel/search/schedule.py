@@ -125,24 +125,27 @@ def eligible(t: TargetState) -> bool:
     return t.status != "done" and not t.blocked
 
 
-def choose(targets: Sequence[TargetState], current: int | None = None) -> Choice | None:
+def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False) -> Choice | None:
     """The target for the next experiment (None: no target is left to search). `current` is the
-    one being searched: it keeps the turn unless another offers SWITCH_MARGIN times more."""
+    one being searched: it keeps the turn unless another offers SWITCH_MARGIN times more. `cpu`:
+    the timings are the Triton interpreter's, and the reason given says so instead of a ceiling."""
     scores = {i: gain_per_min(targets, t) for i, t in enumerate(targets) if eligible(t)}
     if not scores:
         return None
     fresh = [i for i in scores if not targets[i].history]
     if fresh:  # every target measured once (its baseline) before any is searched further
         first = max(fresh, key=lambda i: (scores[i], -i))
-        return Choice(first, scores[first], "not measured yet: every target's baseline comes first, the one "
-                      f"worth most first ({_why(targets, first, scores)})")
+        measured = sum(1 for t in targets if t.history)
+        return Choice(first, scores[first], f"the baseline round: each target's starter is measured once before "
+                      f"any is searched ({measured} of {len(targets)} measured so far); "
+                      f"{targets[first].share:.0%} of the model")
     best = max(scores, key=lambda i: (scores[i], -i))
     if current in scores and scores[current] * SWITCH_MARGIN >= scores[best]:
         best = current
-    return Choice(best, scores[best], _why(targets, best, scores))
+    return Choice(best, scores[best], _why(targets, best, scores, cpu))
 
 
-def round_robin(targets: Sequence[TargetState], current: int | None = None) -> Choice | None:
+def round_robin(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False) -> Choice | None:
     """The plain policy every scheduler must beat: the target being searched keeps its turn until a
     plateau parks it; then the eligible target with the fewest experiments (the plan's order on a
     tie). It knows nothing of shares, ceilings or records."""
@@ -155,14 +158,18 @@ def round_robin(targets: Sequence[TargetState], current: int | None = None) -> C
     return Choice(first, 0.0, "round robin: the fewest experiments so far")
 
 
-def _why(targets: Sequence[TargetState], index: int, scores: dict[int, float]) -> str:
+def _why(targets: Sequence[TargetState], index: int, scores: dict[int, float], cpu: bool) -> str:
     t = targets[index]
     r = t.record
     others = sorted((s for i, s in scores.items() if i != index), reverse=True)
-    versus = f"; next best {others[0]:.2g}/min" if others else "; the only target left"
-    return (f"{t.share:.0%} of the model, {speedup_now(t):.3g}x of a {ceiling_of(t):.3g}x ceiling "
-            f"(up to {e2e_gain_left(targets, t):.3g}x end to end), {r.keeps} kept of {r.proposals}: "
-            f"expected gain {scores[index]:.2g}/min{versus}")
+    versus = f"; next best {others[0]:.2g}" if others else "; the only target left"
+    record = f"{r.keeps} kept of {r.proposals}: expected gain {scores[index]:.2g}/min{versus}"
+    if cpu:  # the interpreter against PyTorch on the CPU: neither figure says anything of a GPU
+        return (f"{t.share:.0%} of the model, {speedup_now(t):.3g}x vs PyTorch on the CPU so far (Triton "
+                f"interpreter timings: no ceiling is promised for a GPU), {record}")
+    reach, _ = estimate.reachable(t, ceiling_of(t), speedup_now(t))
+    return (f"{t.share:.0%} of the model, {speedup_now(t):.3g}x, its record suggests up to {reach:.3g}x "
+            f"(roofline {ceiling_of(t):.3g}x: up to {e2e_gain_left(targets, t):.3g}x end to end), {record}")
 
 
 def strategy_for(agent: str, parks: int) -> str:

@@ -85,3 +85,15 @@ def test_a_parent_is_usually_the_best_and_inspirations_are_the_others():
     assert parents == [population.choose_parent(elites, 4, f"t:{n}")["number"] for n in range(200)]  # seeded
     assert [e["number"] for e in population.inspirations(elites, elites[1])] == [4, 2]
     assert population.choose_parent([], None, "x") is None
+
+
+def test_the_chosen_line_says_the_baseline_round_and_on_the_cpu_promises_no_ceiling():
+    fresh = [target("a", share=0.6), target("b", share=0.3)]
+    for t in fresh:
+        t.history = []
+    why = schedule.choose(fresh).why
+    assert why.startswith("the baseline round") and "0 of 2 measured" in why and "/min" not in why
+    measured = [target("a", share=0.6, best=50.0), target("b", share=0.3)]
+    on_gpu, on_cpu = schedule.choose(measured).why, schedule.choose(measured, cpu=True).why
+    assert "roofline 4x" in on_gpu and "end to end" in on_gpu and "its record suggests up to" in on_gpu
+    assert "interpreter" in on_cpu and "roofline" not in on_cpu and "up to" not in on_cpu
