@@ -52,7 +52,6 @@ NOISE = 0.01  # relative spread of a measured median
 REPLY_S = 30.0
 FAILED_SHARE = 0.4  # a failing verdict stops early: this part of a passing one's time
 POLICIES = ("today", "round robin", "new")
-RNG_OFFSET = {"today": 0, "new": 1, "round robin": 2}
 SPEED = re.compile(r"^SPEED = ([0-9.]+)$", re.M)
 
 
@@ -104,14 +103,15 @@ class WorldProposer:
         pass
 
 
-def world_judge(clock: Clock, rng: random.Random, hidden: dict[str, Hidden], targets: list[TargetState]):
+def world_judge(clock: Clock, luck: dict[str, random.Random], hidden: dict[str, Hidden], targets: list[TargetState]):
     """The judge at its seam: a FAIL, or a PASS timed at the candidate's true speed with noise."""
-    by_folder = {t.slug: hidden[t.name] for t in targets}
+    by_folder = {t.slug: (hidden[t.name], luck[t.name]) for t in targets}
 
     def judge(kernel_file: Path, **_: object) -> dict:
         text = Path(kernel_file).read_text()
         speed = float(SPEED.search(text).group(1))
-        verdict_s = by_folder[Path(kernel_file).parent.name].verdict_s
+        world, rng = by_folder[Path(kernel_file).parent.name]
+        verdict_s = world.verdict_s
         if "FAILED = 1" in text:
             clock.now += FAILED_SHARE * verdict_s
             return {"verdict": "FAIL", "failed_stage": "smoke", "timing": None, "device": {"type": "sim"},
@@ -146,18 +146,20 @@ def true_e2e(run: RunDir, targets: list[TargetState]) -> float:
 
 def night(family: str, seed: int, budget_s: float, policy: str, folder: Path) -> Outcome:
     targets, hidden = make_world(family, seed)
-    # the first family's noise as it was first measured ("today" 0, "new" 1); the rest apart from it
     clock = Clock()
-    rng = random.Random(seed * 7 + RNG_OFFSET[policy] + 1_000_003 * FAMILIES.index(family))
+    # common random numbers: each target draws from its own stream, the same under every policy,
+    # so a target given the same experiments sees the same replies, verdicts and timings, and a
+    # world's difference between policies is what they chose, not the luck of a shared stream
+    luck = {t.name: random.Random(f"{family}/{seed}/{t.name}") for t in targets}
     run = RunDir(folder / f"{family}-{policy.replace(' ', '_')}-{seed}")
     run.create()
     state = RunState(run_id=run.run_id, agent="llm", budget_s=budget_s, targets=targets)
     settings = SearchSettings(plateau=8, clock=clock)
-    judge = world_judge(clock, rng, hidden, targets)
+    judge = world_judge(clock, luck, hidden, targets)
     oracle = oracle_e2e(targets, hidden)
 
     def make(target: TargetState, starter: str) -> WorldProposer:
-        return WorldProposer(hidden[target.name], clock, rng, one_best=policy == "today")
+        return WorldProposer(hidden[target.name], clock, luck[target.name], one_best=policy == "today")
 
     def starter(target: TargetState) -> str:
         return kernel_text(hidden[target.name].starter, 0)
@@ -166,8 +168,10 @@ def night(family: str, seed: int, budget_s: float, policy: str, folder: Path) ->
         if policy == "today":
             today(run, state, settings, make, starter, judge)
         else:
-            choose = schedule.round_robin if policy == "round robin" else schedule.choose
-            run_search.search_all(run, state, settings, make, starter_source=starter, judge=judge, choose=choose)
+            plain = policy == "round robin"  # round robin also trusts the plan's roofline to say when a target is done
+            run_search.search_all(run, state, settings, make, starter_source=starter, judge=judge,
+                                  choose=schedule.round_robin if plain else schedule.choose,
+                                  at_ceiling=schedule.at_roofline if plain else schedule.at_ceiling)
     except BudgetExhausted:
         ended = "budget spent"
     experiments = sum(len(t.history) for t in targets)
@@ -185,7 +189,8 @@ def today(run, state, settings, make, starter, judge) -> None:
     """The search before the scheduler: the plan's top 3 in order, each until 8 non-keeps in a row."""
     for t in state.targets[:3]:
         source = starter(t)
-        search = TargetSearch(run, state, t, make(t, source), settings, starter_source=source, judge=judge)
+        search = TargetSearch(run, state, t, make(t, source), settings, starter_source=source, judge=judge,
+                              at_ceiling=schedule.at_roofline)
         try:
             search.search()
         except (Plateau, TargetDone) as stop:

@@ -30,9 +30,7 @@ from autokernel.search.run import TargetState
 # preferred over one whose ceiling was measured.
 DEFAULT_CEILING = 2.0
 PRIOR_SECONDS = 60.0  # per experiment, until a target has a record of its own
-EXPLORE = 1.0  # the UCB term's weight, in priors
-PRIOR_PROPOSALS = 4.0  # what the prior weighs as, against a target's recent proposals
-SWITCH_MARGIN = 1.5  # another target must offer this many times more per minute to take over
+FLOOR = 0.35  # of round robin's even split: the experiments every eligible target is sure of
 MIN_NOISE = 0.03  # a best within 3% of the ceiling is at the ceiling, whatever its spread says
 
 LLM_STRATEGIES = ("refine", "next_tier", "different_algorithm", "ideas_first")
@@ -53,8 +51,17 @@ def speedup_now(t: TargetState) -> float:
     return t.speedup_vs_eager or 1.0
 
 
+def roofline_disproved(t: TargetState) -> bool:
+    """Its best is beyond its roofline ceiling by more than noise: the plan's peaks read low, and
+    the roofline says nothing of where this target stops."""
+    if not t.ceiling_speedup or not t.speedup_vs_eager:
+        return False
+    return t.speedup_vs_eager > t.ceiling_speedup * (1.0 + _noise(t))
+
+
 def ceiling_of(t: TargetState) -> float:
-    if t.ceiling_speedup:
+    """Its roofline ceiling; where none is known, or its best disproved it, a guess above its best."""
+    if t.ceiling_speedup and not roofline_disproved(t):
         return t.ceiling_speedup
     return max(DEFAULT_CEILING, 1.5 * speedup_now(t))
 
@@ -75,30 +82,30 @@ def e2e_gain_left(targets: Sequence[TargetState], t: TargetState) -> float:
     return now / max(now - left_share(t), 1e-12)
 
 
-def at_ceiling(t: TargetState) -> bool:
-    """Its best is within noise of its roofline ceiling: searching it further cannot pay."""
+def _noise(t: TargetState) -> float:
+    if not t.best_median_us:
+        return MIN_NOISE
+    return max(notch_us(t.best_median_us, t.best_iqr_us, t.best_reps) / t.best_median_us, MIN_NOISE)
+
+
+def at_roofline(t: TargetState) -> bool:
+    """Its best is within noise of its roofline ceiling, or beyond it: the plain rule, which trusts
+    the plan's ceiling (round robin's)."""
     if not t.ceiling_speedup or not t.best_median_us or not t.speedup_vs_eager:
         return False
-    noise = max(notch_us(t.best_median_us, t.best_iqr_us, t.best_reps) / t.best_median_us, MIN_NOISE)
-    return t.speedup_vs_eager * (1.0 + noise) >= t.ceiling_speedup
+    return t.speedup_vs_eager * (1.0 + _noise(t)) >= t.ceiling_speedup
+
+
+def at_ceiling(t: TargetState) -> bool:
+    """Within noise of its roofline ceiling, and not beyond it: searching it further cannot pay. A
+    best beyond the roofline shows the roofline wrong, and the search goes on to find the real one."""
+    return at_roofline(t) and not roofline_disproved(t)
 
 
 def expected_log_gain(targets: Sequence[TargetState], t: TargetState) -> float:
-    """What the next experiment on `t` is expected to win, in log speedup, optimistic by what is
-    still unknown. The prior: its pass rate times an even chance of a keep times the usual part of
-    what is left up to its reachable ceiling; it weighs as PRIOR_PROPOSALS proposals against the
-    target's recent record of what its proposals actually won. The UCB term adds EXPLORE priors,
-    scaled by sqrt(log(the run's experiments) / (1 + its recent proposals)): a target tried too
-    little is not written off, one whose recent proposals won nothing is left."""
-    own = estimate.learned(t)
-    now = speedup_now(t)
-    ceiling, step = estimate.reachable(t, ceiling_of(t), now)
-    left = math.log(ceiling / now)
-    prior = own.pass_rate * 0.5 * step * left
-    mean = (PRIOR_PROPOSALS * prior + own.recent_gain) / (PRIOR_PROPOSALS + own.recent_weight)
-    total = sum(len(o.history) for o in targets)
-    bonus = EXPLORE * prior * math.sqrt(math.log(1.0 + total) / (1.0 + own.recent_weight))
-    return min(mean + bonus, left)
+    """What the next experiment on `t` is expected to win, in log speedup (autokernel.search.estimate)."""
+    passes = sum(o.record.passes for o in targets)
+    return estimate.expected_log_gain(t, ceiling_of(t), speedup_now(t), passes)
 
 
 def minutes_per_experiment(targets: Sequence[TargetState], t: TargetState) -> float:
@@ -126,23 +133,40 @@ def eligible(t: TargetState) -> bool:
 
 
 def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False) -> Choice | None:
-    """The target for the next experiment (None: no target is left to search). `current` is the
-    one being searched: it keeps the turn unless another offers SWITCH_MARGIN times more. `cpu`:
-    the timings are the Triton interpreter's, and the reason given says so instead of a ceiling."""
-    scores = {i: gain_per_min(targets, t) for i, t in enumerate(targets) if eligible(t)}
-    if not scores:
+    """The target for the next experiment (None: no target is left to search). Round robin's frame,
+    kept exactly: every target's baseline first, the current target keeps its turn until a plateau
+    parks it, and the same targets are eligible. Then an eligible target with fewer than FLOOR of
+    the experiments round robin would have given it comes first (the fewest first), so no target
+    is written off early; otherwise the one with the highest expected end-to-end gain per minute.
+    `cpu`: the timings are the Triton interpreter's, and the reason given says so instead of a ceiling."""
+    left = [i for i, t in enumerate(targets) if eligible(t)]
+    if not left:
         return None
-    fresh = [i for i in scores if not targets[i].history]
+    fresh = [i for i in left if not targets[i].history]
     if fresh:  # every target measured once (its baseline) before any is searched further
-        first = max(fresh, key=lambda i: (scores[i], -i))
+        first = min(fresh, key=lambda i: (-targets[i].share, i))
         measured = sum(1 for t in targets if t.history)
-        return Choice(first, scores[first], f"the baseline round: each target's starter is measured once before "
+        return Choice(first, 0.0, f"the baseline round: each target's starter is measured once before "
                       f"any is searched ({measured} of {len(targets)} measured so far); "
                       f"{targets[first].share:.0%} of the model")
-    best = max(scores, key=lambda i: (scores[i], -i))
-    if current in scores and scores[current] * SWITCH_MARGIN >= scores[best]:
-        best = current
+    if current in left and targets[current].proposals:  # past the baseline round: its visit goes on
+        return Choice(current, gain_per_min(targets, targets[current]), "its visit goes on until a plateau")
+    scores = {i: gain_per_min(targets, targets[i]) for i in left}
+    fair = fair_share(targets, left)
+    behind = [i for i in left if len(targets[i].history) < FLOOR * fair]
+    if behind:
+        first = min(behind, key=lambda i: (len(targets[i].history), i))
+        return Choice(first, scores[first], f"{len(targets[first].history)} experiments, fewer than "
+                      f"{FLOOR:.0%} of an even split ({fair:.0f}): every target keeps a minimum of turns")
+    best = max(left, key=lambda i: (scores[i], -i))
     return Choice(best, scores[best], _why(targets, best, scores, cpu))
+
+
+def fair_share(targets: Sequence[TargetState], left: Sequence[int]) -> float:
+    """The experiments each eligible target would have had under round robin: the run's experiments,
+    less those of the targets no longer eligible, split evenly."""
+    gone = sum(len(t.history) for i, t in enumerate(targets) if i not in left)
+    return (sum(len(t.history) for t in targets) - gone) / len(left)
 
 
 def round_robin(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False) -> Choice | None:
