@@ -34,7 +34,7 @@ STILL_PAYS = 0.7  # the prior chance that a gap is left after a keep (or the bas
 PRIOR_FIT = 3.0  # keeps the roofline prior weighs as, against the fit of the target's own keeps
 PRIOR_GAIN_KEEPS = 0.2  # keeps the fitted step's prior weighs as, against what its keeps won
 DISCOUNT = 0.7  # per keep: what a keep wins is judged on its last few keeps (gains shrink)
-EXPLORE = 0.1  # the UCB term's weight on the keep rate
+EXPLORE = 0.05  # the UCB term's weight on the keep rate
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ know which) and the judge's subprocess boundary. Every experiment leaves its can
 for the LLM its prompt and response) under kernels/<target>/, one leaderboard row with its parent
 and strategy, and state.json saved in a `finally:`. A visit stops through a small exception
 vocabulary: Plateau (no progress this visit, or the proposer has nothing new: the target is parked),
-Switch (another target now offers more per minute), TargetDone (at its ceiling, or its experiment
+Switch (another target comes first: the baseline round), TargetDone (at its ceiling, or its experiment
 or time share is spent), BudgetExhausted (the run's time is spent), NothingUsable (the LLM's replies
 held nothing to judge for too long) and Interrupted (Ctrl-C, SIGTERM). The run over every target,
 which catches them, is autokernel/search/run_search.py.

@@ -77,7 +77,7 @@ def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_prop
         choice = choose(state.targets, current[0], cpu=settings.device == "cpu")
         if choice is None or choice.index == current[0]:
             return ""
-        return f"{state.targets[choice.index].name} now offers more per minute"
+        return f"{state.targets[choice.index].name} comes next: {choice.why}"  # the baseline round
 
     visits = Visits(run, state, settings, make_proposer, starter_source, judge=judge, display=display, peaks=peaks,
                     paused_s=paused_s, slots=slots, should_switch=should_switch, at_ceiling=at_ceiling)

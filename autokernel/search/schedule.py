@@ -1,17 +1,15 @@
 """Which target gets the next experiment, and with which strategy.
 
-The next experiment goes to the eligible target with the highest expected end-to-end gain per
-minute: what the model as a whole would gain (Amdahl) if the target went from its best so far to
-its ceiling, times the chance that one more experiment on it is kept (its record: passes and keeps,
-with a prior so a fresh target is worth trying), times the part of what is left a keep usually
-wins, divided by its minutes per experiment. A target stays chosen until another one offers more
-by a clear margin (so the run does not hop between targets on noise). Before any of that, every
-target's first experiment (the starter's baseline) is run, the one worth most first: one verdict each,
-and the choices after it rest on measured starts rather than on a prior, and every target has a
-kernel for verify to serve even on a short budget.
-
-A plateau parks a target; a parked target is still eligible, and when it is chosen again it comes
-back with the next strategy of its rotation. A target within noise of its ceiling is done.
+The frame is plain round robin's, so the scheduler cannot do much worse than it by construction:
+every target's baseline first (one verdict each, so the choices after it rest on measured starts
+and every target has a kernel for verify to serve even on a short budget); a visit goes on until a
+plateau parks the target; a parked target is still eligible and comes back with the next strategy
+of its rotation. Within that frame, a target with fewer than FLOOR of an even split of the
+experiments comes next (nothing is written off early), and otherwise the one with the highest
+expected end-to-end gain per minute: Amdahl over the model for what its next experiment is expected
+to win (autokernel.search.estimate: its pass rate, whether its record says it still pays, what its
+keeps win, a UCB term), divided by its minutes per experiment. A target within noise of its
+roofline ceiling is done, unless its best went beyond the roofline, which shows the roofline wrong.
 
 Everything here is a pure function of the targets' states (autokernel.search.run.TargetState):
 the search (run_search.py) and the simulated night (benchmarks/night.py) use the same code.
