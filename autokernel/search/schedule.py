@@ -133,7 +133,7 @@ def eligible(t: TargetState) -> bool:
 def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False) -> Choice | None:
     """The target for the next experiment (None: no target is left to search). Round robin's frame,
     kept exactly: every target's baseline first, the current target keeps its turn until a plateau
-    parks it, and the same targets are eligible. Then an eligible target with fewer than FLOOR of
+    parks it, and eligible means not done and not blocked. Then a target with fewer than FLOOR of
     the experiments round robin would have given it comes first (the fewest first), so no target
     is written off early; otherwise the one with the highest expected end-to-end gain per minute.
     `cpu`: the timings are the Triton interpreter's, and the reason given says so instead of a ceiling."""
