@@ -5,7 +5,7 @@ know which) and the judge's subprocess boundary. Every experiment leaves its can
 for the LLM its prompt and response) under kernels/<target>/, one leaderboard row with its parent
 and strategy, and state.json saved in a `finally:`. A visit stops through a small exception
 vocabulary: Plateau (no progress this visit, or the proposer has nothing new: the target is parked),
-Switch (another target now offers more per minute), TargetDone (at its ceiling, or its experiment
+Switch (another target comes first: the baseline round), TargetDone (at its ceiling, or its experiment
 or time share is spent), BudgetExhausted (the run's time is spent), NothingUsable (the LLM's replies
 held nothing to judge for too long) and Interrupted (Ctrl-C, SIGTERM). The run over every target,
 which catches them, is autokernel/search/run_search.py.
@@ -71,7 +71,7 @@ class TargetSearch:
                  display: Any = None, peaks: dict | None = None,
                  should_switch: Callable[[], str] = lambda: "",
                  time_cap_s: float = math.inf, paused_s: Callable[[], float] = lambda: 0.0,
-                 slots: Any = None):
+                 slots: Any = None, at_ceiling: Callable[[TargetState], bool] | None = None):
         self.run, self.state, self.target = run, state, target
         self.slots = slots  # autokernel.search.slots: judge slots for experiments in flight at once
         self.proposer, self.settings, self.judge = proposer, settings, judge
@@ -79,6 +79,10 @@ class TargetSearch:
         self.display, self.peaks = display, peaks or {}
         # the scheduler's verdict after each experiment: why another target should take over ("": stay)
         self.should_switch, self.time_cap_s = should_switch, time_cap_s
+        # when its best is close enough to its ceiling to stop: the scheduler's rule unless the
+        # policy brings its own (round robin trusts the plan's roofline)
+        from autokernel.search.schedule import at_ceiling as learned_rule
+        self.at_ceiling = at_ceiling or learned_rule
         self._paused_s = paused_s  # LLM outage time so far: not charged to the budget
         self.leaderboard = Leaderboard(run.leaderboard_path)
         self.guard = RecordGuard(run.path, run.written, rebuilt=REBUILT)
@@ -118,8 +122,7 @@ class TargetSearch:
             raise TargetDone(f"experiment budget spent ({s.max_experiments} per target)")
         if t.seconds >= self.time_cap_s:
             raise TargetDone(f"its share of the time budget ({self.time_cap_s / 60:.1f} min) is spent")
-        from autokernel.search.schedule import at_ceiling
-        if at_ceiling(t):
+        if self.at_ceiling(t):
             raise TargetDone(f"done: its best ({t.speedup_vs_eager:.3g}x) is within noise of its roofline "
                              f"ceiling ({t.ceiling_speedup:.3g}x)")
         streak = t.reverts_this_visit

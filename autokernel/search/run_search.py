@@ -61,26 +61,30 @@ class Visits:
 def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_proposer: Callable,
                *, starter_source: Callable[[TargetState], str], judge: JudgeFn = default_judge,
                display: Any = None, peaks: dict | None = None,
-               paused_s: Callable[[], float] = lambda: 0.0, slots: Any = None) -> None:
+               paused_s: Callable[[], float] = lambda: 0.0, slots: Any = None,
+               choose: Callable[..., schedule.Choice | None] = schedule.choose,
+               at_ceiling: Callable[[TargetState], bool] = schedule.at_ceiling) -> None:
     """Give visits to the targets, the one worth most per minute first, until every target is
     done. Raises BudgetExhausted, NothingUsable or Interrupted (and KeyboardInterrupt) to end the
     run early. `slots`: judge slots (autokernel.search.slots) to keep several experiments in flight;
-    None judges one at a time."""
+    None judges one at a time. `choose`: the policy, (targets, current, cpu) -> Choice or None (the
+    simulated night compares schedule.choose with plain round robin through it); `at_ceiling`: when
+    a target is done (round robin's is schedule.at_roofline, which trusts the plan)."""
     agent = state.agent
     current: list[int | None] = [next((i for i, t in enumerate(state.targets) if t.status == "searching"), None)]
 
     def should_switch() -> str:
-        choice = schedule.choose(state.targets, current[0])
+        choice = choose(state.targets, current[0], cpu=settings.device == "cpu")
         if choice is None or choice.index == current[0]:
             return ""
-        return f"{state.targets[choice.index].name} now offers more per minute"
+        return f"{state.targets[choice.index].name} comes next: {choice.why}"  # the baseline round
 
     visits = Visits(run, state, settings, make_proposer, starter_source, judge=judge, display=display, peaks=peaks,
-                    paused_s=paused_s, slots=slots, should_switch=should_switch)
+                    paused_s=paused_s, slots=slots, should_switch=should_switch, at_ceiling=at_ceiling)
     while True:
         if state.budget_left_s <= 0:
             raise BudgetExhausted(f"the time budget of {state.budget_s / 3600:.2f} h is spent")
-        choice = schedule.choose(state.targets, current[0])
+        choice = choose(state.targets, current[0], cpu=settings.device == "cpu")
         if choice is None:
             blocked = [t for t in state.targets if t.blocked]
             if blocked:

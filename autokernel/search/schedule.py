@@ -1,26 +1,26 @@
 """Which target gets the next experiment, and with which strategy.
 
-The next experiment goes to the eligible target with the highest expected end-to-end gain per
-minute: what the model as a whole would gain (Amdahl) if the target went from its best so far to
-its ceiling, times the chance that one more experiment on it is kept (its record: passes and keeps,
-with a prior so a fresh target is worth trying), times the part of what is left a keep usually
-wins, divided by its minutes per experiment. A target stays chosen until another one offers more
-by a clear margin (so the run does not hop between targets on noise). Before any of that, every
-target's first experiment (the starter's baseline) is run, the one worth most first: one verdict each,
-and the choices after it rest on measured starts rather than on a prior, and every target has a
-kernel for verify to serve even on a short budget.
-
-A plateau parks a target; a parked target is still eligible, and when it is chosen again it comes
-back with the next strategy of its rotation. A target within noise of its ceiling is done.
+The frame is plain round robin's, so the scheduler cannot do much worse than it by construction:
+every target's baseline first (one verdict each, so the choices after it rest on measured starts
+and every target has a kernel for verify to serve even on a short budget); a visit goes on until a
+plateau parks the target; a parked target is still eligible and comes back with the next strategy
+of its rotation. Within that frame, a target with fewer than FLOOR of an even split of the
+experiments comes next (nothing is written off early), and otherwise the one with the highest
+expected end-to-end gain per minute: Amdahl over the model for what its next experiment is expected
+to win (autokernel.search.estimate: its pass rate, whether its record says it still pays, what its
+keeps win, a UCB term), divided by its minutes per experiment. A target within noise of its
+roofline ceiling is done, unless its best went beyond the roofline, which shows the roofline wrong.
 
 Everything here is a pure function of the targets' states (autokernel.search.run.TargetState):
 the search (run_search.py) and the simulated night (benchmarks/night.py) use the same code.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from autokernel.search import estimate
 from autokernel.search.decision import notch_us
 from autokernel.search.run import TargetState
 
@@ -28,8 +28,7 @@ from autokernel.search.run import TargetState
 # preferred over one whose ceiling was measured.
 DEFAULT_CEILING = 2.0
 PRIOR_SECONDS = 60.0  # per experiment, until a target has a record of its own
-KEEP_STEP = 0.3  # the part of what is left that a keep wins, on average
-SWITCH_MARGIN = 1.5  # another target must offer this many times more per minute to take over
+FLOOR = 0.35  # of round robin's even split: the experiments every eligible target is sure of
 MIN_NOISE = 0.03  # a best within 3% of the ceiling is at the ceiling, whatever its spread says
 
 LLM_STRATEGIES = ("refine", "next_tier", "different_algorithm", "ideas_first")
@@ -50,8 +49,17 @@ def speedup_now(t: TargetState) -> float:
     return t.speedup_vs_eager or 1.0
 
 
+def roofline_disproved(t: TargetState) -> bool:
+    """Its best is beyond its roofline ceiling by more than noise: the plan's peaks read low, and
+    the roofline says nothing of where this target stops."""
+    if not t.ceiling_speedup or not t.speedup_vs_eager:
+        return False
+    return t.speedup_vs_eager > t.ceiling_speedup * (1.0 + _noise(t))
+
+
 def ceiling_of(t: TargetState) -> float:
-    if t.ceiling_speedup:
+    """Its roofline ceiling; where none is known, or its best disproved it, a guess above its best."""
+    if t.ceiling_speedup and not roofline_disproved(t):
         return t.ceiling_speedup
     return max(DEFAULT_CEILING, 1.5 * speedup_now(t))
 
@@ -72,21 +80,30 @@ def e2e_gain_left(targets: Sequence[TargetState], t: TargetState) -> float:
     return now / max(now - left_share(t), 1e-12)
 
 
-def at_ceiling(t: TargetState) -> bool:
-    """Its best is within noise of its roofline ceiling: searching it further cannot pay."""
+def _noise(t: TargetState) -> float:
+    if not t.best_median_us:
+        return MIN_NOISE
+    return max(notch_us(t.best_median_us, t.best_iqr_us, t.best_reps) / t.best_median_us, MIN_NOISE)
+
+
+def at_roofline(t: TargetState) -> bool:
+    """Its best is within noise of its roofline ceiling, or beyond it: the plain rule, which trusts
+    the plan's ceiling (round robin's)."""
     if not t.ceiling_speedup or not t.best_median_us or not t.speedup_vs_eager:
         return False
-    noise = max(notch_us(t.best_median_us, t.best_iqr_us, t.best_reps) / t.best_median_us, MIN_NOISE)
-    return t.speedup_vs_eager * (1.0 + noise) >= t.ceiling_speedup
+    return t.speedup_vs_eager * (1.0 + _noise(t)) >= t.ceiling_speedup
 
 
-def keep_chance(t: TargetState) -> float:
-    """The chance that the next experiment is kept: its passes and keeps so far, with a Laplace
-    prior (a fresh target is worth a try; a long plateau lowers it)."""
-    r = t.record
-    pass_rate = (r.passes + 1) / (r.proposals + 2)
-    keep_rate = (r.keeps + 1) / (r.passes + 2)
-    return pass_rate * keep_rate
+def at_ceiling(t: TargetState) -> bool:
+    """Within noise of its roofline ceiling, and not beyond it: searching it further cannot pay. A
+    best beyond the roofline shows the roofline wrong, and the search goes on to find the real one."""
+    return at_roofline(t) and not roofline_disproved(t)
+
+
+def expected_log_gain(targets: Sequence[TargetState], t: TargetState) -> float:
+    """What the next experiment on `t` is expected to win, in log speedup (autokernel.search.estimate)."""
+    passes = sum(o.record.passes for o in targets)
+    return estimate.expected_log_gain(t, ceiling_of(t), speedup_now(t), passes)
 
 
 def minutes_per_experiment(targets: Sequence[TargetState], t: TargetState) -> float:
@@ -102,38 +119,79 @@ def minutes_per_experiment(targets: Sequence[TargetState], t: TargetState) -> fl
 
 def gain_per_min(targets: Sequence[TargetState], t: TargetState) -> float:
     """Expected end-to-end gain (the model's speedup minus 1) per minute of search on `t`."""
-    return (e2e_gain_left(targets, t) - 1.0) * KEEP_STEP * keep_chance(t) / minutes_per_experiment(targets, t)
+    now = speedup_now(t)
+    after = now * math.exp(expected_log_gain(targets, t))
+    before = model_time(targets)
+    gain = before / max(before - t.share * (1.0 / now - 1.0 / after), 1e-12) - 1.0
+    return gain / minutes_per_experiment(targets, t)
 
 
 def eligible(t: TargetState) -> bool:
     return t.status != "done" and not t.blocked
 
 
-def choose(targets: Sequence[TargetState], current: int | None = None) -> Choice | None:
-    """The target for the next experiment (None: no target is left to search). `current` is the
-    one being searched: it keeps the turn unless another offers SWITCH_MARGIN times more."""
-    scores = {i: gain_per_min(targets, t) for i, t in enumerate(targets) if eligible(t)}
-    if not scores:
+def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False) -> Choice | None:
+    """The target for the next experiment (None: no target is left to search). Round robin's frame,
+    kept exactly: every target's baseline first, the current target keeps its turn until a plateau
+    parks it, and eligible means not done and not blocked. Then a target with fewer than FLOOR of
+    the experiments round robin would have given it comes first (the fewest first), so no target
+    is written off early; otherwise the one with the highest expected end-to-end gain per minute.
+    `cpu`: the timings are the Triton interpreter's, and the reason given says so instead of a ceiling."""
+    left = [i for i, t in enumerate(targets) if eligible(t)]
+    if not left:
         return None
-    fresh = [i for i in scores if not targets[i].history]
+    fresh = [i for i in left if not targets[i].history]
     if fresh:  # every target measured once (its baseline) before any is searched further
-        first = max(fresh, key=lambda i: (scores[i], -i))
-        return Choice(first, scores[first], "not measured yet: every target's baseline comes first, the one "
-                      f"worth most first ({_why(targets, first, scores)})")
-    best = max(scores, key=lambda i: (scores[i], -i))
-    if current in scores and scores[current] * SWITCH_MARGIN >= scores[best]:
-        best = current
-    return Choice(best, scores[best], _why(targets, best, scores))
+        first = min(fresh, key=lambda i: (-targets[i].share, i))
+        measured = sum(1 for t in targets if t.history)
+        return Choice(first, 0.0, f"the baseline round: each target's starter is measured once before "
+                      f"any is searched ({measured} of {len(targets)} measured so far); "
+                      f"{targets[first].share:.0%} of the model")
+    if current in left and targets[current].proposals:  # past the baseline round: its visit goes on
+        return Choice(current, gain_per_min(targets, targets[current]), "its visit goes on until a plateau")
+    scores = {i: gain_per_min(targets, targets[i]) for i in left}
+    fair = fair_share(targets, left)
+    behind = [i for i in left if len(targets[i].history) < FLOOR * fair]
+    if behind:
+        first = min(behind, key=lambda i: (len(targets[i].history), i))
+        return Choice(first, scores[first], f"{len(targets[first].history)} experiments, fewer than "
+                      f"{FLOOR:.0%} of an even split ({fair:.0f}): every target keeps a minimum of turns")
+    best = max(left, key=lambda i: (scores[i], -i))
+    return Choice(best, scores[best], _why(targets, best, scores, cpu))
 
 
-def _why(targets: Sequence[TargetState], index: int, scores: dict[int, float]) -> str:
+def fair_share(targets: Sequence[TargetState], left: Sequence[int]) -> float:
+    """The experiments each eligible target would have had under round robin: the run's experiments,
+    less those of the targets no longer eligible, split evenly."""
+    gone = sum(len(t.history) for i, t in enumerate(targets) if i not in left)
+    return (sum(len(t.history) for t in targets) - gone) / len(left)
+
+
+def round_robin(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False) -> Choice | None:
+    """The plain policy every scheduler must beat: the target being searched keeps its turn until a
+    plateau parks it; then the eligible target with the fewest experiments (the plan's order on a
+    tie). It knows nothing of shares, ceilings or records."""
+    left = [i for i, t in enumerate(targets) if eligible(t)]
+    if not left:
+        return None
+    if current in left:
+        return Choice(current, 0.0, "round robin: its turn goes on until a plateau")
+    first = min(left, key=lambda i: (len(targets[i].history), i))
+    return Choice(first, 0.0, "round robin: the fewest experiments so far")
+
+
+def _why(targets: Sequence[TargetState], index: int, scores: dict[int, float], cpu: bool) -> str:
     t = targets[index]
     r = t.record
     others = sorted((s for i, s in scores.items() if i != index), reverse=True)
-    versus = f"; next best {others[0]:.2g}/min" if others else "; the only target left"
-    return (f"{t.share:.0%} of the model, {speedup_now(t):.3g}x of a {ceiling_of(t):.3g}x ceiling "
-            f"(up to {e2e_gain_left(targets, t):.3g}x end to end), {r.keeps} kept of {r.proposals}: "
-            f"expected gain {scores[index]:.2g}/min{versus}")
+    versus = f"; next best {others[0]:.2g}" if others else "; the only target left"
+    record = f"{r.keeps} kept of {r.proposals}: expected gain {scores[index]:.2g}/min{versus}"
+    if cpu:  # the interpreter against PyTorch on the CPU: neither figure says anything of a GPU
+        return (f"{t.share:.0%} of the model, {speedup_now(t):.3g}x vs PyTorch on the CPU so far (Triton "
+                f"interpreter timings: no ceiling is promised for a GPU), {record}")
+    reach, _ = estimate.reachable(t, ceiling_of(t), speedup_now(t))
+    return (f"{t.share:.0%} of the model, {speedup_now(t):.3g}x, its record suggests up to {reach:.3g}x "
+            f"(roofline {ceiling_of(t):.3g}x: up to {e2e_gain_left(targets, t):.3g}x end to end), {record}")
 
 
 def strategy_for(agent: str, parks: int) -> str:

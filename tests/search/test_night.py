@@ -103,18 +103,22 @@ def pd_int(value):
     return None if value != value or value is None else int(value)
 
 
-def test_a_model_that_never_answers_with_code_stops_and_names_itself(tmp_path, fake_openai, monkeypatch):
+@pytest.mark.parametrize("max_unusable, replies", [(None, 20), (7, 7)])  # the default, and --max-unusable 7
+def test_a_model_that_never_answers_with_code_stops_and_names_itself(tmp_path, fake_openai, monkeypatch,
+                                                                    max_unusable, replies):
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     fake_openai.script(*["I would restructure the reduction, but here is only my advice."] * 30)
     clock = SimClock()
     client = Timed(LLMClient(MODEL, base_url=fake_openai.base_url), clock, reply_s=30.0)
     targets = [TargetState(name="softmax[8x128:float32]", share=0.6, **SOFTMAX),
                TargetState(name="softmax[8x128:float32]#2", share=0.4, **SOFTMAX)]
-    run, state, config = new_run(tmp_path, targets, budget_s=8 * 3600.0, base_url=fake_openai.base_url)
+    chosen = {} if max_unusable is None else {"max_unusable": max_unusable}
+    run, state, config = new_run(tmp_path, targets, budget_s=8 * 3600.0, base_url=fake_openai.base_url, **chosen)
     state = run_search.execute(run, state, config, judge=never_faster_judge(clock), client=client, clock=clock)
 
     assert (state.status, state.stop_kind) == ("stopped", "nothing_usable")
-    assert len(fake_openai.requests) == 20  # the default: 20 replies in a row, across both targets
+    assert len(fake_openai.requests) == replies  # replies in a row, across both targets
+    assert f"{replies} replies in a row" in state.stop_reason
     assert {h.get("failed_stage") for t in state.targets for h in t.history[1:]} == {"parse"}
     assert all(t.history for t in state.targets)  # the streak counted across targets
     reason = state.stop_reason
@@ -152,6 +156,9 @@ def test_cut_off_replies_long_prompts_reasoning_and_a_stronger_model(tmp_path, f
     assert len(text[2]) < len(text[1])  # refused for its length, asked again smaller
     judged = run.experiment_file(t, 2).read_text()
     assert "[2] Softmax" in judged and "rejected idea" not in judged  # reasoning_content never parsed
+    # nor read as part of the answer at all, before the reply's text or after it
+    answer = run.experiment_file(t, 2, ".response.md").read_text()
+    assert "Variant 2" in answer and "rejected idea" not in answer and "Maybe:" not in answer
     models = [r["model"] for r in requests]
     first_strong = models.index("strong-model")
     assert set(models[:first_strong]) == {"cheap-model"} and set(models[first_strong:]) == {"strong-model"}

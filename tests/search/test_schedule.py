@@ -38,11 +38,35 @@ def test_the_next_experiment_goes_where_the_gain_per_minute_is_largest():
     assert schedule.choose([target("top", share=0.9, best=25.0), small]).index == 1
 
 
-def test_the_current_target_keeps_its_turn_unless_another_offers_clearly_more():
+def test_the_current_target_keeps_its_turn_until_a_plateau_parks_it():
     a, b = target("a", share=0.5), target("b", share=0.45)
     assert schedule.choose([a, b]).index == 0
-    assert schedule.choose([a, b], current=1).index == 1  # within the margin: no hop on noise
-    assert schedule.choose([a, target("c", share=0.05)], current=1).index == 0
+    c = target("c", share=0.05)
+    assert schedule.choose([a, c], current=1).index == 0  # its baseline alone: the baseline round is over
+    c.history += reverts(1)
+    assert schedule.choose([a, c], current=1).index == 1  # round robin's visits, kept until a plateau
+
+
+def test_a_target_behind_its_minimum_of_turns_comes_first():
+    tried = target("tried", share=0.6, history=reverts(10) + [{"decision": "KEEP", "verdict": "PASS"}] * 30)
+    behind = target("behind", share=0.01, history=reverts(4))
+    even = (len(tried.history) + len(behind.history)) / 2
+    assert len(behind.history) < schedule.FLOOR * even
+    choice = schedule.choose([tried, behind])
+    assert choice.index == 1 and "minimum of turns" in choice.why
+    level = target("level", share=0.01, history=reverts(40))
+    assert schedule.choose([tried, level]).index == 0  # past its minimum, the gain per minute decides
+
+
+def test_a_target_that_stopped_paying_is_left_whatever_its_roofline_promised():
+    # most of the model and a roofline of 4x, but small keeps and then forty passes without one
+    small = {"decision": "KEEP", "verdict": "PASS", "speedup_vs_best": 1.02}
+    dry = target("dry", share=0.6, best=95.0, history=[small] * 3 + reverts(40))
+    kept = {"decision": "KEEP", "verdict": "PASS", "speedup_vs_best": 1.1}
+    paying = target("paying", share=0.1, best=60.0, history=(reverts(3) + [kept]) * 11)
+    assert schedule.choose([dry, paying]).index == 1
+    drier = target("drier", share=0.6, best=95.0, history=[small] * 3 + reverts(80))
+    assert schedule.gain_per_min([drier, paying], drier) < schedule.gain_per_min([dry, paying], dry) / 1.3
 
 
 def test_done_and_blocked_targets_are_not_eligible():
@@ -55,6 +79,15 @@ def test_within_noise_of_the_ceiling_is_done():
     assert not schedule.at_ceiling(target(best=30.0, best_iqr_us=0.1, best_reps=20))
     assert schedule.at_ceiling(target(best=28.0, best_iqr_us=20.0, best_reps=4))  # a noisy best: within noise
     assert not schedule.at_ceiling(target(ceiling=None, best=10.0))  # no ceiling known: never done by it
+
+
+def test_a_best_beyond_the_roofline_shows_it_wrong_and_the_search_goes_on():
+    beyond = target(ceiling=2.0, best=40.0, best_iqr_us=0.1, best_reps=20)  # 2.5x where the roofline says 2x
+    assert schedule.roofline_disproved(beyond) and not schedule.at_ceiling(beyond)
+    assert schedule.at_roofline(beyond)  # round robin's plain rule trusts the plan and stops it
+    assert schedule.ceiling_of(beyond) == pytest.approx(1.5 * 2.5)  # a guess above its best, not the roofline
+    within = target(ceiling=2.0, best=50.5, best_iqr_us=0.1, best_reps=20)
+    assert schedule.at_ceiling(within) and not schedule.roofline_disproved(within)
 
 
 def test_the_strategy_rotation_and_the_stronger_model():
@@ -85,3 +118,15 @@ def test_a_parent_is_usually_the_best_and_inspirations_are_the_others():
     assert parents == [population.choose_parent(elites, 4, f"t:{n}")["number"] for n in range(200)]  # seeded
     assert [e["number"] for e in population.inspirations(elites, elites[1])] == [4, 2]
     assert population.choose_parent([], None, "x") is None
+
+
+def test_the_chosen_line_says_the_baseline_round_and_on_the_cpu_promises_no_ceiling():
+    fresh = [target("a", share=0.6), target("b", share=0.3)]
+    for t in fresh:
+        t.history = []
+    why = schedule.choose(fresh).why
+    assert why.startswith("the baseline round") and "0 of 2 measured" in why and "/min" not in why
+    measured = [target("a", share=0.6, best=50.0), target("b", share=0.3)]
+    on_gpu, on_cpu = schedule.choose(measured).why, schedule.choose(measured, cpu=True).why
+    assert "roofline 4x" in on_gpu and "end to end" in on_gpu and "its record suggests up to" in on_gpu
+    assert "interpreter" in on_cpu and "roofline" not in on_cpu and "up to" not in on_cpu
