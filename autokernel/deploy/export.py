@@ -38,10 +38,12 @@ FORMATS = ("package", "hf-kernels")
 OWN_PACKAGES = ("autokernel", "harness", "starter_kernels")
 # what a CUDA C++ kernel file imports of the judge: the package carries these files (vendor/harness/)
 VENDORED = {"harness.cuda_launcher": ("cuda_launcher.py", "cuda_build.py")}
+# ... and what every winner is held to again when the package loads it: the static check
+SURFACE = ("__init__.py", "static_check.py", "kernel_surface.py", "tensor_flow.py", "cuda_surface.py", "syntax.py")
 # The audit hook that watches the winners in the user's process (kernel_package.py's _guard)
 GUARD = ("audit_hook.py", "audit_policy.py")
 GUARD_INIT = '"""The judge\'s audit hook, copied verbatim: what a served winner may not do (see ../__init__.py)."""\n'
-VENDOR_INIT = '"""The files of autokernel\'s judge a CUDA C++ winner needs, copied verbatim."""\n'
+VENDOR_INIT = '"""The files of autokernel\'s judge a winner needs (its static check; a CUDA C++ winner\'s launcher), copied verbatim."""\n'
 TEST_FILE = '''"""Each exported kernel against PyTorch at its target shape (no GPU: TRITON_INTERPRET=1)."""
 import sys
 from pathlib import Path
@@ -125,10 +127,12 @@ def write_package(exported: Exported, package: Path, manifest_extra: dict | None
     (package / "kernels" / "__init__.py").write_text('"""The exported kernel files, as judged."""\n', encoding="utf-8")
     for module, path in exported.sources.items():
         shutil.copyfile(path, package / "kernels" / f"{module}.py")
+    vendor = package / "vendor" / "harness"
+    (vendor / "isolation").mkdir(parents=True)
+    (vendor / "__init__.py").write_text(VENDOR_INIT, encoding="utf-8")
+    for name in SURFACE:
+        shutil.copyfile(judge / "isolation" / name, vendor / "isolation" / name)
     if exported.cuda:
-        vendor = package / "vendor" / "harness"
-        vendor.mkdir(parents=True)
-        (vendor / "__init__.py").write_text(VENDOR_INIT, encoding="utf-8")
         for name in sorted({n for files in VENDORED.values() for n in files}):
             shutil.copyfile(judge / name, vendor / name)
     from harness.isolation.static_check import allowed_imports, submodule_prefixes

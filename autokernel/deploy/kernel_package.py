@@ -32,8 +32,10 @@ Where one of them is missing the kernel is left out with a warning that names wh
 UNAVAILABLE says why, and the calls it would serve run in PyTorch. `build_cuda(arch)` builds the
 libraries ahead of time, without a GPU.
 
-The kernels are LLM-written code judged in a sandbox; here they run in your process. So before the
-first kernel file is imported, the package installs the judge's audit hook (guard/, a PEP 578 hook
+The kernels are LLM-written code judged in a sandbox; here they run in your process. So each
+kernel file is first held again to the judge's static check (vendor/harness/isolation/, the closed
+list of what a kernel may name) and one that fails it is refused with its file, line and name;
+and before the first kernel file is imported, the package installs the judge's audit hook (guard/, a PEP 578 hook
 that cannot be removed) watching only the code of kernels/: a kernel that starts a process, opens
 a socket, unpickles, compiles Python code, walks frames, imports beyond what a kernel needs, or
 writes outside the compiler caches and the temporary folder gets the event refused, and the call
@@ -154,6 +156,7 @@ def _guard() -> None:
 
 def _load(k: dict, entry: str = "kernel_fn"):
     _guard()
+    _vendor()  # the judge's static check, which routing.load_kernel holds each winner to again
     return routing.load_kernel(HERE / k["source"], f"{__name__}.kernels.{Path(k['source']).stem}", entry)
 
 
@@ -188,10 +191,11 @@ def _nvcc() -> Optional[str]:
 
 
 def _vendor() -> None:
-    """CUDA C++ kernels import harness.cuda_launcher: autokernel's own where it is installed, else
-    the copy in vendor/ (appended to sys.path, so it never shadows an installed one)."""
+    """Winners are checked by harness.isolation.static_check and CUDA C++ kernels import
+    harness.cuda_launcher: autokernel's own where it is installed, else the copies in vendor/
+    (appended to sys.path, so they never shadow an installed one)."""
     try:
-        installed = importlib.util.find_spec("harness.cuda_launcher") is not None
+        installed = importlib.util.find_spec("harness.isolation.static_check") is not None
     except ImportError:
         installed = False
     vendor = str(HERE / "vendor")

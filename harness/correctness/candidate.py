@@ -102,6 +102,7 @@ class CallResult:
     launches: int = 0
     forbidden: list[str] = field(default_factory=list)
     device_to_host: int = 0
+    host_reads: list[str] = field(default_factory=list)
     mutated: list[int] = field(default_factory=list)
     aliased: bool = False
     plain: bool = True
@@ -110,7 +111,8 @@ class CallResult:
 
     def observations(self) -> dict:
         return {"launches": self.launches, "forbidden": sorted(set(self.forbidden)),
-                "device_to_host": self.device_to_host, "mutated": self.mutated,
+                "device_to_host": self.device_to_host, "host_reads": sorted(set(self.host_reads)),
+                "mutated": self.mutated,
                 "aliased": self.aliased, "plain": self.plain, "device": self.device}
 
 
@@ -159,6 +161,7 @@ def observe(result: CallResult, out, args: list, snapshots: list, recorder: Comp
     result.launches = launches
     result.forbidden = recorder.forbidden
     result.device_to_host = recorder.device_to_host
+    result.host_reads = recorder.host_reads
     # writes into an input (in place) corrupt the caller's tensors
     result.mutated = [i for i, (a, s) in enumerate(zip(args, snapshots))
                       if s is not None and not _same_bits(a, s)]

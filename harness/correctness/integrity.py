@@ -30,6 +30,9 @@ ALLOWED_OPS = frozenset({
     "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_contiguous", "stride", "size",
     "dim", "numel", "is_same_size", "_local_scalar_dense", "item", "set_",
 })
+# A scalar read of a tensor's data (float(t), t.item(), bool(t), iteration turned into numbers):
+# the values leave the device for Python, where the call can compute out of sight of its kernels.
+HOST_READS = frozenset({"_local_scalar_dense", "item"})
 
 
 def op_base_name(func) -> str:
@@ -62,13 +65,16 @@ class ComputeRecorder(TorchDispatchMode):
         self.monitor = monitor
         self.forbidden: list[str] = []
         self.device_to_host = 0
+        self.host_reads: list[str] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self.monitor is None or not self.monitor.paused or (self.monitor.in_triton and not triton_own_op(1)):
             # every timed call runs under this mode too: one name lookup per op keeps it to a few µs
             name = op_base_name(func)
-            if not _allowed_name(name):
+            if name in HOST_READS:
+                self.host_reads.append(f"aten::{name}")
+            elif not _allowed_name(name):
                 self.forbidden.append(f"aten::{name}")
             elif name in ("_to_copy", "copy_", "_copy_from") and _leaves_device(args, kwargs):
                 # a GPU kernel that copies its input to the host can compute it there, unseen
@@ -82,6 +88,10 @@ class ComputeRecorder(TorchDispatchMode):
 
 def observation_problem(label: str, obs: dict, device: str) -> str | None:
     """What one call's observations break of the integrity rules, or None (checked and timed alike)."""
+    if obs.get("host_reads"):
+        # every element read with float(t) and recomputed in Python: compute on the host
+        return (f"{label}: host compute: kernel_fn read a tensor's values into Python "
+                f"({', '.join(obs['host_reads'][:3])}); compute in the kernels it launches")
     if obs.get("forbidden"):
         # the reference op in disguise: a "kernel" whose work is done by PyTorch
         return (f"{label}: PyTorch compute inside kernel_fn: {', '.join(obs['forbidden'][:6])}; "

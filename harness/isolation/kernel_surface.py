@@ -1,121 +1,250 @@
-"""What a kernel file may reference through the modules it imports: an allow-list, checked on
-every attribute chain of the file whether or not the chain runs while judged.
+"""Everything a kernel file may name: the one allow-list, written for kernels.
 
-A kernel needs torch's tensor API and dtypes, Triton's jit and its language, a little of the
-standard library and, for CUDA C++, the project's launcher. Whatever else a module reaches
-(serialization, torch._C, operator registration, hubs, processes, files, compilers of Python
-code) is code that no judgement needs and that a winner would carry into a user's process: a
-dormant gadget in a branch the judge never takes is refused here, before anything imports it.
+A kernel needs its contract's names, Triton's jit and language, a little math, tensor metadata,
+allocation and views, a few builtins and, for CUDA C++, the project's launcher. Nothing else: a
+name, attribute or call that is not listed here is refused before import (harness/isolation/
+static_check.py walks the file; harness/isolation/cuda_surface.py reads CUDA C++ text), wherever
+it stands in the file and whether or not it runs while judged. New tricks are refused because they
+were never granted, not because someone foresaw them (a storage's native file write, a host-side
+`apply_`). playbook/rules.md and the LLM's prompt show this list in words (`in_words()`), so a
+refusal is never a surprise; tests/harness/isolation/test_surface_words.py keeps them agreeing.
 
-`refusal(dotted, allowed)` names why `torch.serialization.pickle.loads` (say) is refused, or ''.
-The rules, outermost module first:
-- the longest prefix of the name that is a module the file may import is where the check starts;
-- the next name must not be private (`torch._C`), and where a module lists what it offers
-  (MODULE_NAMES) it must be listed; elsewhere it must not be refused (REFUSED_NAMES);
-- a name that is itself a module (`torch.hub`, `typing.types`) is refused unless the file may
-  import it, so a chain cannot walk out of an allowed module into one that is not.
+Resolution of `a.b.c`:
+- rooted in an import: the longest prefix that is a module in MODULES names what may follow it
+  (a set, or PUBLIC: the module's own public list, `__all__`); a leaf that is a class may be
+  followed by what CLASSES lists for it; past a leaf, the rest are attributes of a value;
+- on any other value: VALUE_ATTRIBUTES (MODEL_VALUE_ATTRIBUTES added for a KernelBench ModelNew),
+  or an attribute the file itself defines (`self.scale = ...`, a method) that no tensor or
+  storage has;
+- never a name that begins with an underscore (`x._typed_storage()`), except `super().__init__`.
 """
 from __future__ import annotations
 
-import sys
-import types
+import builtins
+import functools
 
-# torch's modules a kernel file may reach besides torch itself (torch.cuda only through
-# MODULE_NAMES). Not torch.utils.weak: a weak reference's callback runs when the judge drops an
-# output, outside any timed region, and a cache keyed by tensors needs no weak reference.
-TORCH_MODULES = ("torch.cuda", "torch.version", "torch.types")
-# a KernelBench ModelNew may also build modules and use PyTorch's compute for the parts it keeps
-MODEL_MODULES = ("torch.nn", "torch.nn.functional", "torch.nn.init", "torch.utils.cpp_extension",
-                 "torch.linalg", "torch.fft", "torch.special")
+# The contract's own names: what the judge reads from a kernel file (DESIGN.md, "The kernel file";
+# harness/cuda_build.py for the CUDA C++ ones). A backward, when the contract grows one, is a
+# line here.
+CONTRACT_NAMES = ("KERNEL_TYPE", "BACKEND", "TUNABLES", "CONSTRAINTS", "CONFIG", "kernel_fn",
+                  "CUDA_KERNELS", "CUDA_HOST", "FUNCTIONS")
 
-# Modules whose every reachable name is listed: what a kernel needs of them and nothing more.
-MODULE_NAMES = {
+PUBLIC = "public"  # a module's own public list (its __all__): Triton's language is device code
+
+# Module -> what a kernel may name in it. Importing a module not listed here is refused.
+MODULES: dict[str, frozenset[str] | str] = {
+    "torch": frozenset({
+        # allocation
+        "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "full", "full_like",
+        # dtypes, devices and their facts
+        "float16", "float32", "float64", "bfloat16", "half", "float", "double", "int8", "int16", "int32", "int64",
+        "uint8", "bool", "long", "int", "dtype", "device", "Size", "Tensor", "finfo", "iinfo",
+        "cuda", "version", "types", "is_tensor", "is_floating_point", "no_grad", "inference_mode"}),
     # device facts and the current stream; not streams of its own, graphs, events, the allocator
     "torch.cuda": frozenset({
         "is_available", "current_device", "device_count", "device", "get_device_capability",
         "get_device_properties", "get_device_name", "current_stream", "default_stream", "synchronize",
         "is_bf16_supported", "is_tf32_supported", "OutOfMemoryError"}),
+    "torch.version": frozenset({"cuda", "hip"}),
+    "torch.types": frozenset({"Device", "Number"}),
     "triton": frozenset({
         "jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language", "tools",
         "constexpr_function", "must_use_result", "OutOfResources", "CompilationError", "TritonError"}),
+    "triton.language": PUBLIC,
+    "triton.language.math": PUBLIC,
+    "triton.language.extra": frozenset({"libdevice", "cuda"}),
+    "triton.language.extra.libdevice": PUBLIC,
+    "triton.language.extra.cuda": frozenset({"libdevice"}),
+    "triton.language.extra.cuda.libdevice": PUBLIC,
+    # the host side of Hopper's TMA: a plain descriptor of a tensor
     "triton.tools": frozenset({"tensor_descriptor"}),
-    # building a ModelNew's CUDA C++ from the text in the file; not from files on disk
-    "torch.utils.cpp_extension": frozenset({"load_inline", "CUDA_HOME"}),
+    "triton.tools.tensor_descriptor": frozenset({"TensorDescriptor"}),
+    "math": PUBLIC,
+    "typing": frozenset({"Optional", "Tuple", "List", "Dict", "Union", "Sequence", "Any", "Callable"}),
+    "functools": frozenset({"lru_cache", "cache"}),
+    "__future__": frozenset({"annotations"}),
+}
+# A CUDA C++ kernel builds and launches through the project's loaders, which cache and observe it.
+CUDA_MODULES: dict[str, frozenset[str] | str] = {
     "harness.cuda_launcher": frozenset({"load_launcher", "dtype_code", "LaunchError", "LaunchBuildError"}),
     "harness.cuda_build": frozenset({"load_cuda", "CudaBuildError"}),
 }
-
-# Names of torch that are not the tensor API: files and serialization (load, save, from_file),
-# operator registration and raw dispatch (ops, classes, library), Python compilers (compile, jit),
-# hubs and packages, processes and threads, the profiler and the test helpers; and the ways into
-# and out of numpy and foreign buffers (a kernel's compute stays in torch and its own launches).
-# typing and functools: what evaluates a string annotation as code (get_type_hints, and
-# singledispatch's register, which calls it): text the check cannot read.
-REFUSED_NAMES = {
-    "torch": frozenset({
-        "load", "save", "from_file", "serialization", "ops", "classes", "library", "compile", "compiler",
-        "jit", "hub", "package", "multiprocessing", "distributed", "utils", "fx", "export", "onnx",
-        "profiler", "testing", "overrides", "autograd", "backends", "func", "futures", "monitor",
-        "set_default_device", "set_default_dtype", "use_deterministic_algorithms", "storage",
-        "UntypedStorage", "TypedStorage", "Storage", "set_printoptions", "from_numpy", "frombuffer",
-        "from_dlpack", "to_dlpack"}),
-    "typing": frozenset({"get_type_hints", "ForwardRef", "evaluate_forward_ref"}),
-    "functools": frozenset({"singledispatch", "singledispatchmethod"}),
+# A KernelBench ModelNew is an nn.Module that may keep some of PyTorch's compute and build CUDA C++
+# from text in the file (load_inline; not from files on disk).
+MODEL_MODULES: dict[str, frozenset[str] | str] = {
+    "torch.nn": "layers",
+    "torch.nn.functional": "functions",
+    "torch.nn.init": "functions",
+    "torch.utils": frozenset({"cpp_extension"}),
+    "torch.utils.cpp_extension": frozenset({"load_inline", "CUDA_HOME"}),
+}
+# What may follow a class a module offers.
+CLASSES = {
+    "triton.tools.tensor_descriptor.TensorDescriptor": frozenset({"from_tensor"}),
 }
 
+# Attributes of any value: tensor metadata, allocation, views and casts; device facts; Triton's
+# values inside a jit function; what a dict, list or string of sizes needs.
+TENSOR_METADATA = frozenset({"shape", "stride", "size", "dtype", "device", "numel", "dim", "ndim", "element_size",
+                             "itemsize", "is_contiguous", "is_cuda", "data_ptr", "storage_offset", "layout",
+                             "is_floating_point", "requires_grad", "T", "mT"})
+TENSOR_ALLOCATION = frozenset({"new_empty", "new_zeros", "new_full", "new_empty_strided", "empty_like",
+                               "zero_", "fill_", "clone", "copy_"})
+TENSOR_VIEWS = frozenset({"view", "reshape", "contiguous", "transpose", "permute", "expand", "expand_as",
+                          "unsqueeze", "squeeze", "flatten", "unflatten", "narrow", "view_as", "reshape_as", "t",
+                          "movedim", "split", "chunk", "select", "detach"})
+TENSOR_CASTS = frozenset({"to", "float", "half", "bfloat16", "double", "int", "long", "bool", "type"})
+DEVICE_FACTS = frozenset({"type", "index", "multi_processor_count", "major", "minor", "name", "total_memory",
+                          "warp_size", "L2_cache_size", "cuda_stream", "max", "min", "eps", "bits"})
+TRITON_VALUES = frozenset({"to", "dtype", "element_ty", "shape", "reshape", "trans", "permute", "broadcast_to",
+                           "expand_dims", "split", "sum", "max", "min", "argmax", "argmin", "cumsum", "value",
+                           "load", "store", "primitive_bitwidth", "is_floating", "is_fp16", "is_bf16", "is_fp32"})
+PYTHON_VALUES = frozenset({"get", "items", "keys", "values", "setdefault", "update", "append", "extend", "pop",
+                           "format", "join", "copy", "index", "count", "startswith", "endswith", "lower", "upper",
+                           "cache_clear"})
+VALUE_ATTRIBUTES = (TENSOR_METADATA | TENSOR_ALLOCATION | TENSOR_VIEWS | TENSOR_CASTS | DEVICE_FACTS
+                    | TRITON_VALUES | PYTHON_VALUES)
+# A ModelNew's own layers: their parameters, and PyTorch's operators on tensors (the public tensor
+# methods that are ATen operators; never those that read values to the host).
+MODEL_MODULE_ATTRIBUTES = frozenset({"weight", "bias", "in_features", "out_features", "parameters", "buffers",
+                                     "children", "modules", "training", "eval", "train", "forward"})
 
-# imported where the check needs them, so that its answer never depends on what the process
-# imported before (the judge's processes have all of them already; Triton is listed, not imported)
-INTROSPECTED = ("torch", "math", "functools", "typing", "dataclasses")
+# The builtins a kernel calls: sizes, ranges, checks, errors. Every exception class is inert and
+# allowed too (raising one ends the call).
+BUILTINS = frozenset({"range", "len", "min", "max", "abs", "int", "float", "bool", "str", "tuple", "list", "dict",
+                      "set", "frozenset", "enumerate", "zip", "isinstance", "all", "any", "sum", "sorted",
+                      "reversed", "round", "divmod", "pow", "print", "super", "object", "property",
+                      "staticmethod", "classmethod", "id", "hash", "repr", "type", "map", "filter", "None", "True",
+                      "False", "NotImplemented", "Ellipsis", "slice", "iter", "next", "callable", "format",
+                      "getattr", "hasattr"})
+EXCEPTIONS = frozenset(n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException))
+# Builtins that read a tensor's values into Python when given one (float(t), list(t), print(t)):
+# refused on a tensor; iteration over a tensor is the same read.
+VALUE_READERS = frozenset({"float", "int", "bool", "complex", "list", "tuple", "set", "frozenset", "dict", "iter",
+                           "next", "sorted", "reversed", "sum", "min", "max", "any", "all", "enumerate", "zip",
+                           "map", "filter", "abs", "round", "divmod", "pow", "str", "repr", "format", "print",
+                           "hash", "bytes", "bytearray", "memoryview", "len"} - {"len"})
+# Named in a refusal so that it says why (not the wall: they are simply not on the list above).
+HOST_METHODS = frozenset({"apply_", "map_", "map2_", "tolist", "numpy", "item", "cpu", "storage",
+                          "untyped_storage", "share_memory_", "pin_memory", "tofile", "from_file", "backward",
+                          "register_hook", "data", "grad"})
 
 
-def _module(name: str) -> types.ModuleType | None:
-    """The module named, imported if it is one the check looks into; else only if already imported."""
-    if name in INTROSPECTED and name not in sys.modules:
-        import importlib
-        importlib.import_module(name)
-    return sys.modules.get(name)
+@functools.cache
+def public_names(module: str) -> frozenset[str]:
+    """A PUBLIC module's names: its __all__ (or its public dir), read from the installed library."""
+    import importlib
+    mod = importlib.import_module(module)
+    names = getattr(mod, "__all__", None) or [n for n in dir(mod) if not n.startswith("_")]
+    return frozenset(n for n in names if not n.startswith("_"))
 
 
-def is_module(name: str) -> bool:
-    parent, _, attr = name.rpartition(".")
-    if name in sys.modules:
-        return True
-    owner = _module(parent)
-    return owner is not None and isinstance(getattr(owner, attr, None), types.ModuleType)
+@functools.cache
+def model_layers() -> frozenset[str]:
+    """torch.nn's layers (and Parameter), for a ModelNew."""
+    import torch
+    return frozenset(n for n, v in vars(torch.nn).items() if not n.startswith("_") and isinstance(v, type)
+                     and (issubclass(v, torch.nn.Module) or v is torch.nn.Parameter))
 
 
-# what a class's or a function's dunder names a kernel file uses; any other (`__reduce__`,
-# `__class__.__base__`) walks out of the kernel's own objects
-DUNDERS = frozenset({"__init__", "__name__", "__qualname__", "__doc__", "__post_init__", "__enter__", "__exit__",
-                     "__call__", "__len__", "__getitem__", "__setitem__", "__iter__", "__next__", "__contains__",
-                     "__eq__", "__ne__", "__hash__", "__repr__", "__str__"})
+@functools.cache
+def model_functions(module: str) -> frozenset[str]:
+    import importlib
+    import inspect
+    mod = importlib.import_module(module)
+    return frozenset(n for n, v in vars(mod).items() if not n.startswith("_") and callable(v)
+                     and not inspect.isclass(v) and not inspect.ismodule(v))
 
 
-def refusal(dotted: str, allowed: tuple[str, ...], module_allowed) -> str:
-    """Why the file may not reference `dotted` (a chain rooted in an import), or ''."""
-    parts = dotted.split(".")
-    private = next((p for p in parts[1:] if p.startswith("_") and p not in DUNDERS), None)
-    if private is not None:
-        return f"{dotted}: {private} is private"
-    for i in range(len(parts), 0, -1):
-        base = ".".join(parts[:i])
-        if module_allowed(base, allowed):
-            break
-    else:
-        return f"{parts[0]} is not a module the file may import"
-    rest = parts[i:]
-    if not rest:
-        return ""
-    name, full = rest[0], f"{base}.{rest[0]}"
-    if name.startswith("_"):
-        return f"{full} is private to {base}"
-    listed = MODULE_NAMES.get(base)
-    if listed is not None and name not in listed:
-        return f"{full} is not among what a kernel uses of {base} ({', '.join(sorted(listed))})"
-    if name in REFUSED_NAMES.get(base, ()):
-        return (f"{full} is not a kernel's business (files, serialization, registration, compilers, "
-                "processes, numpy, code in strings)")
-    if is_module(full) and not module_allowed(full, allowed):
-        return f"{full} is a module the file may not import"
-    return ""
+@functools.cache
+def torch_operators() -> frozenset[str]:
+    """Public names of torch and of Tensor that are ATen operators, less those that read values to
+    the host (item, allclose, equal, ...): a ModelNew's PyTorch compute."""
+    import torch
+    readers = {"item", "tolist", "allclose", "equal", "is_nonzero", "is_same_size", "set_", "from_file",
+               "record_stream", "to_dense"}
+    names = {n for n in [*dir(torch), *dir(torch.Tensor)] if not n.startswith("_") and n not in readers}
+    return frozenset(n for n in names if hasattr(torch.ops.aten, n))
+
+
+def modules(backend: str = "triton", model: bool = False) -> dict[str, frozenset[str] | str]:
+    """The modules a file may import, and what it may name in each."""
+    found = dict(MODULES)
+    if backend == "cuda" or model:
+        found.update(CUDA_MODULES)
+    if model:
+        found.update(MODEL_MODULES)
+    return found
+
+
+def module_names(module: str, listed: frozenset[str] | str, model: bool = False) -> frozenset[str]:
+    if listed == PUBLIC:
+        return public_names(module)
+    if listed == "layers":
+        return model_layers()
+    if listed == "functions":
+        return model_functions(module)
+    if model and module == "torch":
+        return listed | torch_operators() | {"nn", "utils", "Tensor"}
+    return listed
+
+
+def value_attributes(model: bool = False) -> frozenset[str]:
+    return VALUE_ATTRIBUTES | (MODEL_MODULE_ATTRIBUTES | torch_operators() if model else frozenset())
+
+
+def builtin_allowed(name: str) -> bool:
+    return name in BUILTINS or name in EXCEPTIONS
+
+
+@functools.cache
+def tensor_attributes() -> frozenset[str]:
+    """Every attribute a tensor or a storage has: a file's own attribute may not take such a name
+    (a class with an `apply_` method would otherwise make `x.apply_` look like the file's own)."""
+    import torch
+    return frozenset({*dir(torch.Tensor), *dir(torch.UntypedStorage), *dir(torch.TypedStorage)})
+
+
+def _names(names) -> str:
+    return ", ".join(f"`{n}`" for n in sorted(names))
+
+
+def in_words() -> str:
+    """The allow-list as playbook/rules.md shows it to the model (and to a person): generated here,
+    so the words and the check never disagree."""
+    listed = [f"  - `{module}`: " + ("its public names (its `__all__`)" if names == PUBLIC else _names(names))
+              for module, names in MODULES.items()]
+    listed += [f"  - `{module}` (a CUDA C++ file): {_names(names)}" for module, names in CUDA_MODULES.items()]
+    return "\n".join([
+        "Every name, attribute and call in the file must be on this list; anything else is refused before",
+        "import, with its file, line and name, in every line of the file whether or not it runs while judged:",
+        "",
+        f"- The contract's names: {_names(CONTRACT_NAMES)}; and whatever the file defines itself",
+        "  (functions, classes, variables, the attributes it assigns).",
+        "- Imports, and what may be named in each:",
+        *listed,
+        "  A KernelBench `ModelNew` also: `torch.nn` (its layers), `torch.nn.functional`, `torch.nn.init`,",
+        "  `torch.utils.cpp_extension.load_inline`, and PyTorch's operators on tensors (those that are ATen",
+        "  operators, never one that reads values to the host such as `item`).",
+        f"- Attributes of a value: tensor metadata {_names(TENSOR_METADATA)};",
+        f"  allocation {_names(TENSOR_ALLOCATION)}; views {_names(TENSOR_VIEWS)};",
+        f"  casts {_names(TENSOR_CASTS)}; device facts {_names(DEVICE_FACTS)};",
+        f"  Triton values in a jit function {_names(TRITON_VALUES)}; dicts, lists and strings {_names(PYTHON_VALUES)}.",
+        "  An attribute the file assigns or a method it defines is its own, unless a tensor or a",
+        "  storage has an attribute of that name.",
+        f"- Builtins: {_names(BUILTINS)}, and the exception classes.",
+        "- Never an attribute or a name that begins with an underscore (`x._typed_storage()`, `__dict__`),",
+        "  except `super().__init__()`.",
+        "- Never compute on the host: no `.apply_`, `.map_`, `.tolist()`, `.numpy()`, `.item()`, `.cpu()`;",
+        "  no builtin that reads a tensor's values (`float(t)`, `int(t)`, `bool(t)`, `list(t)`, `print(t)`,",
+        "  `f\"{t}\"`); no iteration over a tensor or unpacking of one. At run time, any scalar read of a",
+        "  tensor's data in a checked or timed call fails `integrity` as \"host compute\".",
+        "- CUDA C++ text: the host side only launches. `#include` only CUDA's, the project's and torch's",
+        "  extension headers; of the CUDA runtime only launch configuration, the launch check and device",
+        "  facts (no `cudaMemcpy`, no host or managed memory, no streams or events of its own); in host",
+        "  code only allocation, sizes, strides, `data_ptr` and the stream of a tensor (no torch compute).",
+    ])
+
+
+if __name__ == "__main__":
+    print(in_words())

@@ -1,76 +1,30 @@
 """The static check a candidate's text must pass before anything imports it.
 
-A kernel needs torch, Triton and a little of the standard library; it never needs the file system,
-the interpreter's internals or another module's globals. Each rule below blocks a way to reach
-the judge's clocks or records from inside the candidate's process, checked on the syntax tree so a
-violation costs nothing to find and names its line. The check cannot see everything a running
-program can reach (an attribute chain through an allowed module); the worker's identity check of
-its clocks and functions (harness/isolation/tamper.py) and the OS sandbox (harness/isolation/sandbox.py) stand behind it.
+Every name, attribute and call in the file must resolve to the allow-list written for kernels
+(harness/isolation/kernel_surface.py): the file's own definitions, the modules and names listed
+there, the attributes a kernel uses on its values, a few builtins. Anything else is refused with
+its file, line and name: a private attribute (`x._typed_storage()`), a host-side method (`apply_`,
+`tolist`), a builtin reading a tensor's values (`float(t)`, iteration over a tensor), a module
+or a builtin that is simply not listed. CUDA C++ text in the file is held to the same idea by
+harness/isolation/cuda_surface.py. The worker's identity check of its clocks and functions
+(harness/isolation/tamper.py), the audit hook and the OS sandbox (harness/isolation/sandbox.py)
+stand behind it.
 """
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
 
-from harness.isolation import kernel_surface, syntax
+from harness.isolation import cuda_surface, kernel_surface, syntax
+from harness.isolation.tensor_flow import TensorFlow
 
-# What a kernel file may import: the kernel languages and pure helpers of the standard library.
-# triton.tools.tensor_descriptor is the host side of Hopper's TMA: a plain descriptor of a tensor.
-KERNEL_IMPORTS = ("torch", *kernel_surface.TORCH_MODULES, "triton", "triton.language",
-                  "triton.tools.tensor_descriptor", "math", "functools", "typing", "dataclasses", "__future__")
-# A CUDA C++ kernel builds and launches through the project's loaders, which cache and observe it:
-# the launch library (harness.cuda_launcher) or a torch extension (harness.cuda_build).
-CUDA_IMPORTS = ("harness.cuda_launcher", "harness.cuda_build")
-# A KernelBench ModelNew is an nn.Module and may build CUDA C++ with load_inline.
-MODEL_IMPORTS = kernel_surface.MODEL_MODULES
-# Prefixes whose submodules are kernel language too (libdevice lives in triton.language.extra).
+# Prefixes whose submodules the running kernel may import (Triton's language imports its own)
 SUBMODULE_PREFIXES = ("triton.language.",)
-
-# Names that reach the interpreter, the file system or other modules' globals: with any of them a
-# candidate can rebind the judge's clock, rewrite sys.modules or write the run's records.
-FORBIDDEN_NAMES = frozenset({
-    "sys", "builtins", "__builtins__", "ctypes", "gc", "inspect", "importlib", "os", "subprocess",
-    "open", "exec", "eval", "compile", "__import__", "__dict__", "__globals__", "__code__",
-    "globals", "locals", "vars", "breakpoint", "setattr", "delattr",
-    "__subclasses__", "__bases__", "__mro__", "__closure__", "__getattribute__", "__loader__", "__spec__",
-    "memoryview", "__build_class__",
-})
-# Attribute names that stay forbidden after a dot: `torch.os`, `fn.__globals__`. Not `compile`:
-# torch.compile and a Triton object's .compile are not the builtin.
-FORBIDDEN_ATTRIBUTES = FORBIDDEN_NAMES - {"compile", "open", "exec", "eval", "globals", "locals", "vars",
-                                          "breakpoint", "setattr", "delattr"}
-# ... and, on any object, what serializes, reads or writes files: a tensor's storage from a file,
-# a numpy array written out or pickled, a pickle or marshal module reached through another's
-SERIALIZING_ATTRIBUTES = frozenset({"from_file", "tofile", "dump", "dumps", "loads", "pickle", "marshal",
-                                    "_pickle", "cPickle", "shelve",
-                                    # and a running frame, reached from a traceback or a generator
-                                    "tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals",
-                                    "f_globals",
-                                    # work handed to another stream, finishing after the timed region
-                                    # (KernelBench's stream check), and a lazy tensor's constructor
-                                    "wait_stream", "record_stream", "_make_subclass"})
-# ... and what moves a tensor's values to Python or numpy to compute there, out of sight of every
-# check of what a call did with PyTorch and launched (a scalar's .item() stays: sizes and flags);
-# a tensor's storage reads as bytes without a single PyTorch op
-HOST_ATTRIBUTES = frozenset({"numpy", "tolist", "from_numpy", "frombuffer", "from_dlpack", "to_dlpack",
-                             "untyped_storage", "storage"})
-# the builtins that read or set any attribute by name: called directly, never passed as a value
-# (functools.reduce(getattr, ...) would hide the name from the rules on attributes)
+# the builtins that read or set any attribute by name: called directly, with a literal name
 NAMED_ACCESS = frozenset({"getattr", "hasattr"})
 # methods a kernel file may not define: a finalizer runs when the judge drops an object, outside
 # every timed and watched region
 FINALIZERS = frozenset({"__del__"})
-
-
-def attribute_refusal(attr: str) -> tuple[str, str] | None:
-    """(rule, why) when `obj.attr` (or getattr(obj, "attr")) is refused on any object, else None."""
-    if attr in FORBIDDEN_ATTRIBUTES or attr in SERIALIZING_ATTRIBUTES:
-        return "forbidden name", f".{attr} reaches outside a kernel's business"
-    if attr.startswith("__") and attr.endswith("__") and attr not in kernel_surface.DUNDERS:
-        return "forbidden name", f".{attr} walks out of the kernel's own objects"
-    if attr in HOST_ATTRIBUTES:
-        return "compute on the host", f".{attr} moves tensor values out of torch and the kernel's launches"
-    return None
 
 
 @dataclass(frozen=True)
@@ -85,8 +39,7 @@ class Violation:
 
 
 def allowed_imports(backend: str = "triton", model: bool = False) -> tuple[str, ...]:
-    extra = CUDA_IMPORTS if backend == "cuda" or model else ()
-    return KERNEL_IMPORTS + extra + (MODEL_IMPORTS if model else ())
+    return tuple(kernel_surface.modules(backend, model))
 
 
 def submodule_prefixes(allowed: tuple[str, ...]) -> tuple[str, ...]:
@@ -95,30 +48,64 @@ def submodule_prefixes(allowed: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def module_allowed(name: str, allowed: tuple[str, ...]) -> bool:
-    return name in allowed or name.startswith(submodule_prefixes(allowed))
+    return name in allowed
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, allowed: tuple[str, ...]):
-        self.allowed = allowed
+    def __init__(self, backend: str, model: bool):
+        self.model = model
+        self.modules = kernel_surface.modules(backend, model)
+        self.values = kernel_surface.value_attributes(model)
         self.imported: dict[str, str] = {}  # name bound by an import -> what it names (a.b.c)
-        self.modules: set[str] = set()  # ... those of them that name a module
+        self.own: set[str] = set()  # names the file binds
+        self.own_attributes: set[str] = set()  # attributes the file defines
         self.chained: set[int] = set()  # Name nodes that begin an attribute chain
         self.inner: set[int] = set()  # Attribute nodes inside a longer chain
         self.called: set[int] = set()  # Name nodes that are the function of a call
+        self.flow: TensorFlow | None = None
         self.violations: list[Violation] = []
 
     def flag(self, node: ast.AST, rule: str, detail: str) -> None:
         self.violations.append(Violation(getattr(node, "lineno", 0), rule, detail))
 
-    # -- imports: only what a kernel needs
+    # -- what the file itself defines
+    def collect(self, tree: ast.Module) -> None:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                self.visit(node)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                self.own.add(node.id)
+            elif isinstance(node, ast.arg):
+                self.own.add(node.arg)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.own.add(node.name)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                self.own.add(node.name)
+            elif isinstance(node, ast.Global):
+                self.own.update(node.names)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                self.own_attributes.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                self.own_attributes.update(cuda_surface.functions_defined(node.value))  # a launcher's methods
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for stmt in cls.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self.own_attributes.add(stmt.name)
+                elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                    for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                        if isinstance(t, ast.Name):
+                            self.own_attributes.add(t.id)
+        # a file's own attribute may not take a name a tensor or a storage has
+        self.own_attributes -= kernel_surface.tensor_attributes() - self.values
+        self.flow = TensorFlow(tree, self.imported, _tensor_parameters(tree, self.model))
+
+    # -- imports: only the modules listed, only the names listed in them
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if not module_allowed(alias.name, self.allowed):
-                self.flag(node, "import not allowed", f"import {alias.name} (allowed: {', '.join(self.allowed)})")
+            if alias.name not in self.modules:
+                self.flag(node, "import not allowed", f"import {alias.name} (allowed: {', '.join(self.modules)})")
             bound = alias.asname or alias.name.split(".")[0]
             self.imported[bound] = alias.name if alias.asname else bound
-            self.modules.add(bound)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = "." * node.level + (node.module or "")
@@ -126,52 +113,108 @@ class _Checker(ast.NodeVisitor):
             full = f"{module}.{alias.name}"
             if alias.name == "*":
                 self.flag(node, "import not allowed", f"from {module} import * hides what the file uses")
-            elif not (module_allowed(module, self.allowed) or module_allowed(full, self.allowed)):
+            elif module not in self.modules and full not in self.modules:
                 self.flag(node, "import not allowed",
-                          f"from {module} import {alias.name} (allowed: {', '.join(self.allowed)})")
+                          f"from {module} import {alias.name} (allowed: {', '.join(self.modules)})")
             else:
-                self._reference(node, full.lstrip("."))
-            bound = alias.asname or alias.name
-            self.imported[bound] = full
-            if module_allowed(full, self.allowed) or kernel_surface.is_module(full):
-                self.modules.add(bound)
+                self._resolve(node, full.split("."))
+            self.imported[alias.asname or alias.name] = full
 
-    # -- the interpreter's back doors
+    # -- names: the file's own, an import, or an allowed builtin
     def visit_Name(self, node: ast.Name) -> None:
-        if node.id in FORBIDDEN_NAMES:
-            self.flag(node, "forbidden name", f"{node.id} reaches outside a kernel's business")
-        elif node.id in NAMED_ACCESS and id(node) not in self.called:
-            self.flag(node, f"{node.id} as a value", f"{node.id}: call it directly, with a literal name")
-        elif node.id == "type" and id(node) not in self.called and isinstance(node.ctx, ast.Load):
+        name = node.id
+        if name.startswith("__") and name.endswith("__"):
+            self.flag(node, "private name", f"{name} is the interpreter's, not the kernel's")
+        elif name in self.imported:
+            if self.imported[name] in self.modules and id(node) not in self.chained and isinstance(node.ctx, ast.Load):
+                # a module held in a variable or passed along hides every chain through it
+                self.flag(node, "module used as a value", f"{name}: use the module's attributes by name")
+        elif name in self.own:
+            pass
+        elif not kernel_surface.builtin_allowed(name):
+            self.flag(node, "not on the kernel allow-list", f"{name} is not a builtin a kernel uses (allowed: "
+                                                            f"{', '.join(sorted(kernel_surface.BUILTINS))})")
+        elif name in NAMED_ACCESS and id(node) not in self.called:
+            self.flag(node, f"{name} as a value", f"{name}: call it directly, with a literal name")
+        elif name == "type" and id(node) not in self.called and isinstance(node.ctx, ast.Load):
             self.flag(node, "type as a value", "type: call type(obj) directly; classes are written as class statements")
-        elif node.id in self.modules and id(node) not in self.chained and isinstance(node.ctx, ast.Load):
-            # a module held in a variable or passed along hides every chain through it from this check
-            self.flag(node, "module used as a value", f"{node.id}: use the module's attributes by name")
         self.generic_visit(node)
 
+    # -- attributes: along a chain from an import, or a value's listed (or own) attributes
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        refused = attribute_refusal(node.attr)
-        if refused is not None:
-            self.flag(node, *refused)
         if isinstance(node.value, ast.Attribute):
             self.inner.add(id(node.value))  # the whole chain is checked once, at its outermost name
-        dotted = self._dotted(node) if id(node) not in self.inner else None
-        if dotted is not None:
-            self._reference(node, dotted)
+        if id(node) not in self.inner:
+            parts, root = _chain(node)
+            if isinstance(root, ast.Name):
+                self.chained.add(id(root))
+            if isinstance(root, ast.Name) and root.id in self.imported:
+                rest = self._resolve(node, [*self.imported[root.id].split("."), *parts])
+            else:
+                rest = parts
+            for attr in rest:
+                self._value_attribute(node, attr, root if attr == parts[0] else None)
         if isinstance(node.ctx, (ast.Store, ast.Del)) and self._rooted_in_import(node.value):
             # rebinding another module's attribute (time.perf_counter, torch.cuda.Event) fakes the judge
-            self.flag(node, "assignment to a module attribute",
-                      f"{ast.unparse(node)} belongs to an imported module")
+            self.flag(node, "assignment to a module attribute", f"{ast.unparse(node)} belongs to an imported module")
         self.generic_visit(node)
 
+    def _resolve(self, node: ast.AST, parts: list[str]) -> list[str]:
+        """Check a dotted name rooted in an import against the modules' lists; the attributes of a
+        value that remain past its last listed name."""
+        i = next((i for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in self.modules), 0)
+        if i == 0:
+            return []  # the import itself was refused
+        while i < len(parts):
+            base, name = ".".join(parts[:i]), parts[i]
+            if base in self.modules:
+                listed = kernel_surface.module_names(base, self.modules[base], self.model)
+            elif base in kernel_surface.CLASSES:
+                listed = kernel_surface.CLASSES[base]
+            else:
+                break
+            if name not in listed:
+                rule = "private name" if name.startswith("_") else "not on the kernel allow-list"
+                self.flag(node, rule, f"{base}.{name} is not among what a kernel may use of {base}")
+                return []
+            i += 1
+        return parts[i:]
+
+    def _value_attribute(self, node: ast.AST, attr: str, owner: ast.AST | None) -> None:
+        if attr == "__init__" and isinstance(owner, ast.Call) and ast.unparse(owner.func) == "super":
+            return  # super().__init__(): a ModelNew's constructor
+        if (isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and attr.endswith("_launch")
+                and self.imported.get(owner.func.id) == "harness.cuda_launcher.load_launcher"):
+            return  # load_launcher(...).softmax_launch(...): a launch function of the file's CUDA_KERNELS
+        if attr.startswith("_"):
+            self.flag(node, "private name", f".{attr}: attributes that begin with an underscore are never a "
+                                            "kernel's (a storage's file writes, the interpreter's internals)")
+        elif attr in self.values or attr in self.own_attributes:
+            return
+        elif attr in kernel_surface.HOST_METHODS:
+            self.flag(node, "host compute", f".{attr} moves a tensor's values to the host, out of sight of "
+                                            "the kernels the judge watches")
+        else:
+            self.flag(node, "not on the kernel allow-list", f".{attr} is not an attribute a kernel uses "
+                                                            "(see playbook/rules.md)")
+
+    # -- calls: named access, classes built at run time, builtins reading tensors
     def visit_Call(self, node: ast.Call) -> None:
-        if isinstance(node.func, ast.Name):
-            self.called.add(id(node.func))
-            if node.func.id in NAMED_ACCESS:
+        func = node.func
+        if isinstance(func, ast.Name):
+            self.called.add(id(func))
+            if func.id in NAMED_ACCESS and func.id not in self.own:
                 self._named_access(node)
-            elif node.func.id == "type" and (len(node.args) != 1 or node.keywords):
+            elif func.id == "type" and (len(node.args) != 1 or node.keywords):
                 # type(name, bases, namespace) builds a class from a namespace with computed keys
                 self.flag(node, "class built at run time", f"{ast.unparse(node)}: write a class statement")
+            if func.id in kernel_surface.VALUE_READERS and func.id not in self.own:
+                args = [*node.args, *(k.value for k in node.keywords)]
+                if any(self.flow.kind(a) == "tensor" for a in args):
+                    self.flag(node, "host compute", f"{ast.unparse(node)[:60]}: {func.id}() of a tensor reads its "
+                                                    "values on the host; compute in a kernel")
+        for arg in node.args:
+            self._no_tensor_iteration(arg, arg.value if isinstance(arg, ast.Starred) else None, "unpacking")
         self.generic_visit(node)
 
     def _named_access(self, node: ast.Call) -> None:
@@ -183,12 +226,32 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"{node.func.id} on a module", f"{ast.unparse(node)}: use the attribute by name")
         elif not (isinstance(name_arg, ast.Constant) and isinstance(name_arg.value, str)):
             self.flag(node, f"{node.func.id} with a computed name", f"{ast.unparse(node)}: name it literally")
-        elif name_arg.value in FORBIDDEN_NAMES:
-            self.flag(node, "forbidden name", f"{node.func.id}(..., {name_arg.value!r}) reaches outside a kernel's business")
         else:
-            refused = attribute_refusal(name_arg.value)
-            if refused is not None:
-                self.flag(node, refused[0], f"{node.func.id}(..., {name_arg.value!r}): {refused[1]}")
+            self._value_attribute(node, name_arg.value, None)
+
+    def _no_tensor_iteration(self, node: ast.AST, iterable: ast.AST | None, how: str) -> None:
+        if iterable is not None and self.flow.kind(iterable) == "tensor":
+            self.flag(node, "host compute", f"{how} {ast.unparse(iterable)[:40]} iterates over a tensor's values "
+                                            "on the host; compute in a kernel")
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        self._no_tensor_iteration(node, node.iter, "for over")
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For
+
+    def visit_comprehension(self, node: ast.comprehension) -> None:
+        self._no_tensor_iteration(node.iter, node.iter, "a comprehension over")
+        self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets):
+            self._no_tensor_iteration(node, node.value, "unpacking")
+        self.generic_visit(node)
+
+    def visit_FormattedValue(self, node: ast.FormattedValue) -> None:
+        self._no_tensor_iteration(node, node.value, "formatting")
+        self.generic_visit(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         if node.name in FINALIZERS:
@@ -223,28 +286,46 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, "tensor subclass", f"class {node.name}({ast.unparse(base)}): return plain tensors")
         self.generic_visit(node)
 
-    def _dotted(self, node: ast.Attribute) -> str | None:
-        """`torch.cuda.Event` for a chain of names rooted in an import (the root marked as chained)."""
-        parts: list[str] = []
-        value: ast.AST = node
-        while isinstance(value, ast.Attribute):
-            parts.append(value.attr)
-            value = value.value
-        if isinstance(value, ast.Name):
-            self.chained.add(id(value))
-        if not (isinstance(value, ast.Name) and value.id in self.imported):
-            return None
-        return ".".join([self.imported[value.id], *reversed(parts)])
-
-    def _reference(self, node: ast.AST, dotted: str) -> None:
-        why = kernel_surface.refusal(dotted, self.allowed, module_allowed)
-        if why:
-            self.flag(node, "not on the kernel allow-list", why)
-
     def _rooted_in_import(self, node: ast.AST) -> bool:
         while isinstance(node, (ast.Attribute, ast.Subscript)):
             node = node.value
         return isinstance(node, ast.Name) and node.id in self.imported
+
+
+def _chain(node: ast.Attribute) -> tuple[list[str], ast.AST]:
+    """(['cuda', 'Event'], Name torch) for torch.cuda.Event."""
+    parts: list[str] = []
+    value: ast.AST = node
+    while isinstance(value, ast.Attribute):
+        parts.append(value.attr)
+        value = value.value
+    return parts[::-1], value
+
+
+def _tensor_parameters(tree: ast.Module, model: bool) -> dict[str, tuple[int, ...]]:
+    """The positions of the parameters that take tensors: ModelNew.forward's (after self), and
+    kernel_fn's that the contract of the file's KERNEL_TYPE gives no default (its tensors)."""
+    if model:
+        return {"forward": tuple(range(1, 32))}
+    kernel_type = next((n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                        and any(isinstance(t, ast.Name) and t.id == "KERNEL_TYPE" for t in n.targets)
+                        and isinstance(n.value, ast.Constant)), None)
+    try:
+        from harness.kernel_types import registry
+        kt = registry.get(kernel_type)
+    except ImportError:  # an exported package re-checks a judged file without the registry:
+        return {"kernel_fn": _undefaulted(tree)}  # the file's own signature, as judged
+    except Exception:  # an unknown type fails the contract check; any tensor is still followed
+        return {"kernel_fn": tuple(range(32))}
+    return {"kernel_fn": tuple(i for i, p in enumerate(kt.params) if p not in kt.defaults)}
+
+
+def _undefaulted(tree: ast.Module) -> tuple[int, ...]:
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel_fn"), None)
+    if fn is None:
+        return ()
+    params = fn.args.posonlyargs + fn.args.args
+    return tuple(range(len(params) - len(fn.args.defaults)))
 
 
 def _yields_in(body: list[ast.stmt]) -> bool:
@@ -273,18 +354,28 @@ def enforced() -> bool:
 def check_source(text: str, backend: str = "triton", *, model: bool = False, filename: str = "") -> list[Violation]:
     """Every violation in `text`, in line order; empty when the file may be imported (or when the
     check is switched off: SWITCH). A syntax error is left to the caller (it is reported as such)."""
-    if not enforced():
-        syntax.parse(text, filename=filename or "<kernel>")
-        return []
     tree = syntax.parse(text, filename=filename or "<kernel>")
-    checker = _Checker(allowed_imports(backend, model))
-    # imports first, wherever they are: an attribute store may precede the import in the file
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            checker.visit(node)
+    if not enforced():
+        return []
+    checker = _Checker(backend, model)
+    checker.collect(tree)  # imports, own names and tensors first, wherever they are in the file
     checker.violations.clear()
     checker.visit(tree)
+    checker.violations += [Violation(line, "CUDA host side", detail)
+                           for line, detail in cuda_surface.check_file(tree, backend, model)]
     return sorted(set(checker.violations), key=lambda v: (v.line, v.rule, v.detail))
+
+
+def check_file(path, *, model: bool = False) -> list[Violation]:
+    """check_source of a kernel file or ModelNew on disk, its backend read from its BACKEND line:
+    what verify and an exported package ask of each winner before importing it."""
+    from pathlib import Path
+    text = Path(path).read_text(encoding="utf-8")
+    tree = syntax.parse(text, filename=str(path))
+    backend = next((n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                    and any(isinstance(t, ast.Name) and t.id == "BACKEND" for t in n.targets)), "triton")
+    return check_source(text, backend if backend in ("triton", "cuda") else "triton", model=model,
+                        filename=Path(path).name)
 
 
 def describe(violations: list[Violation], filename: str = "", limit: int = 8) -> str:

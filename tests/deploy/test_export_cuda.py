@@ -118,7 +118,10 @@ def test_without_a_gpu_the_library_builds_and_the_winner_falls_back_saying_what_
     assert used["max_abs_err"] < 1e-5
     assert RMSNORM not in used["tally"] and used["tally"][ROTARY]["calls_served"] == 2
     assert used["harness"] == ["vendor/harness/__init__.py", "vendor/harness/cuda_build.py",
-                               "vendor/harness/cuda_launcher.py"]
+                               "vendor/harness/cuda_launcher.py",
+                               *(f"vendor/harness/isolation/{n}" for n in ("__init__.py", "cuda_surface.py",
+                                                                          "kernel_surface.py", "static_check.py",
+                                                                          "syntax.py", "tensor_flow.py"))]
 
 
 @pytest.mark.gpu

@@ -43,7 +43,8 @@ def _entry(target: str, module: str) -> dict:
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
     """A package with an honest winner and one that walks a generator's frame from its third call
-    (written here by hand: the judge's static check would refuse such a file)."""
+    (written here by hand: the judge's static check would refuse such a file, and so would the
+    package's own check at load; _serve switches that off to reach the hook behind it)."""
     folder = tmp_path_factory.mktemp("served")
     honest, gadget = folder / "honest.py", folder / "gadget.py"
     honest.write_text(judge_kernels.source())
@@ -55,7 +56,8 @@ def package(tmp_path_factory):
 
 def _serve(parent, **env) -> dict:
     import os
-    full = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "TRITON_INTERPRET": "1", **env}
+    full = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "TRITON_INTERPRET": "1",
+            "AUTOKERNEL_STATIC_CHECK": "off", **env}
     proc = subprocess.run([sys.executable, "-c", SERVE], cwd=parent, env=full, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -101,8 +103,10 @@ def test_verify_stops_at_a_winner_reaching_a_refused_event(tmp_path):
     from tiny_llama import make_run, rewrite_winner
     run = make_run(tmp_path)
     rewrite_winner(RunDir(run), "rmsnorm[8x32:float32]", starter_path("rmsnorm").read_text() + GADGET_RMSNORM_TAIL)
-    proc = subprocess.run([sys.executable, "-m", "autokernel", "verify", str(run)], cwd=ROOT, env=user_env(),
-                          capture_output=True, text=True, timeout=300)
+    # the static check at load would refuse the gadget first: switched off to reach the hook
+    proc = subprocess.run([sys.executable, "-m", "autokernel", "verify", str(run)], cwd=ROOT,
+                          env={**user_env(), "AUTOKERNEL_STATIC_CHECK": "off"}, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "rmsnorm[8x32:float32]: refused by the judge's audit hook: frame introspection" in proc.stderr, \
         proc.stderr[-3000:]

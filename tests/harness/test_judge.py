@@ -62,8 +62,9 @@ def test_verdict_json_has_the_design_shape(verdicts):
 
 
 def test_failure_messages_name_the_hack(verdicts):
-    assert "PyTorch compute" in _detail(verdicts["calls_reference"])
-    assert "aten::_softmax" in _detail(verdicts["calls_reference"])
+    assert "calls_reference.py:31: not on the kernel allow-list: torch.softmax" in _detail(verdicts["calls_reference"])
+    assert "PyTorch compute" in _detail(verdicts["operator_compute"])
+    assert "aten::mul" in _detail(verdicts["operator_compute"])
     assert "replay" in _detail(verdicts["result_cache"])
     assert "numpy_no_launch.py:29: import not allowed: import numpy" in _detail(verdicts["numpy_no_launch"])
     assert "earlier output changed" in _detail(verdicts["reused_output_buffer"])

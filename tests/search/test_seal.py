@@ -124,7 +124,7 @@ def test_a_forged_row_with_a_file_and_its_true_hash_is_still_refused(run_copy):
 
 @pytest.mark.slow  # the honest run: about a minute in the Triton interpreter
 def test_an_unjudged_best_file_is_refused_naming_it(run_copy):
-    (run_copy / "best" / f"{SLUG}.py").write_text(CHEAT)  # returns torch.softmax: never judged
+    (run_copy / "best" / f"{SLUG}.py").write_text(CHEAT)  # PyTorch's compute: never judged
     refused_everywhere(run_copy, f"best/{SLUG}.py")
 
 

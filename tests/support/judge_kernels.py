@@ -116,7 +116,10 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
     "two_dims_only": (source(wrapper=WRAPPER.replace("x.reshape(-1, shape[-1])", "x.reshape(shape[0], -1)")),
                       "FAIL", "edge_cases"),
     # --- integrity
-    "calls_reference": (source(wrapper=wrap(LAUNCH, "return torch.softmax(x, dim=-1)")), "FAIL", "integrity"),
+    # torch.softmax is not on the kernel allow-list: refused before import
+    "calls_reference": (source(wrapper=wrap(LAUNCH, "return torch.softmax(x, dim=-1)")), "FAIL", "compile"),
+    # tensor operators are syntax the check cannot refuse: the integrity stage sees their aten ops
+    "operator_compute": (source(wrapper=wrap(LAUNCH, "return y.view(shape) * 1.0 + 0.0")), "FAIL", "integrity"),
     "writes_into_input": (source(wrapper=wrap("y = x2", LAUNCH, "return y.view(shape)")), "FAIL", "integrity"),
     # keyed by the input tensor object (held, so its id stays its own), not its address: a new
     # tensor never hits a stale entry, so only a caller that refills the same buffers in place (the

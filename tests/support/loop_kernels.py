@@ -62,15 +62,19 @@ def kernel_fn(x):
 # Wrong: a real Triton kernel that forgets to normalise (exp(x - max) without the division).
 WRONG = FAST.replace("y = num / tl.sum(num, axis=1)[:, None]", "y = num")
 
-# A cheat: the reference op itself, called from kernel_fn.
-CHEAT = '''import torch
+# A cheat: PyTorch computes the softmax through tensor operators (torch.softmax itself is not on
+# the kernel allow-list: refused before import), so only the integrity stage can see it.
+CHEAT = '''import math
 
 KERNEL_TYPE = "softmax"
 BACKEND = "triton"
 
 
 def kernel_fn(x):
-    return torch.softmax(x, dim=-1)
+    z = x.float()
+    e = math.e ** (z - z.max(-1, keepdim=True).values)
+    total = e @ e.new_full((x.shape[-1], 1), 1.0)
+    return (e / total).to(x.dtype)
 '''
 
 

@@ -17,8 +17,8 @@ as a torch custom op, for torch.compile: ops.py. How outputs compare: outputs.py
 from .calls import DIMS, REFERENCES, Request, label
 from .outputs import DTYPE_NAMES, TOLERANCE, dtype_name, error_vs, same_result, tensors_of
 from .refusals import KernelRefused
-from .router import Router, Tally, Winner, load_kernel
+from .router import Router, SurfaceRefused, Tally, Winner, load_kernel
 from .serving import FREE_DIMS, ServingRange
 
 __all__ = ["DIMS", "DTYPE_NAMES", "FREE_DIMS", "KernelRefused", "REFERENCES", "Request", "Router", "ServingRange", "TOLERANCE",
-           "Tally", "Winner", "dtype_name", "error_vs", "label", "load_kernel", "same_result", "tensors_of"]
+           "SurfaceRefused", "Tally", "Winner", "dtype_name", "error_vs", "label", "load_kernel", "same_result", "tensors_of"]

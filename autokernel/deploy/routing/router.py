@@ -29,9 +29,19 @@ from .serving import ServingRange, words
 from .sites import NOTHING, compiling
 
 
+class SurfaceRefused(ImportError):
+    """A winner's file names what the kernel allow-list does not list: it is never imported."""
+
+
 def load_kernel(path, module_name: str, entry: str = "kernel_fn") -> types.ModuleType:
     """Import a kernel file as a module (it launches Triton kernels: import it only to run it);
-    `entry` is what it must define: kernel_fn, or ModelNew for a module target's winner."""
+    `entry` is what it must define: kernel_fn, or ModelNew for a module target's winner. Before
+    the import the file is held again to the judge's static check (the closed surface): a winner
+    that fails it is refused, with its file, line and name."""
+    from harness.isolation.static_check import check_file, describe
+    refused = check_file(path, model=entry == "ModelNew")
+    if refused:
+        raise SurfaceRefused(f"{path} is not loaded: {describe(refused, str(path))}")
     spec = importlib.util.spec_from_file_location(module_name, str(path))
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module

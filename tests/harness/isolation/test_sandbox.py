@@ -177,7 +177,9 @@ def test_torch_is_untouched_by_the_tests():
 
 
 @LANDLOCK
-def test_verify_runs_winners_confined_and_only_the_parent_writes_the_run(tmp_path):
+def test_verify_runs_winners_confined_and_only_the_parent_writes_the_run(tmp_path, monkeypatch):
+    # verify's own static check at load would refuse the winner first: off, to reach the sandbox
+    monkeypatch.setenv("AUTOKERNEL_STATIC_CHECK", "off")
     from autokernel.search.run import RunDir
     from autokernel.deploy.verify_child import verify_confined
     from tiny_llama import make_run, rewrite_winner

@@ -1,46 +1,15 @@
-"""The static check before import: each rule refuses its construct with the line, and every honest
-kernel and solution in the project passes (a judge that rejects a correct kernel is broken)."""
+"""The static check before import: each rule refuses its construct with the line (every honest
+kernel passing is tests/harness/isolation/test_surface_corpus.py)."""
 from __future__ import annotations
 
 
 import pytest
 
-import judge_kernels
-from harness.correctness.candidate import read_header
 from harness.isolation.static_check import check_source, describe
-from paths import DATA, KERNELBENCH, ROOT
-
-HONEST_KERNELS = sorted(p for p in [*ROOT.glob("starter_kernels/*/*.py"), *DATA.glob("kernels/**/*.py")]
-                        if p.name != "__init__.py")
-HONEST_SOLUTIONS = sorted(p for p in (KERNELBENCH / "solutions").glob("*.py")
-                          if p.stem not in ("19_ReLU_zeros",))  # it patches torch.allclose: refused
-
+from paths import ROOT
 
 def _rules(text: str, **kw) -> list[tuple[int, str]]:
     return [(v.line, v.rule) for v in check_source(text, **kw)]
-
-
-@pytest.mark.parametrize("path", HONEST_KERNELS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_honest_kernel_passes(path):
-    backend = read_header(path).get("BACKEND", "triton")
-    assert check_source(path.read_text(), backend) == []
-
-
-@pytest.mark.parametrize("path", HONEST_SOLUTIONS, ids=lambda p: p.name)
-def test_every_honest_kernelbench_solution_passes(path):
-    assert check_source(path.read_text(), model=True) == []
-
-
-def test_generated_test_kernels_and_tuned_starters_pass():
-    honest = [name for name, (_, verdict, _) in judge_kernels.VARIANTS.items() if name != "syntax_error"
-              and name not in ("import_error", "numpy_no_launch")]
-    for name in honest:
-        assert check_source(judge_kernels.VARIANTS[name][0]) == [], name
-    import loop_kernels
-    kernels = {n: v for n, v in vars(loop_kernels).items() if isinstance(v, str) and "KERNEL_TYPE" in v}
-    assert kernels
-    for name, text in kernels.items():
-        assert check_source(text) == [], name
 
 
 @pytest.mark.parametrize("text, want", [
@@ -54,22 +23,30 @@ def test_generated_test_kernels_and_tuned_starters_pass():
      [(4, "assignment to a module attribute"), (4, "not on the kernel allow-list")]),
     ("import torch\ntorch.cuda.Event = object\n",
      [(2, "assignment to a module attribute"), (2, "not on the kernel allow-list")]),
-    ("import torch\ndef f():\n    torch.x.y = 1\n", [(3, "assignment to a module attribute")]),
-    ("import torch\ndel torch.matmul\n", [(2, "assignment to a module attribute")]),
+    ("import torch\ndef f():\n    torch.x.y = 1\n",
+     [(3, "assignment to a module attribute"), (3, "not on the kernel allow-list")]),
+    ("import torch\ndel torch.matmul\n", [(2, "assignment to a module attribute"), (2, "not on the kernel allow-list")]),
     ("import torch\ntorch.cuda.synchronize += 1\n", [(2, "assignment to a module attribute")]),
-    ("import torch\nx = torch.os\n", [(2, "forbidden name"), (2, "not on the kernel allow-list")]),
-    ("def f(g):\n    return g.__globals__\n", [(2, "forbidden name")]),
-    ("x = __builtins__\n", [(1, "forbidden name")]),
-    ("exec('1')\n", [(1, "forbidden name")]),
-    ("eval('1')\n", [(1, "forbidden name")]),
-    ("compile('1', 'f', 'exec')\n", [(1, "forbidden name")]),
-    ("open('/tmp/x', 'w')\n", [(1, "forbidden name")]),
-    ("__import__('os')\n", [(1, "forbidden name")]),
-    ("class A: pass\nsetattr(A, 'x', 1)\n", [(2, "forbidden name")]),
+    ("import torch\nx = torch.os\n", [(2, "not on the kernel allow-list")]),
+    ("def f(g):\n    return g.__globals__\n", [(2, "private name")]),
+    ("x = __builtins__\n", [(1, "private name")]),
+    ("exec('1')\n", [(1, "not on the kernel allow-list")]),
+    ("eval('1')\n", [(1, "not on the kernel allow-list")]),
+    ("compile('1', 'f', 'exec')\n", [(1, "not on the kernel allow-list")]),
+    ("open('/tmp/x', 'w')\n", [(1, "not on the kernel allow-list")]),
+    ("__import__('os')\n", [(1, "private name")]),
+    ("class A: pass\nsetattr(A, 'x', 1)\n", [(2, "not on the kernel allow-list")]),
     ("import math\ny = getattr(math, 'pi')\n", [(2, "getattr on a module"), (2, "module used as a value")]),
     ("def f(o, n):\n    return getattr(o, n)\n", [(2, "getattr with a computed name")]),
-    ("def f(o):\n    return getattr(o, '__dict__')\n", [(2, "forbidden name")]),
-    ("def f(o):\n    return type(o).__subclasses__()\n", [(2, "forbidden name")]),
+    ("def f(o):\n    return getattr(o, '__dict__')\n", [(2, "private name")]),
+    ("def f(o):\n    return type(o).__subclasses__()\n", [(2, "private name")]),
+    # the primitive of four lying kernels: a storage's native file write, reached from a tensor
+    ("def f(b):\n    b._typed_storage()._untyped_storage._write_file(3, True, False, 1)\n",
+     [(2, "private name")] * 3),
+    ("def f(x):\n    x.apply_(lambda v: v * 2)\n", [(2, "host compute")]),
+    ("def f(x):\n    return x.tolist()\n", [(2, "host compute")]),
+    ("def f(x):\n    return x.softmax(-1)\n", [(2, "not on the kernel allow-list")]),
+    ("import math\nx = math.e\ny = vars()\n", [(3, "not on the kernel allow-list")]),
 ])
 def test_each_rule_refuses_with_its_line(text, want):
     assert _rules(text) == want
@@ -77,9 +54,9 @@ def test_each_rule_refuses_with_its_line(text, want):
 
 def test_honest_constructs_pass():
     text = ("from __future__ import annotations\nimport math\nimport functools\nfrom typing import Optional\n"
-            "from dataclasses import dataclass\nimport torch\nimport triton\nimport triton.language as tl\n"
+            "import torch\nimport triton\nimport triton.language as tl\n"
             "from triton.language.extra import libdevice\n\n"
-            "@dataclass\nclass Cfg:\n    block: int = 64\n\ncfg = Cfg()\ncfg.block = 128\n"
+            "class Cfg:\n    block: int = 64\n\ncfg = Cfg()\ncfg.block = 128\n"
             "def kernel_fn(x):\n    y = torch.empty_like(x)\n    n = getattr(x, 'shape')[-1]\n"
             "    f = torch.empty\n    return y\n")
     assert check_source(text) == []
@@ -107,7 +84,7 @@ def test_the_message_names_the_file_line_and_rule():
     ("import torch\ndef f(p):\n    return torch.serialization.pickle.loads(p)\n", "torch.serialization"),
     ("from torch import load\n", "torch.load"),
     ("import torch\ntorch.save({}, 'x')\n", "torch.save"),
-    ("import torch\nx = torch._C\n", "_C is private"),
+    ("import torch\nx = torch._C\n", "torch._C is not among"),
     ("import torch\ntorch.library.Library('k', 'DEF')\n", "torch.library"),
     ("import torch\nf = torch.ops.aten.add\n", "torch.ops"),
     ("import torch\ntorch.hub.load('a', 'b')\n", "torch.hub"),
@@ -120,22 +97,23 @@ def test_the_message_names_the_file_line_and_rule():
     ("import triton\ntriton.knobs.cache.dir\n", "triton.knobs"),
     ("import triton\ntriton.testing.do_bench\n", "triton.testing"),
     ("import typing\ntyping.types.FunctionType\n", "typing.types"),
-    ("import torch\ntorch.quasirandom.SobolEngine\n", "torch.quasirandom is a module"),  # in no list: a module
-    ("import triton.language as tl\ntl.core._semantic\n", "_semantic is private"),
+    ("import torch\ntorch.quasirandom.SobolEngine\n", "torch.quasirandom is not among"),  # in no list: a module
+    ("import triton.language as tl\ntl.core._semantic\n", "triton.language.core is not among"),
     ("from torch.utils.cpp_extension import load\n", "torch.utils.cpp_extension.load"),
 ])
 def test_the_allow_list_refuses_what_a_kernel_does_not_need(text, why):
-    found = [v for v in check_source(text, model="cpp_extension" in text) if v.rule == "not on the kernel allow-list"]
+    found = [v for v in check_source(text, model="cpp_extension" in text)
+             if v.rule in ("not on the kernel allow-list", "private name")]
     assert found and why in found[0].detail, found
 
 
 @pytest.mark.parametrize("text, rule", [
     ("import torch\nlib = torch\n", "module used as a value"),
-    ("def f(x):\n    x.numpy().tofile('/tmp/out')\n", "forbidden name"),
-    ("def f(x):\n    return x.__class__.__base__\n", "forbidden name"),
-    ("def f(x):\n    return x.__reduce_ex__(2)\n", "forbidden name"),
-    ("def f(x, s):\n    x.record_stream(s)\n", "forbidden name"),
-    ("def f(a, b):\n    a.wait_stream(b)\n", "forbidden name"),
+    ("def f(x):\n    x.numpy().tofile('/tmp/out')\n", "host compute"),
+    ("def f(x):\n    return x.__class__.__base__\n", "private name"),
+    ("def f(x):\n    return x.__reduce_ex__(2)\n", "private name"),
+    ("def f(x, s):\n    x.record_stream(s)\n", "not on the kernel allow-list"),
+    ("def f(a, b):\n    a.wait_stream(b)\n", "not on the kernel allow-list"),
     ("import torch\nclass Lazy(torch.Tensor):\n    pass\n", "tensor subclass"),
     ("from torch import Tensor\nclass Lazy(Tensor):\n    pass\n", "tensor subclass"),
 ])
@@ -157,19 +135,16 @@ def test_what_kernels_use_stays_allowed():
     assert check_source(model, model=True) == []
 
 
-def test_what_the_playbook_tells_the_model_matches_the_allow_list():
-    """rules.md names what the allow-list admits and refuses, and its code passes the check."""
+def test_what_the_playbook_tells_the_model_is_the_allow_list():
+    """rules.md holds the allow-list's own words (so the LLM's prompt, which carries rules.md, does
+    too), and every code block of the playbook passes the check."""
     import re
 
     from harness.isolation import kernel_surface
     rules = (ROOT / "playbook" / "rules.md").read_text()
-    for module in ("torch.cuda", "triton", "harness.cuda_launcher", "harness.cuda_build"):
-        for name in kernel_surface.MODULE_NAMES[module]:
-            assert f"`{name}`" in rules or f"`{module}.{name}`" in rules or name == "tools", (module, name)
-    for name in kernel_surface.REFUSED_NAMES["torch"] - {"set_default_device", "set_default_dtype",
-                                                        "use_deterministic_algorithms", "UntypedStorage",
-                                                        "TypedStorage", "Storage", "set_printoptions"}:
-        assert f"`{name}`" in rules or f"`torch.{name}`" in rules, name
+    block = re.search(r"<!-- surface: .*? -->\n(.*?)<!-- /surface -->", rules, re.S)
+    assert block and block.group(1).strip() == kernel_surface.in_words().strip(), \
+        "regenerate the block: python -m harness.isolation.kernel_surface"
     checked = 0
     for path in sorted((ROOT / "playbook").glob("*.md")):
         for code in re.findall(r"```python\n(.*?)```", path.read_text(), re.S):
@@ -180,3 +155,51 @@ def test_what_the_playbook_tells_the_model_matches_the_allow_list():
             assert check_source(code, "cuda" if "cuda_launcher" in code else "triton") == [], path.name
             checked += 1
     assert checked
+
+
+CUDA_FILE = '''import torch
+from harness.cuda_launcher import dtype_code, load_launcher
+
+KERNEL_TYPE = "softmax"
+BACKEND = "cuda"
+CUDA_KERNELS = r"""
+#include "autokernel_cuda.cuh"
+__global__ void copy_kernel(const float* x, float* y, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i];
+}
+void softmax_launch(const void* x, void* y, int64_t n, cudaStream_t stream) {
+  copy_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>((const float*)x, (float*)y, n);
+  HOST_LINE
+}
+"""
+
+
+def kernel_fn(x):
+    y = torch.empty_like(x)
+    load_launcher(CUDA_KERNELS, None).softmax_launch(x, y, x.numel(), None)
+    return y
+'''
+
+
+@pytest.mark.parametrize("host_line, word", [
+    ("float h[4]; cudaMemcpy(h, x, 16, cudaMemcpyDeviceToHost);", "cudaMemcpy"),
+    ("float* h; cudaMallocHost(&h, 16);", "cudaMallocHost"),
+    ("std::ofstream log(\"/tmp/x\");", "std::ofstream"),
+], ids=["memcpy_to_host", "host_memory", "a_file"])
+def test_the_cuda_host_side_only_launches(host_line, word):
+    assert check_source(CUDA_FILE.replace("HOST_LINE", ""), "cuda") == []
+    found = check_source(CUDA_FILE.replace("HOST_LINE", host_line), "cuda")
+    assert any(v.rule == "CUDA host side" and word in v.detail and v.line == 14 for v in found), found
+
+
+@pytest.mark.parametrize("source, word", [
+    ("#include <fstream>\n", "fstream"),
+    ("torch::Tensor f(torch::Tensor a) {\n  float s = a.item<float>();\n  return torch::softmax(a, 0);\n}\n", ".item"),
+    ("torch::Tensor f(torch::Tensor a) {\n  return torch::softmax(a, 0);\n}\n", "torch::softmax"),
+])
+def test_a_modelnew_load_inline_source_is_held_to_it_too(source, word):
+    text = ("import torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
+            f"SRC = '''\n#include <torch/extension.h>\n{source}'''\n")
+    found = check_source(text, model=True)
+    assert any(v.rule == "CUDA host side" and word in v.detail for v in found), found
