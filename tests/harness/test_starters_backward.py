@@ -11,8 +11,7 @@ import torch
 
 import backward_check
 
-KERNEL_TYPES = ["rmsnorm", "layernorm", "softmax", "cross_entropy", "rotary_embedding", "reduce"]
-from starter_kernels import starter_path
+from starter_kernels import KERNEL_TYPES, starter_path
 from harness.isolation.static_check import check_file
 
 
