@@ -32,12 +32,17 @@ from starter_kernels import KERNEL_TYPES
 GPU_PROGRAMS = 132  # H100 / H200 multiprocessors: matmul's tile-filling rule sees a GPU's count
 
 
-def allowed_configs(module, sample: int, seed: int = 0) -> list[dict]:
-    """The default CONFIG first, then up to `sample` other configurations the CONSTRAINTS allow."""
-    names = list(module.TUNABLES)
-    allowed = [dict(zip(names, values)) for values in itertools.product(*module.TUNABLES.values())]
-    allowed = [c for c in allowed if check_constraints(module.CONSTRAINTS, c) and c != module.CONFIG]
-    return [dict(module.CONFIG)] + random.Random(seed).sample(allowed, min(sample, len(allowed)))
+def allowed_configs(module, sample: int, seed: int = 0, tries: int = 20000) -> list[dict]:
+    """The default CONFIG first, then up to `sample` other configurations the CONSTRAINTS allow,
+    drawn at random (a forward's and a backward's tunables together span far too many to list)."""
+    rng, found = random.Random(seed), [dict(module.CONFIG)]
+    for _ in range(tries if sample else 0):
+        config = {name: rng.choice(values) for name, values in module.TUNABLES.items()}
+        if config not in found and check_constraints(module.CONSTRAINTS, config):
+            found.append(config)
+            if len(found) > sample:
+                break
+    return found
 
 
 def recorded_launches(module, config: dict, dtype: str, arch: str, backward: bool = False) -> list:

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 import backward_check
+from autokernel.search.kernel_source import check_constraints
+from starter_configs import TRITON as SECOND_CONFIGS
 
 from starter_kernels import KERNEL_TYPES, starter_path
 from harness.isolation.static_check import check_file
@@ -24,6 +26,20 @@ def test_starter_backward_matches_float64_autograd(kernel_type):
     assert {row.dtype for row in rows} == set(backward_check.dtypes(kernel_type))
     # every differentiable parameter compared in every case
     assert all(set(row.errors) == set(backward_check.grad_params(kernel_type)) for row in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_second_backward_config_matches_float64_autograd(kernel_type, monkeypatch):
+    # smaller BWD_ blocks: rows longer than a block take the chunked loops, more programs share a
+    # weight gradient, attention's key blocks are wider than its query blocks
+    module = backward_check.starter(kernel_type)
+    config = SECOND_CONFIGS[kernel_type]
+    assert check_constraints(module.CONSTRAINTS, config)
+    monkeypatch.setattr(module, "CONFIG", {**module.CONFIG, **config})
+    rows = [backward_check.check_case(module, case) for case in backward_check.cases(kernel_type)[:2]]
+    failures = [f"{row.label}: {f}" for row in rows for f in row.failures]
+    assert failures == [], "\n".join(failures)
 
 
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
