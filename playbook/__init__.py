@@ -1,4 +1,5 @@
-"""The optimisation playbook given to the LLM: six tiers of advice plus the rules of the judge.
+"""The optimisation playbook given to the LLM: six tiers of advice plus the rules of the judge, and
+for training targets the backward's contract and advice (training.md).
 
 The markdown files ship as package data and are read through importlib.resources, so they are found
 from a wheel or a non-editable install as well as from a checkout. `choose` picks the advice that
@@ -19,6 +20,7 @@ TIERS = {
     6: "tier6_kernel_specific",
 }
 RULES = "rules"
+TRAINING = "training"  # the backward's contract and advice, for training targets only
 
 # Stages whose failure means the kernel computes the wrong thing: the next prompt should not push
 # for a bolder rewrite, it should get the current idea right first.
@@ -30,7 +32,7 @@ EXPERIMENTS_PER_TIER = 3
 
 
 def names() -> list[str]:
-    return [RULES, *TIERS.values()]
+    return [RULES, TRAINING, *TIERS.values()]
 
 
 def read(name: str) -> str:

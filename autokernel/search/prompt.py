@@ -52,6 +52,17 @@ def contract_section(ctx: "SearchContext") -> str:
             "offset inputs: the kernel must handle any size, not only the target's.\n")
 
 
+def backward_section(kernel_type: str) -> str:
+    """For a training target: the backward's signature for `kernel_type` and the playbook's
+    training page (the contract in words, and how to write a backward)."""
+    from harness.kernel_types import registry
+    kt = registry.get(kernel_type)
+    params = ", ".join(p if p not in kt.defaults else f"{p}={kt.defaults[p]!r}" for p in kt.params)
+    return (f"## Training target: give a backward too\n"
+            f"Signature: `backward_fn(grad_out, out, {params})`\n\n"
+            f"{playbook.read(playbook.TRAINING).strip()}\n")
+
+
 def target_section(ctx: "SearchContext") -> str:
     dims = ", ".join(f"{k}={v}" for k, v in ctx.dims.items())
     return (f"## Target: {ctx.target}\n"

@@ -11,6 +11,14 @@ Numerics. Statistics in fp32 whatever the logits' dtype. No atomics: the mean is
 on every run. Targets equal to -100 (PyTorch's default ignore_index) count for nothing, as in
 F.cross_entropy; any other target outside [0, V) makes the loss NaN rather than reading memory
 outside the row.
+
+Backward. dlogits = (softmax(row) - onehot(target)) * grad_out / counted, zero on ignored rows;
+grad_out is the float32 scalar upstream of the mean. The forward saves nothing: a row's max and
+sum of exponentials (two fp32 values) are recomputed in a first sweep of the row, the same online
+pass as the forward, and a second sweep writes the row's gradient. Kernel 1 (one program) counts
+the rows that count; kernel 2 runs one program per row. Traffic: logits read twice (the second
+mostly from L2 on a GPU) and dlogits written once, 3 * N * V * elem_size bytes, about 6 FLOPs per
+logit, memory-bound.
 """
 import torch
 import triton
@@ -19,10 +27,12 @@ import triton.language as tl
 KERNEL_TYPE = "cross_entropy"
 BACKEND = "triton"
 
-TUNABLES = {"BLOCK_V": [256, 512, 1024, 2048, 4096, 8192, 16384], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3]}
+TUNABLES = {"BLOCK_V": [256, 512, 1024, 2048, 4096, 8192, 16384], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3],
+            "BWD_BLOCK_V": [256, 512, 1024, 2048, 4096, 8192, 16384], "BWD_num_warps": [1, 2, 4, 8, 16]}
 # every lane busy, and at most 64 fp32 values of a block per thread (more spills registers)
-CONSTRAINTS = ["BLOCK_V >= 32 * num_warps", "BLOCK_V <= 64 * 32 * num_warps"]
-CONFIG = {"BLOCK_V": 4096, "num_warps": 8, "num_stages": 2}
+CONSTRAINTS = ["BLOCK_V >= 32 * num_warps", "BLOCK_V <= 64 * 32 * num_warps",
+               "BWD_BLOCK_V >= 32 * BWD_num_warps", "BWD_BLOCK_V <= 64 * 32 * BWD_num_warps"]
+CONFIG = {"BLOCK_V": 4096, "num_warps": 8, "num_stages": 2, "BWD_BLOCK_V": 4096, "BWD_num_warps": 8}
 
 IGNORE_INDEX = tl.constexpr(-100)
 # Lowest finite fp32: a running max that starts here instead of at -inf never computes
@@ -81,3 +91,56 @@ def kernel_fn(logits, targets):
     # an empty batch gives 0 / 0 = NaN, as F.cross_entropy does
     _mean_kernel[(1,)](out, losses, counted, n_rows, BLOCK=MEAN_BLOCK, num_warps=4)
     return out
+
+
+@triton.jit
+def _count_kernel(count_ptr, targets_ptr, n_rows, target_stride, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    count = tl.zeros([BLOCK], tl.int32)
+    for start in range(0, n_rows, BLOCK):
+        mask = start + offs < n_rows
+        target = tl.load(targets_ptr + (start + offs) * target_stride, mask=mask, other=IGNORE_INDEX)
+        count += (target != IGNORE_INDEX).to(tl.int32)
+    tl.store(count_ptr, tl.sum(count, axis=0).to(tl.float32))
+
+
+@triton.jit
+def _row_grad_kernel(dlogits_ptr, logits_ptr, targets_ptr, grad_ptr, count_ptr, n_classes, row_stride,
+                     col_stride, target_stride, BLOCK_V: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    logits_row = logits_ptr + row * row_stride
+    d_row = dlogits_ptr + row * n_classes
+    cols = tl.arange(0, BLOCK_V)
+    run_max = tl.full([BLOCK_V], FP32_LOWEST, tl.float32)
+    run_sum = tl.zeros([BLOCK_V], tl.float32)
+    for start in range(0, n_classes, BLOCK_V):
+        mask = start + cols < n_classes
+        x = tl.load(logits_row + (start + cols) * col_stride, mask=mask, other=-float("inf")).to(tl.float32)
+        new_max = tl.maximum(run_max, x)
+        run_sum = run_sum * tl.exp(run_max - new_max) + tl.exp(x - new_max)
+        run_max = new_max
+    row_max = tl.max(run_max, axis=0)
+    row_sum = tl.sum(run_sum * tl.exp(run_max - row_max), axis=0)
+    target = tl.load(targets_ptr + row * target_stride)
+    # d(mean)/d(loss of this row) = grad_out / counted; an ignored row takes no part in the mean
+    scale = tl.where(target != IGNORE_INDEX, tl.load(grad_ptr) / tl.load(count_ptr), 0.0)
+    for start in range(0, n_classes, BLOCK_V):
+        mask = start + cols < n_classes
+        x = tl.load(logits_row + (start + cols) * col_stride, mask=mask, other=-float("inf")).to(tl.float32)
+        p = tl.exp(x - row_max) / row_sum
+        d = (p - tl.where(start + cols == target, 1.0, 0.0)) * scale
+        tl.store(d_row + start + cols, d.to(dlogits_ptr.dtype.element_ty), mask=mask)
+
+
+def backward_fn(grad_out, out, logits, targets):
+    n_rows, n_classes = logits.shape
+    dlogits = logits.new_empty(logits.shape)
+    if dlogits.numel() == 0:
+        return (dlogits,)
+    count = torch.empty((), dtype=torch.float32, device=logits.device)
+    _count_kernel[(1,)](count, targets, n_rows, targets.stride(0), BLOCK=MEAN_BLOCK, num_warps=4)
+    block_v = min(CONFIG["BWD_BLOCK_V"], triton.next_power_of_2(n_classes))
+    _row_grad_kernel[(n_rows,)](
+        dlogits, logits, targets, grad_out, count, n_classes, logits.stride(0), logits.stride(1),
+        targets.stride(0), BLOCK_V=block_v, num_warps=CONFIG["BWD_num_warps"])
+    return (dlogits,)

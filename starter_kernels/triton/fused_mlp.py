@@ -30,6 +30,19 @@ and the SiLU output.
 Numerics. fp32 operands multiply in IEEE fp32 (input_precision="ieee": no silent TF32); fp16 and
 bf16 operands use the tensor cores with fp32 accumulators. h is stored in the input dtype (one
 rounding before the down projection, as eager rounds each projection), the output is rounded once.
+
+Backward. With G = x @ w_gate.T, U = x @ w_up.T, s = sigmoid(G), h = G * s * U and upstream g:
+    dh = g @ w_down,  dU = dh * G * s,  dG = dh * U * s * (1 + G * (1 - s)),
+    dx = dG @ w_gate + dU @ w_up,  dw_gate = dG^T @ x,  dw_up = dU^T @ x,  dw_down = g^T @ h.
+The forward saves nothing: kernel B1 recomputes G and U from x (the forward's gate/up GEMM) and
+computes dh in the same K loop (g [M, D] against w_down [D, F] shares the K = D walk), holding
+three fp32 accumulators, and writes h, dG and dU once each in the input dtype (as eager rounds each
+projection's gradient). Kernel B2, a strided matmul with an optional second product summed into
+the same accumulator, then makes dx (both products in one pass over K = F) and the three weight
+gradients on transposed views (sums over the M rows inside each tile's K loop, in fp32; no copy).
+FLOPs: 3 * 2 * M * D * F in B1, 4 * 2 * M * D * F in B2: 14 * M * D * F, 2.3x the forward's,
+compute-bound. The backward uses pointer loads only (transposed operands have no contiguous last
+dim for descriptors), under the BWD_ tiles.
 """
 import torch
 import triton
@@ -39,13 +52,17 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 KERNEL_TYPE = "fused_mlp"
 BACKEND = "triton"
 
-TUNABLES = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "BLOCK_K": [16, 32, 64, 128], "GROUP_M": [1, 4, 8, 16], "TMA": [0, 1], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4]}
+TUNABLES = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "BLOCK_K": [16, 32, 64, 128], "GROUP_M": [1, 4, 8, 16], "TMA": [0, 1], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4],
+            "BWD_BLOCK_M": [16, 32, 64, 128], "BWD_BLOCK_N": [16, 32, 64, 128], "BWD_BLOCK_K": [16, 32, 64, 128], "BWD_GROUP_M": [1, 4, 8, 16], "BWD_num_warps": [2, 4, 8], "BWD_num_stages": [1, 2, 3, 4]}
 # Both kernels hold 2 * BLOCK_M * BLOCK_N fp32 accumulators: at most 128 per thread, and with the
 # operand tiles held for the tensor-core instructions about 200 registers. Their pipelined tiles
 # stay within sm_80's 163 KiB of shared memory, and with the TMA store's output tile within
-# sm_90's 227 KiB.
-CONSTRAINTS = ["2 * BLOCK_M * BLOCK_N <= 128 * 32 * num_warps", "2 * BLOCK_M * BLOCK_N + (BLOCK_M + 2 * BLOCK_N) * BLOCK_K // 2 <= 200 * 32 * num_warps", "num_stages * (BLOCK_M + 2 * BLOCK_N) * BLOCK_K * 2 <= 160 * 1024", "TMA == 0 or num_stages * (BLOCK_M + 2 * BLOCK_N) * BLOCK_K * 2 + 4 * BLOCK_M * BLOCK_N <= 220 * 1024"]
-CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "TMA": 1, "num_warps": 8, "num_stages": 3}
+# sm_90's 227 KiB. The backward's first kernel holds three BWD_BLOCK_M x BWD_BLOCK_N accumulators
+# and five operand tiles.
+CONSTRAINTS = ["2 * BLOCK_M * BLOCK_N <= 128 * 32 * num_warps", "2 * BLOCK_M * BLOCK_N + (BLOCK_M + 2 * BLOCK_N) * BLOCK_K // 2 <= 200 * 32 * num_warps", "num_stages * (BLOCK_M + 2 * BLOCK_N) * BLOCK_K * 2 <= 160 * 1024", "TMA == 0 or num_stages * (BLOCK_M + 2 * BLOCK_N) * BLOCK_K * 2 + 4 * BLOCK_M * BLOCK_N <= 220 * 1024",
+               "3 * BWD_BLOCK_M * BWD_BLOCK_N <= 128 * 32 * BWD_num_warps", "3 * BWD_BLOCK_M * BWD_BLOCK_N + (2 * BWD_BLOCK_M + 3 * BWD_BLOCK_N) * BWD_BLOCK_K // 2 <= 200 * 32 * BWD_num_warps", "BWD_num_stages * (2 * BWD_BLOCK_M + 3 * BWD_BLOCK_N) * BWD_BLOCK_K * 2 <= 160 * 1024"]
+CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "TMA": 1, "num_warps": 8, "num_stages": 3,
+          "BWD_BLOCK_M": 64, "BWD_BLOCK_N": 64, "BWD_BLOCK_K": 32, "BWD_GROUP_M": 8, "BWD_num_warps": 8, "BWD_num_stages": 2}
 
 MIN_DOT_DIM = 16  # tl.dot needs every tile dim to be at least 16
 MIN_FILL_BLOCK = 64  # tiles are not halved below this to fill the multiprocessors
@@ -233,3 +250,117 @@ def kernel_fn(x, w_gate, w_up, w_down):
     else:
         _down_kernel[grid](out, h, w_down, m, d_model, d_ff, grid[0], *w_down.stride(), **meta)
     return out.view(x.shape)
+
+
+@triton.jit
+def _gate_up_bwd_kernel(h_ptr, dg_ptr, du_ptr, x_ptr, wg_ptr, wu_ptr, g_ptr, wd_ptr, M, F, D,
+                        stride_xm, stride_xd, stride_gf, stride_gd, stride_uf, stride_ud,
+                        stride_om, stride_od, stride_wdd, stride_wdf, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """h, dG, dU [M, F] (contiguous) from x, the gate and up weights, grad_out g [M, D] and w_down."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), tiles_m, tl.cdiv(F, BLOCK_N), GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_f = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    rows, cols = _clamped(offs_m, M, BLOCK_M), _clamped(offs_f, F, BLOCK_N)
+    x_ptrs = x_ptr + rows[:, None] * stride_xm + offs_k[None, :] * stride_xd
+    g_ptrs = g_ptr + rows[:, None] * stride_om + offs_k[None, :] * stride_od
+    wg_ptrs = wg_ptr + offs_k[:, None] * stride_gd + cols[None, :] * stride_gf
+    wu_ptrs = wu_ptr + offs_k[:, None] * stride_ud + cols[None, :] * stride_uf
+    wd_ptrs = wd_ptr + offs_k[:, None] * stride_wdd + cols[None, :] * stride_wdf
+    gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    dh = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for ki in range(tl.cdiv(D, BLOCK_K)):
+        k_row = offs_k[None, :] < D - ki * BLOCK_K
+        k_col = offs_k[:, None] < D - ki * BLOCK_K
+        x = tl.load(x_ptrs, mask=k_row, other=0.0)
+        gate = tl.dot(x, tl.load(wg_ptrs, mask=k_col, other=0.0), gate, input_precision="ieee")
+        up = tl.dot(x, tl.load(wu_ptrs, mask=k_col, other=0.0), up, input_precision="ieee")
+        dh = tl.dot(tl.load(g_ptrs, mask=k_row, other=0.0), tl.load(wd_ptrs, mask=k_col, other=0.0), dh,
+                    input_precision="ieee")
+        x_ptrs += BLOCK_K * stride_xd
+        g_ptrs += BLOCK_K * stride_od
+        wg_ptrs += BLOCK_K * stride_gd
+        wu_ptrs += BLOCK_K * stride_ud
+        wd_ptrs += BLOCK_K * stride_wdd
+    sig = tl.sigmoid(gate)
+    silu = gate * sig
+    out = offs_m[:, None] * F + offs_f[None, :]
+    ok = (offs_m[:, None] < M) & (offs_f[None, :] < F)
+    tl.store(h_ptr + out, (silu * up).to(h_ptr.dtype.element_ty), mask=ok)
+    tl.store(du_ptr + out, (dh * silu).to(du_ptr.dtype.element_ty), mask=ok)
+    tl.store(dg_ptr + out, (dh * up * sig * (1.0 + gate * (1.0 - sig))).to(dg_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _product_kernel(c_ptr, a_ptr, b_ptr, a2_ptr, b2_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                    stride_bn, stride_a2m, stride_a2k, stride_b2k, stride_b2n, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                    TWO: tl.constexpr):
+    """c [M, N] (contiguous) = a @ b, plus a2 @ b2 when TWO, for operands of any strides."""
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    rows, cols = _clamped(offs_m, M, BLOCK_M), _clamped(offs_n, N, BLOCK_N)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
+    a2_ptrs = a2_ptr + rows[:, None] * stride_a2m + offs_k[None, :] * stride_a2k
+    b2_ptrs = b2_ptr + offs_k[:, None] * stride_b2k + cols[None, :] * stride_b2n
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for ki in range(tl.cdiv(K, BLOCK_K)):
+        k_row = offs_k[None, :] < K - ki * BLOCK_K
+        k_col = offs_k[:, None] < K - ki * BLOCK_K
+        acc = tl.dot(tl.load(a_ptrs, mask=k_row, other=0.0), tl.load(b_ptrs, mask=k_col, other=0.0), acc,
+                     input_precision="ieee")
+        if TWO:
+            acc = tl.dot(tl.load(a2_ptrs, mask=k_row, other=0.0), tl.load(b2_ptrs, mask=k_col, other=0.0),
+                         acc, input_precision="ieee")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+        a2_ptrs += BLOCK_K * stride_a2k
+        b2_ptrs += BLOCK_K * stride_b2k
+    c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def _bwd_meta(m: int, n: int, k: int, elem_size: int) -> tuple[tuple, dict]:
+    """Grid (one program per tile) and launch options of a backward kernel over an [m, n] output."""
+    block_m = _block(CONFIG["BWD_BLOCK_M"], m)
+    block_n = _block(max(MIN_DOT_DIM, CONFIG["BWD_BLOCK_N"] * 2 // elem_size), n)
+    block_k = _block(max(MIN_DOT_DIM, CONFIG["BWD_BLOCK_K"] * 2 // elem_size), k)
+    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
+    return grid, dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=CONFIG["BWD_GROUP_M"],
+                      num_warps=CONFIG["BWD_num_warps"], num_stages=CONFIG["BWD_num_stages"])
+
+
+def _product(a, b, a2=None, b2=None):
+    """a @ b (+ a2 @ b2) into a new contiguous tensor in a's dtype, any operand strides."""
+    m, k = a.shape
+    n = b.shape[1]
+    c = a.new_empty((m, n))
+    if c.numel() == 0:
+        return c
+    grid, meta = _bwd_meta(m, n, k, a.element_size())
+    two = a2 is not None
+    a2, b2 = (a2, b2) if two else (a, b)
+    _product_kernel[grid](c, a, b, a2, b2, m, n, k, *a.stride(), *b.stride(), *a2.stride(), *b2.stride(),
+                          TWO=two, **meta)
+    return c
+
+
+def backward_fn(grad_out, out, x, w_gate, w_up, w_down):
+    d_model = x.shape[-1]
+    d_ff = w_gate.shape[0]
+    x2 = x.reshape(-1, d_model)
+    g2 = grad_out.reshape(-1, d_model)
+    m = x2.shape[0]
+    h, dg, du = (x.new_empty((m, d_ff)) for _ in range(3))
+    if m and d_ff:
+        grid, meta = _bwd_meta(m, d_ff, d_model, x.element_size())
+        _gate_up_bwd_kernel[grid](h, dg, du, x2, w_gate, w_up, g2, w_down, m, d_ff, d_model, *x2.stride(),
+                                  *w_gate.stride(), *w_up.stride(), *g2.stride(), *w_down.stride(), **meta)
+    dx = _product(dg, w_gate, du, w_up)
+    return dx.view(x.shape), _product(dg.T, x2), _product(du.T, x2), _product(g2.T, h)

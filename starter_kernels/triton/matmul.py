@@ -35,6 +35,12 @@ registers at full width.
 Numerics. fp32 operands multiply in IEEE fp32 (input_precision="ieee": no silent TF32); fp16 and
 bf16 operands use the tensor cores with an fp32 accumulator. The result is rounded once, at the
 store.
+
+Backward. For c = a @ b and upstream g = dL/dc: da = g @ b^T [M, K] and db = a^T @ g [K, N], each
+the same kernel on transposed views (no copy: the pointer variant reads any strides; descriptors
+need a contiguous last dim, which the transposes lack), under the BWD_ tiles. Each is 2 * M * N * K
+FLOPs, 4 * M * N * K for the pair, compute-bound like the forward; nothing is saved or recomputed
+but the inputs. db sums over the M rows inside each tile's K loop, in fp32.
 """
 import torch
 import triton
@@ -44,12 +50,16 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 KERNEL_TYPE = "matmul"
 BACKEND = "triton"
 
-TUNABLES = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128], "GROUP_M": [1, 4, 8, 16], "TMA": [0, 1], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}
+TUNABLES = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128], "GROUP_M": [1, 4, 8, 16], "TMA": [0, 1], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5],
+            "BWD_BLOCK_M": [16, 32, 64, 128, 256], "BWD_BLOCK_N": [16, 32, 64, 128, 256], "BWD_BLOCK_K": [16, 32, 64, 128], "BWD_GROUP_M": [1, 4, 8, 16], "BWD_num_warps": [2, 4, 8], "BWD_num_stages": [1, 2, 3, 4, 5]}
 # At most 128 fp32 accumulators per thread, and with the a and b tiles held for the tensor-core
 # instructions (two 16-bit elements per register) about 200 registers; the pipelined a and b tiles within sm_80's 163 KiB of
 # shared memory per block, and with the TMA store's c tile within sm_90's 227 KiB.
-CONSTRAINTS = ["BLOCK_M * BLOCK_N <= 128 * 32 * num_warps", "BLOCK_M * BLOCK_N + (BLOCK_M + BLOCK_N) * BLOCK_K // 2 <= 200 * 32 * num_warps", "num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 <= 160 * 1024", "TMA == 0 or num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 + BLOCK_M * BLOCK_N * 2 <= 220 * 1024"]
-CONFIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "TMA": 1, "num_warps": 8, "num_stages": 3}
+# The backward's products (pointer variant) are held to the same register and shared-memory limits.
+CONSTRAINTS = ["BLOCK_M * BLOCK_N <= 128 * 32 * num_warps", "BLOCK_M * BLOCK_N + (BLOCK_M + BLOCK_N) * BLOCK_K // 2 <= 200 * 32 * num_warps", "num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 <= 160 * 1024", "TMA == 0 or num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 + BLOCK_M * BLOCK_N * 2 <= 220 * 1024",
+               "BWD_BLOCK_M * BWD_BLOCK_N <= 128 * 32 * BWD_num_warps", "BWD_BLOCK_M * BWD_BLOCK_N + (BWD_BLOCK_M + BWD_BLOCK_N) * BWD_BLOCK_K // 2 <= 200 * 32 * BWD_num_warps", "BWD_num_stages * (BWD_BLOCK_M + BWD_BLOCK_N) * BWD_BLOCK_K * 2 <= 160 * 1024"]
+CONFIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "TMA": 1, "num_warps": 8, "num_stages": 3,
+          "BWD_BLOCK_M": 128, "BWD_BLOCK_N": 128, "BWD_BLOCK_K": 64, "BWD_GROUP_M": 8, "BWD_num_warps": 8, "BWD_num_stages": 3}
 
 MIN_DOT_DIM = 16  # tl.dot needs every tile dim to be at least 16
 MIN_FILL_BLOCK = 64  # tiles are not halved below this to fill the multiprocessors
@@ -130,11 +140,13 @@ def _programs(device: torch.device) -> int:
     return CPU_PROGRAMS
 
 
-def _tiles(m: int, n: int, k: int, elem_size: int, programs: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K) for this product: CONFIG's, fitted to small dims, halved (N
-    first) while the tiles would leave programs idle; BLOCK_N and BLOCK_K in 16-bit elements."""
+def _tiles(m: int, n: int, k: int, elem_size: int, programs: int, prefix: str = "") -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K) for this product: CONFIG's (the backward's with prefix "BWD_"),
+    fitted to small dims, halved (N first) while the tiles would leave programs idle; BLOCK_N and
+    BLOCK_K in 16-bit elements."""
     # fp32 operands multiply on the CUDA cores, whose operand tiles take twice the registers
-    block_m, block_n = _block(CONFIG["BLOCK_M"], m), _block(max(MIN_DOT_DIM, CONFIG["BLOCK_N"] * 2 // elem_size), n)
+    block_m = _block(CONFIG[prefix + "BLOCK_M"], m)
+    block_n = _block(max(MIN_DOT_DIM, CONFIG[prefix + "BLOCK_N"] * 2 // elem_size), n)
     while triton.cdiv(m, block_m) * triton.cdiv(n, block_n) < programs:
         if block_n > MIN_FILL_BLOCK and block_n >= block_m:
             block_n //= 2
@@ -142,7 +154,7 @@ def _tiles(m: int, n: int, k: int, elem_size: int, programs: int) -> tuple[int, 
             block_m //= 2
         else:
             break
-    block_k = _block(max(MIN_DOT_DIM, CONFIG["BLOCK_K"] * 2 // elem_size), k)
+    block_k = _block(max(MIN_DOT_DIM, CONFIG[prefix + "BLOCK_K"] * 2 // elem_size), k)
     return block_m, block_n, block_k
 
 
@@ -157,16 +169,31 @@ def _tma_ok(*tensors) -> bool:
 def kernel_fn(a, b):
     k_dim, n = b.shape
     a2 = a.reshape(-1, k_dim)  # leading dims of a are rows of the product
-    m = a2.shape[0]
-    c = a.new_empty((m, n))
+    return _product(a2, b, "").view(*a.shape[:-1], n)
+
+
+def backward_fn(grad_out, out, a, b):
+    k_dim, n = b.shape
+    a2 = a.reshape(-1, k_dim)
+    g2 = grad_out.reshape(-1, n)
+    da = _product(g2, b.T, "BWD_").to(a.dtype)  # a cast, and no copy when g has a's dtype
+    db = _product(a2.T, g2, "BWD_").to(b.dtype)
+    return da.view(a.shape), db
+
+
+def _product(a2, b, prefix: str):
+    """a2 [M, K] @ b [K, N] -> a new [M, N] in a2's dtype, under CONFIG's tiles with `prefix`."""
+    m, k_dim = a2.shape
+    n = b.shape[1]
+    c = a2.new_empty((m, n))
     if c.numel() == 0:
-        return c.view(*a.shape[:-1], n)
-    programs = _programs(a.device)
-    block_m, block_n, block_k = _tiles(m, n, k_dim, a.element_size(), programs)
+        return c
+    programs = _programs(a2.device)
+    block_m, block_n, block_k = _tiles(m, n, k_dim, a2.element_size(), programs, prefix)
     grid = (min(programs, triton.cdiv(m, block_m) * triton.cdiv(n, block_n)),)
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=CONFIG["GROUP_M"],
-                num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"])
-    if CONFIG["TMA"] and _tma_device(a.device) and _tma_ok(a2, b, c):
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=CONFIG[prefix + "GROUP_M"],
+                num_warps=CONFIG[prefix + "num_warps"], num_stages=CONFIG[prefix + "num_stages"])
+    if not prefix and CONFIG["TMA"] and _tma_device(a2.device) and _tma_ok(a2, b, c):
         _matmul_tma_kernel[grid](
             TensorDescriptor.from_tensor(c, [block_m, block_n]),
             TensorDescriptor.from_tensor(a2, [block_m, block_k]),
@@ -174,4 +201,4 @@ def kernel_fn(a, b):
     else:
         _matmul_kernel[grid](c, a2, b, m, n, k_dim, grid[0], a2.stride(0), a2.stride(1), b.stride(0), b.stride(1),
                              c.stride(0), c.stride(1), **meta)
-    return c.view(*a.shape[:-1], n)
+    return c

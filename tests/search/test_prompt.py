@@ -165,3 +165,17 @@ def test_a_parent_other_than_the_best_and_the_smaller_prompts():
     assert len(whole) > len(smaller) > len(smallest)
     assert "# inspiration 7" not in smaller and "## Playbook" in smaller and "## Playbook" not in smallest
     assert "Recent experiments" not in smallest and "# parent 5" in smallest  # what to improve stays
+
+
+@pytest.mark.parametrize("kernel_type, params", [
+    ("rmsnorm", "grad_out, out, x, weight, eps=1e-06"),
+    ("flash_attention", "grad_out, out, q, k, v, causal=False, sm_scale=None")])
+def test_backward_section_states_the_contract_for_a_training_target(kernel_type, params):
+    text = prompt.backward_section(kernel_type)
+    assert f"`backward_fn({params})`" in text
+    for rule in ("Recompute rather than save", "BWD_", "never `.sum()` in PyTorch",
+                 "No returned\n  gradient may share memory", "rmsnorm (x, weight)"):
+        assert rule in text, rule
+    # an inference target's prompt does not carry it: the rules are the system prompt, not this
+    system, user = user_text(context())
+    assert "Recompute rather than save" not in system + user and "Training target" not in user

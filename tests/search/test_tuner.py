@@ -122,4 +122,4 @@ def test_real_starter_space():
     candidate = tuner.propose(None)
     assert check_constraints(literals["CONSTRAINTS"], candidate.config)
     assert set(candidate.config) == set(literals["TUNABLES"])
-    assert tuner.space_size == 7 * 5 * 3
+    assert tuner.space_size == 7 * 5 * 3 * 7 * 5  # the forward's BLOCK_N, warps, stages; the backward's BLOCK_N, warps

@@ -6,17 +6,23 @@ from starter_kernels import starter_path
 
 # Triton: smaller blocks than the defaults: rows longer than a block take the chunked loops, products span
 # many tiles and several GROUP_M swizzle groups, and attention visits several key blocks narrower
-# than its query block, so the causal diagonal crosses more than one of them.
+# than its query block, so the causal diagonal crosses more than one of them. The backwards' BWD_ blocks
+# are smaller still: rows of 256 take the chunked loops, and more programs share the weight gradients.
 TRITON = {
-    "softmax": {"BLOCK_N": 1024, "num_warps": 4, "num_stages": 1},
-    "layernorm": {"BLOCK_N": 1024, "num_warps": 4, "num_stages": 1},
-    "rmsnorm": {"BLOCK_N": 1024, "num_warps": 2, "num_stages": 3},
-    "reduce": {"BLOCK_N": 256, "num_warps": 2, "num_stages": 1},
-    "cross_entropy": {"BLOCK_V": 1024, "num_warps": 4, "num_stages": 1},
-    "rotary_embedding": {"BLOCK_S": 16, "num_warps": 2, "num_stages": 1},
-    "matmul": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 4, "TMA": 0, "num_warps": 4, "num_stages": 2},
-    "fused_mlp": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4, "TMA": 0, "num_warps": 4, "num_stages": 2},
-    "flash_attention": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1},
+    "softmax": {"BLOCK_N": 1024, "num_warps": 4, "num_stages": 1, "BWD_BLOCK_N": 256, "BWD_num_warps": 2},
+    "layernorm": {"BLOCK_N": 1024, "num_warps": 4, "num_stages": 1, "BWD_BLOCK_N": 256, "BWD_num_warps": 2,
+                  "BWD_PROGRAMS_PER_SM": 2},
+    "rmsnorm": {"BLOCK_N": 1024, "num_warps": 2, "num_stages": 3, "BWD_BLOCK_N": 256, "BWD_num_warps": 4,
+                "BWD_PROGRAMS_PER_SM": 4},
+    "reduce": {"BLOCK_N": 256, "num_warps": 2, "num_stages": 1, "BWD_BLOCK_N": 256, "BWD_num_warps": 2},
+    "cross_entropy": {"BLOCK_V": 1024, "num_warps": 4, "num_stages": 1, "BWD_BLOCK_V": 256, "BWD_num_warps": 2},
+    "rotary_embedding": {"BLOCK_S": 16, "num_warps": 2, "num_stages": 1, "BWD_BLOCK_S": 8, "BWD_num_warps": 2},
+    "matmul": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 4, "TMA": 0, "num_warps": 4, "num_stages": 2,
+               "BWD_BLOCK_M": 16, "BWD_BLOCK_N": 32, "BWD_BLOCK_K": 16, "BWD_GROUP_M": 4, "BWD_num_warps": 4, "BWD_num_stages": 2},
+    "fused_mlp": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4, "TMA": 0, "num_warps": 4, "num_stages": 2,
+                  "BWD_BLOCK_M": 16, "BWD_BLOCK_N": 32, "BWD_BLOCK_K": 16, "BWD_GROUP_M": 4, "BWD_num_warps": 4, "BWD_num_stages": 2},
+    "flash_attention": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "BWD_BLOCK_M": 16, "BWD_BLOCK_N": 32,
+                        "BWD_num_warps": 4, "BWD_num_stages": 1},
 }
 
 # CUDA C++: other corners of each tuning space: a different block size, tiles of other shapes (matmul's and
