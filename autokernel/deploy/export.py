@@ -195,6 +195,9 @@ def leave_out_reason(f: WinnerFile, verified: dict) -> str:
 
 def _entry(f: WinnerFile, module: str, verified: dict) -> dict:
     checked = verified.get("per_kernel", {}).get(f.target, {})
+    trained_wrong = ((verified.get("train") or {}).get("guilty") or {}).get(f.target)
+    if trained_wrong:  # its forward still serves inference; its backward does not ship as served
+        f.backward, f.inference_only = False, f"inference only: verify --train found that {trained_wrong}"
     backend = backend_of(syntax.parse(f.path.read_text(encoding="utf-8")))
     return {"target": f.target, "kernel_type": f.kernel_type, "backend": backend, "dims": f.dims, "dtype": f.dtype,
             "kwargs": f.kwargs, "source": f"kernels/{module}.py", "route": f.route, "modules": f.modules,

@@ -10,10 +10,11 @@ autokernel itself it has no manifest and so no kernels). Needs torch and triton 
         out = model(x)                   # calls inside a kernel's serving range run the kernel
         compiled = torch.compile(model, dynamic=True)  # after one eager forward: the kernels stay,
                                                        # as custom ops, across sequence lengths
-    with autokernel_kernels.patch(model):  # training: kernels with a judged backward ("backward"
-        model(x).float().pow(2).mean().backward()  # in KERNELS) serve calls that need gradients,
-                                                   # as differentiable custom ops; the rest fall back
     router.tally.to_json()               # per kernel: calls served, fallbacks and why
+    with autokernel_kernels.patch(model):
+        loss_fn(model(x)).backward()     # training: a kernel whose backward the judge passed
+                                         # ("backward" in KERNELS) serves as a differentiable custom
+                                         # op; a forward-only kernel's calls fall back, counted
     autokernel_kernels.KERNELS           # target, kernel type, backend, dims, dtype, source file of each
     autokernel_kernels.selftest()        # each kernel against PyTorch at its target shape
     autokernel_kernels.UNAVAILABLE       # target -> why this machine cannot run it (after loading)
