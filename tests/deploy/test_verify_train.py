@@ -113,3 +113,28 @@ def test_bad_training_input_gets_a_clear_error(tmp_path, body, words):
     run = make_run(tmp_path, KERNEL.read_text(), model=model)
     with pytest.raises(UserError, match=words):
         verifier.verify(run.path, device="cpu", train=True, steps=2)
+
+
+def test_exports_declare_the_backward_truthfully(tmp_path):
+    """The manifest says which kernels' backward serves; the Hugging Face layers' has_backward is
+    True only for a layer that carries one; a backward verify --train found wrong ships as not served."""
+    import sys
+    from autokernel.deploy.export import export
+    from autokernel.deploy.hf_kernels import export_repository, local_variant
+    run = make_run(tmp_path, KERNEL.read_text())
+    (entry,) = export(run.path, tmp_path / "pkg")["kernels"]
+    assert entry["backward"] is True and entry["inference_only"] == ""
+    manifest = export_repository(run.path, tmp_path / "hf")
+    folder = tmp_path / "hf" / manifest["name"] / "build" / local_variant()
+    sys.path.insert(0, str(folder))
+    try:
+        layers = __import__(f"{manifest['name'].replace('-', '_')}.layers", fromlist=["RMSNorm"])
+        assert layers.RMSNorm.has_backward is True and layers.SwiGLUMLP.has_backward is False
+    finally:
+        sys.path.remove(str(folder))
+        for name in [m for m in sys.modules if m.startswith(manifest["name"].replace("-", "_"))]:
+            del sys.modules[name]
+    assert "Layers with a judged backward" in (tmp_path / "hf" / manifest["name"] / "README.md").read_text()
+    run.write_json(run.path / "verify.json", {"train": {"guilty": {TARGET[0]: "its backward trains ..."}}})
+    (entry,) = export(run.path, tmp_path / "pkg")["kernels"]
+    assert entry["backward"] is False and entry["inference_only"].startswith("inference only: verify --train")
