@@ -27,7 +27,7 @@ def throughput(loaded: Any, winners: list, steps: int, eager: Any, patched: Any,
                log: Callable[[str], None]) -> dict:
     """Per run (eager, patched, compile, patched_compile, liger): step ms, tokens/s or steps/s,
     peak memory; or why the run was not timed."""
-    from autokernel.deploy.verify_train import fine_tune
+    from autokernel.deploy.fine_tune import fine_tune
     unit, per_step = _unit(loaded)
     on_gpu = loaded.spec.device.startswith("cuda")
     runs = {"eager": _figures(eager, per_step), "patched": _figures(patched, per_step)}
@@ -85,7 +85,7 @@ def liger(loaded: Any, steps: int, per_step: int, on_gpu: bool, log: Callable[[s
         return {"skipped": f"Liger Kernel does not patch transformers model type {model_type!r}"}
     if not on_gpu:
         return {"skipped": "Liger Kernel's kernels run on a GPU"}
-    from autokernel.deploy.verify_train import fine_tune
+    from autokernel.deploy.fine_tune import fine_tune
     log(f"verify --train: timing Liger Kernel's {model_type} patch on a copy of the model")
     original = loaded.model
     # Liger patches the copy's modules and the modeling module's functions for good: it runs last

@@ -115,7 +115,8 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
         result.update(_compiled(times[0]))
     if loaded.training if train is None else train:
         from autokernel.deploy.verify_train import DEFAULT_STEPS, verify_train
-        result["train"] = verify_train(loaded, clean, steps or DEFAULT_STEPS, compile_baseline, log)
+        result["train"] = verify_train(loaded, clean, steps or DEFAULT_STEPS, compile_baseline, log,
+                                       model_dtype(loaded))
     result.update(_verdict(result, model_dtype(loaded), not_run, stand_ins, reference_dtype))
     write_json_atomic(run.path / FILENAME, result)
     return result

@@ -22,12 +22,10 @@ patched, and Liger Kernel where it is installed and patches the model.
 """
 from __future__ import annotations
 
-import contextlib
 import math
-import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from autokernel.deploy.fine_tune import Trajectory, fine_tune
 from autokernel.errors import UserError
 
 DEFAULT_STEPS = 20
@@ -45,95 +43,6 @@ TOLERANCES = {
     "float16": {"loss": 1e-2, "grad": 5e-2, "param_change": 1e-1},
     "bfloat16": {"loss": 3e-2, "grad": 1e-1, "param_change": 2e-1},
 }
-
-
-@dataclass
-class Trajectory:
-    """One fine-tuning run: the loss per step, the first step's gradients, the parameters' change,
-    the wall time of each step, peak memory (GPU) and what the winners served."""
-
-    losses: list = field(default_factory=list)
-    grads: dict = field(default_factory=dict)
-    change: dict = field(default_factory=dict)  # parameter name -> end minus start
-    step_s: list = field(default_factory=list)
-    peak_bytes: Optional[int] = None
-    tally: Optional[dict] = None
-    error: str = ""  # what raised, when the run could not finish
-    how: str = ""
-    optimizer: str = ""
-
-
-def fine_tune(loaded: Any, winners: Optional[list], steps: int, compiled: bool = False,
-              catch: bool = False) -> Trajectory:
-    """`steps` training steps of `loaded` (with `winners` patched in, when given); the model is left
-    as it was found. `catch`: an error becomes Trajectory.error (a winner's) instead of raising."""
-    import torch
-    from autokernel.deploy import routing
-    from autokernel.profile.training import training
-    batches = [loaded.make_inputs(seed) for seed in range(steps)]
-    router = routing.Router(winners) if winners is not None else None
-    run = Trajectory()
-    on_gpu = loaded.spec.device.startswith("cuda")
-    with torch.random.fork_rng(devices=[torch.device(loaded.spec.device)] if on_gpu else []):
-        torch.manual_seed(0)  # dropout and anything random in the step: the same in every run
-        with training(loaded, batches[0]) as step:
-            run.how, run.optimizer = step.how, step.optimizer_name
-            start = {n: p.detach().clone() for n, p in loaded.model.named_parameters() if p.requires_grad}
-            try:
-                with router.patched(loaded.model) if router else contextlib.nullcontext():
-                    with _compiled(loaded, step, batches[0], compiled):
-                        _steps(loaded, step, batches, run, on_gpu)
-            except Exception as e:  # noqa: BLE001 (a winner's error is a finding, not a crash)
-                if not catch:
-                    raise
-                run.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-            params = dict(loaded.model.named_parameters())
-            run.change = {n: (params[n].detach() - p0).double() for n, p0 in start.items()}
-    run.tally = router.tally.to_json() if router else None
-    return run
-
-
-def _steps(loaded: Any, step: Any, batches: list, run: Trajectory, on_gpu: bool) -> None:
-    import torch
-    from autokernel.profile.modelfile import _in_user_code
-    from autokernel.profile.training import checked_loss
-    path = loaded.spec.path
-    if on_gpu:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    for i, inputs in enumerate(batches):
-        began = time.perf_counter()
-        loss = checked_loss(_in_user_code(path, step.how, lambda: step.loss(inputs)), step.how, path)
-        _in_user_code(path, "the backward of the loss", loss.backward)
-        if i == 0:
-            run.grads = {n: p.grad.detach().double().clone() for n, p in loaded.model.named_parameters()
-                         if p.grad is not None}
-        _in_user_code(path, f"{step.optimizer_name}.step()", step.optimizer.step)
-        step.optimizer.zero_grad(set_to_none=True)
-        run.losses.append(float(loss.detach()))
-        if on_gpu:
-            torch.cuda.synchronize()
-        run.step_s.append(time.perf_counter() - began)
-    if on_gpu:
-        run.peak_bytes = torch.cuda.max_memory_allocated()
-
-
-@contextlib.contextmanager
-def _compiled(loaded: Any, step: Any, first: list, on: bool):
-    """torch.compile of the model's call while inside (when `on`), after one plain forward under
-    no_grad, which binds the winners' hand-written forms (they bind in eager, not while tracing)."""
-    if not on:
-        yield
-        return
-    import torch
-    with torch.no_grad():
-        step.loss(first)
-    model = loaded.model
-    model.compile()
-    try:
-        yield
-    finally:
-        model._compiled_call_impl = None  # what nn.Module.compile set: the model is eager again
 
 
 # ---------------------------------------------------------------- the comparison
@@ -183,14 +92,13 @@ def _worst(errors: dict) -> Optional[dict]:
 
 # ---------------------------------------------------------------- verify --train
 def verify_train(loaded: Any, winners: list, steps: int = DEFAULT_STEPS, compile_baseline: bool = False,
-                 log: Optional[Callable[[str], None]] = None) -> dict:
-    """verify.json's `train`: the two runs compared, the guilty winners, the throughput figures."""
+                 log: Optional[Callable[[str], None]] = None, dtype: str = "float32") -> dict:
+    """verify.json's `train`: the two runs compared, the guilty winners, the throughput figures
+    (`dtype`: the model's, which chooses the tolerances)."""
     from autokernel.deploy import train_figures
-    from autokernel.deploy.verify import model_dtype
     log = log or (lambda message: None)
     if steps < 1:
         raise UserError(f"--steps {steps}: a fine-tuning run needs at least one step", "e.g. --steps 20")
-    dtype = model_dtype(loaded)
     tolerance = TOLERANCES.get(dtype, TOLERANCES["float32"])
     log(f"verify --train: {steps} steps of {loaded.spec.path}, eager and with {len(winners)} winner(s)")
     eager = fine_tune(loaded, None, steps)
