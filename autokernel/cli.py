@@ -286,6 +286,10 @@ def verify(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where runs are written."),
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run the winners in this process, unconfined "
                                                                 "(only when you trust every winner)."),
+    train: Optional[bool] = typer.Option(None, "--train/--no-train",
+                                         help="Also fine-tune the model with and without the winners and compare "
+                                              "(default: when the run profiled a training step)."),
+    steps: int = typer.Option(20, "--steps", min=1, help="Optimizer steps of the --train comparison."),
 ) -> None:
     """Plug the run's winners into the unmodified model: same outputs? how much faster end to end?"""
     from autokernel.deploy import verify as verifier
@@ -298,9 +302,9 @@ def verify(
     if no_sandbox:
         err.print("WARNING: --no-sandbox: the winners run in this process with your rights", highlight=False)
         result = verifier.verify(folder, device=device, compile_baseline=compile_baseline,
-                                 log=lambda m: err.print(m, highlight=False))
+                                 log=lambda m: err.print(m, highlight=False), train=train, steps=steps)
     else:  # the winners run in a sandboxed child on a copy of the run; this process writes verify.json
-        result = verify_confined(folder, device, compile_baseline)
+        result = verify_confined(folder, device, compile_baseline, train=train, steps=steps)
     render(result, folder, print_table=Console(width=max(Console().width, 120)).print,
            log=lambda m: err.print(m, highlight=False))
 

@@ -8,7 +8,7 @@
                            verbatim, which build a CUDA winner's launch library with nvcc where the
                            package runs and call it through ctypes
       manifest.json        target, kernel type, backend, dims, dtype, source file, route, modules,
-                           serving range, figures
+                           serving range, whether its backward serves (judged), figures
       tests/test_kernels.py  pytest: selftest() (each kernel against PyTorch at its target shape)
 
 `--format hf-kernels` writes the same package as a Hugging Face kernel repository instead
@@ -200,10 +200,14 @@ def leave_out_reason(f: WinnerFile, verified: dict) -> str:
 
 def _entry(f: WinnerFile, module: str, verified: dict) -> dict:
     checked = verified.get("per_kernel", {}).get(f.target, {})
+    trained_wrong = ((verified.get("train") or {}).get("guilty") or {}).get(f.target)
+    if trained_wrong:  # its forward still serves inference; its backward does not ship as served
+        f.backward, f.inference_only = False, f"inference only: verify --train found that {trained_wrong}"
     backend = backend_of(syntax.parse(f.path.read_text(encoding="utf-8")))
     return {"target": f.target, "kernel_type": f.kernel_type, "backend": backend, "dims": f.dims, "dtype": f.dtype,
             "kwargs": f.kwargs, "source": f"kernels/{module}.py", "route": f.route, "modules": f.modules,
-            "serving": f.serving, "experiment": f.experiment, "speedup_vs_eager": f.speedup_vs_eager,
+            "serving": f.serving, "backward": f.backward, "inference_only": f.inference_only,
+            "experiment": f.experiment, "speedup_vs_eager": f.speedup_vs_eager,
             "calls_served_in_verify": checked.get("calls_served"),
             "verified": bool(checked) and not checked.get("guilty", False) and not checked.get("not_run"),
             "not_run_in_verify": checked.get("not_run")}

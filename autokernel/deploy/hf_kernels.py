@@ -128,5 +128,15 @@ With a transformers that supports the installed kernels (5.25 with kernels 0.19)
 (`patch(model, targets=module.PATCH_ONLY)` only those no layer carries), `layers.tally()` counts
 what the layers served and why the rest fell back, `UNAVAILABLE` names the kernels that cannot run
 here (a CUDA C++ kernel needs a CUDA GPU, nvcc and nm). On a CPU set TRITON_INTERPRET=1 first.
-Kernels have no backward: run the model under `torch.inference_mode()`.
+{training(manifest)}
 """
+
+
+def training(manifest: dict) -> str:
+    """The README's word on training: which layers have a backward (their `has_backward`)."""
+    trained = [x["layer"] for x in manifest["layers"]
+               if any(k["target"] in x["targets"] and k.get("backward") for k in manifest["kernels"])]
+    if not trained:
+        return "No kernel here has a judged backward: run the model under `torch.inference_mode()`."
+    return (f"Layers with a judged backward (`has_backward = True`, so `Mode.TRAINING` binds them): "
+            f"{', '.join(f'`{t}`' for t in trained)}; under autograd a forward-only kernel's calls fall back.")

@@ -1,4 +1,4 @@
-"""Forward-only layers for the Hugging Face `kernels` library: this package's kernels behind the
+"""Layers for the Hugging Face `kernels` library: this package's kernels behind the
 kernel-aware layers of a transformers model.
 
 Written by `autokernel export --format hf-kernels` as the package's `layers.py` (inside autokernel
@@ -14,8 +14,12 @@ the package's `patch()` does, through the same router (routing/, as `autokernel 
 the module is bound on its first call (the kernel type's reference must reproduce the module's own
 output), then every call that a winner serves runs the kernel, and every other call runs the
 module's own forward (its class's: transformers' own) and is counted with its reason. `tally()`
-says what was served and what fell back. The kernels have no backward: under autograd a call
-falls back, and kernelize in a training mode keeps the module's own forward (has_backward).
+says what was served and what fell back.
+
+Training: a layer's `has_backward` is True when a kernel it carries has a backward the judge
+passed (the manifest's "backward"); kernelize in a training mode binds only such layers. Under
+autograd such a kernel serves as a differentiable custom op; a call of a forward-only kernel
+falls back, counted with its reason, so the gradients are PyTorch's wherever no backward serves.
 """
 from __future__ import annotations
 
@@ -33,6 +37,16 @@ LAYERS = {"RMSNorm": ("rmsnorm", "RMSNorm"), "SwiGLUMLP": ("fused_mlp", "SwiGLUM
           "RotaryPosEmb": ("rotary_embedding", "rotary_pos_emb")}
 _state: dict[str, Any] = {}  # "router": the layers' router, built on the first call of any layer
 _stand_ins: "weakref.WeakKeyDictionary[torch.nn.Module, Callable]" = weakref.WeakKeyDictionary()
+
+
+def _has_backward(kernel_type: str) -> bool:
+    """Whether a kernel of this type in the package has a judged backward (inside autokernel
+    itself, which reads only LAYERS here, there is no package: False)."""
+    try:
+        from . import KERNELS
+    except ImportError:
+        return False
+    return any(k["kernel_type"] == kernel_type and k.get("backward") for k in KERNELS)
 
 
 def router() -> "routing.Router":
@@ -79,7 +93,7 @@ class RMSNorm(torch.nn.Module):
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim, by an rmsnorm kernel."""
 
     can_torch_compile = False
-    has_backward = False
+    has_backward = _has_backward("rmsnorm")
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return _serve("rmsnorm", self, hidden_states)
@@ -89,7 +103,7 @@ class SwiGLUMLP(torch.nn.Module):
     """down(silu(gate(x)) * up(x)) with three bias-free nn.Linear children, by a fused_mlp kernel."""
 
     can_torch_compile = False
-    has_backward = False
+    has_backward = _has_backward("fused_mlp")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _serve("fused_mlp", self, x)
@@ -99,7 +113,7 @@ class RotaryPosEmb(torch.nn.Module):
     """transformers' apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim) by a rotary_embedding kernel."""
 
     can_torch_compile = False
-    has_backward = False
+    has_backward = _has_backward("rotary_embedding")
 
     def forward(self, q, k, cos, sin, unsqueeze_dim=1):
         return _serve("rotary_embedding", self, q, k, cos, sin, unsqueeze_dim)

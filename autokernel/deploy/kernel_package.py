@@ -11,6 +11,10 @@ autokernel itself it has no manifest and so no kernels). Needs torch and triton 
         compiled = torch.compile(model, dynamic=True)  # after one eager forward: the kernels stay,
                                                        # as custom ops, across sequence lengths
     router.tally.to_json()               # per kernel: calls served, fallbacks and why
+    with autokernel_kernels.patch(model):
+        loss_fn(model(x)).backward()     # training: a kernel whose backward the judge passed
+                                         # ("backward" in KERNELS) serves as a differentiable custom
+                                         # op; a forward-only kernel's calls fall back, counted
     autokernel_kernels.KERNELS           # target, kernel type, backend, dims, dtype, source file of each
     autokernel_kernels.selftest()        # each kernel against PyTorch at its target shape
     autokernel_kernels.UNAVAILABLE       # target -> why this machine cannot run it (after loading)
@@ -111,10 +115,13 @@ def winners(targets: Optional[Iterable[str]] = None) -> list:
             if module is None:
                 continue
             serving = k.get("serving")  # absent from a package exported before serving ranges: its target alone
+            # a backward serves only where the judge passed it (manifest "backward"; absent: forward only)
+            backward_fn = getattr(module, "backward_fn", None) if k.get("backward") else None
             _loaded[k["target"]] = routing.Winner(
                 target=k["target"], kernel_type=k["kernel_type"], dims=k["dims"], dtype=k["dtype"],
                 kernel_fn=getattr(module, entry), kwargs=k.get("kwargs", {}), route=k.get("route", "op"),
-                modules=k.get("modules", []), serving=routing.ServingRange.from_json(serving) if serving else None)
+                modules=k.get("modules", []), serving=routing.ServingRange.from_json(serving) if serving else None,
+                backward_fn=backward_fn, inference_only=k.get("inference_only", ""))
         found.append(_loaded[k["target"]])
     return found
 

@@ -147,6 +147,8 @@ def render(run: RunDir, frame: Any) -> str:
               f"search time {state.get('elapsed_s', 0.0) / 60:.1f} min of {state.get('budget_s', 0.0) / 3600:.2f} h",
               "", "## End to end", ""]
     lines += _end_to_end(verified, run.run_id)
+    if verified.get("train"):
+        lines += ["", "## Training", ""] + _training(verified["train"])
     lines += ["", "## The plan", ""] + _plan(plan)
     lines += ["", "## Targets", ""] + _targets(state, frame)
     lines += ["", "## Final table", ""] + _final(frame)
@@ -192,21 +194,46 @@ def _workload(w: dict) -> list[str]:
          "speedup"], rows)
 
 
+def _training(train: dict) -> list[str]:
+    """verify --train: the comparison, the loss per step, the figures per run."""
+    from autokernel.deploy.verify_report import train_rows, train_summary
+    figures = train["throughput"]
+    out = [_cell(train_summary(train)) + "."]
+    if train.get("failures"):
+        out += [""] + [f"- **{_cell(f)}**" for f in train["failures"]]
+    if not figures["representative_of_gpu"]:
+        out += ["", f"Timings: {figures['note']}."]
+    losses = train["losses"]
+    out += [""] + _table(["step", "eager loss", "loss with the winners", "relative difference"],
+                         [[str(i + 1), f"{e:.6g}", f"{p:.6g}", f"{d:.2g}"] for i, (e, p, d) in
+                          enumerate(zip(losses["eager"], losses["patched"], train["loss_rel_err"]))])
+    return out + [""] + _table(["run", "step ms", figures["unit"], "peak MB", "vs eager", "not timed because"],
+                               [[_cell(c) for c in row] for row in train_rows(train)])
+
+
 def _plan(plan: dict) -> list[str]:
-    rows = []
+    train, rows = plan.get("train"), []
     for e in plan.get("entries", []):
         other = e["kernel_type"] == "other"
         where = ", ".join(sorted({m["class"] for m in e.get("modules", [])}))
+        split = [_cell(e.get("fwd_ms"), "{:.3f}"), _cell(e.get("bwd_ms"), "{:.3f}")] if train else []
         rows.append([str(e["rank"]), _cell("other: " + ", ".join(e.get("ops", [])[:3]) if other else e.get("target")),
-                     _cell(where), _cell(e["calls"], "{:g}"), _cell(e["time_ms"], "{:.3f}"), _cell(e["share"], "{:.1%}"),
-                     _cell(e.get("bound")), *ceiling_cells(e, "{:.2f}x", "{:.3f}x")])
+                     _cell(where), _cell(e["calls"], "{:g}"), *split, _cell(e["time_ms"], "{:.3f}"),
+                     _cell(e["share"], "{:.1%}"), _cell(e.get("bound")), *ceiling_cells(e, "{:.2f}x", "{:.3f}x")])
     if not rows:
         return ["No plan.json in this run."]
-    head = [f"{plan.get('device_name', '?')}: {plan.get('total_ms', 0.0):.3f} ms per forward, "
+    per = "training step (forward + backward; the optimizer step apart)" if train else "forward"
+    head = [f"{plan.get('device_name', '?')}: {plan.get('total_ms', 0.0):.3f} ms per {per}, "
             f"{plan.get('coverage', 0.0):.1%} of it in targets ({plan.get('typed_coverage', plan.get('coverage', 0.0)):.1%} "
             "in the nine kernel types, the rest in module targets).", ""]
+    if train:
+        head[0] += (f" The loss is {_cell(train.get('step'))}; forward {_cell(train.get('forward_ms'), '{:.3f}')} ms, "
+                    f"backward {_cell(train.get('backward_ms'), '{:.3f}')} ms; the optimizer step "
+                    f"({_cell(train.get('optimizer'))}) {_cell(train.get('optimizer_ms'), '{:.3f}')} ms more, "
+                    "outside every target's share.")
     notes = [_cell(n) for n in ceiling_notes(plan.get("entries", []), limit=10)]
-    return head + _table(["#", "target", "where", "calls", "ms", "share", "bound", "ceiling", "e2e at ceiling"], rows) \
+    times = ["fwd ms", "bwd ms", "ms"] if train else ["ms"]
+    return head + _table(["#", "target", "where", "calls", *times, "share", "bound", "ceiling", "e2e at ceiling"], rows) \
         + ([""] + [f"- {n}" for n in notes] if notes else [])
 
 

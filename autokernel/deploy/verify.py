@@ -78,9 +78,12 @@ def choose_device(run: RunDir, device: Optional[str] = None) -> str:
 
 
 def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline: Optional[bool] = None,
-           seeds: tuple[int, ...] = SEEDS, log: Optional[Log] = None) -> dict:
+           seeds: tuple[int, ...] = SEEDS, log: Optional[Log] = None, train: Optional[bool] = None,
+           steps: Optional[int] = None) -> dict:
     """Verify a run's winners inside its model over its workload; writes and returns verify.json.
-    `compile_baseline`: also time torch.compile of the model unmodified and patched (None: on a GPU)."""
+    `compile_baseline`: also time torch.compile of the model unmodified and patched (None: on a GPU).
+    `train`: also fine-tune it `steps` steps with and without the winners (verify_train.py; None:
+    when the run profiled a training step)."""
     from autokernel.deploy import verify_workload, workload
     from autokernel.profile.modelfile import ModelSpec, load_model
     from autokernel.search.seal import require_sealed
@@ -110,6 +113,10 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
     result["workload"] = _workload(sets, full, times, source, skipped)
     if compile_baseline:
         result.update(_compiled(times[0]))
+    if loaded.training if train is None else train:
+        from autokernel.deploy.verify_train import DEFAULT_STEPS, verify_train
+        result["train"] = verify_train(loaded, clean, steps or DEFAULT_STEPS, compile_baseline, log,
+                                       model_dtype(loaded))
     result.update(_verdict(result, model_dtype(loaded), not_run, stand_ins, reference_dtype))
     write_json_atomic(run.path / FILENAME, result)
     return result
@@ -182,6 +189,7 @@ def _verdict(result: dict, dtype: str, not_run: dict, stand_ins: dict, reference
                 failures.append(f"{target}: served no call of the model ({_unserved_reason(result, k)})")
     if not result["outputs_match"] and not result["guilty"]:
         failures.append("the patched model's outputs were not accepted")
+    failures += [f"training: {why}" for why in (result.get("train") or {}).get("failures", [])]
     status = "failed" if failures else "partial" if (not_run or stand_ins) else "ok"
     return {"status": status, "ok": status == "ok", "failures": failures, "not_run": dict(not_run),
             "stand_ins": dict(stand_ins),
@@ -249,6 +257,7 @@ def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: d
             "kernel_type": f.kernel_type, "dims": f.dims, "dtype": f.dtype, "kwargs": f.kwargs, "route": f.route,
             "file": run.relative(f.path), "experiment": f.experiment, "share": f.share,
             "kernel_speedup_vs_eager": f.speedup_vs_eager, "serving": f.serving, "serving_range": _range_words(f),
+            "backward": f.backward, "inference_only": f.inference_only,
             **{k: v for k, v in counts.items() if k != "kernel_type"},
             "guilty": f.target in guilty, "guilty_reason": guilty.get(f.target)}
     projected = amdahl_many((f.share, f.speedup_vs_eager) for f in files if f.target in served and f.speedup_vs_eager)

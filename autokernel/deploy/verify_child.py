@@ -7,7 +7,8 @@ environment. Only this parent, which never imports a winner, checks the run's re
 writes the real run's verify.json, from the copy's. Where Landlock is missing the child says so on
 stderr and in verify.json.
 
-    python -m autokernel.deploy.verify_child RUN_FOLDER [--device cpu|cuda] [--compile|--no-compile] [--no-sandbox]
+    python -m autokernel.deploy.verify_child RUN_FOLDER [--device cpu|cuda] [--compile|--no-compile]
+        [--train|--no-train] [--steps N] [--no-sandbox]
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ FILENAME = "verify.json"
 
 
 def verify_confined(run_path: str | Path, device: str | None = None, compile_baseline: bool | None = None,
-                    sandbox: bool = True) -> dict:
+                    sandbox: bool = True, train: bool | None = None, steps: int | None = None) -> dict:
     """Verify the run's winners in a confined child working on a copy of the run; the result, which
     this process writes into the run as verify.json. Raises UserError when the records do not match
     what was judged, or when the child ends without a result."""
@@ -44,6 +45,7 @@ def verify_confined(run_path: str | Path, device: str | None = None, compile_bas
         argv = [sys.executable, "-m", "autokernel.deploy.verify_child", str(copy), "--child"]
         argv += sandbox_argv(Path(tmp)) if sandbox else ["--no-sandbox"]
         argv += (["--device", device] if device else []) + _compile_flag(compile_baseline)
+        argv += ([] if train is None else ["--train" if train else "--no-train"]) + (["--steps", str(steps)] if steps else [])
         env = scrubbed_env({"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
                             "TMPDIR": str(scratch_tmp), **private_caches(Path(tmp))})
         code = subprocess.call(argv, env=env, cwd=tmp)
@@ -92,7 +94,7 @@ def _child(ns: argparse.Namespace) -> int:
                                      writes=[tempfile.gettempdir(), *caches, *map(str, caches_for_worker())])
     try:
         verifier.verify(Path(ns.run), device=ns.device, compile_baseline=ns.compile,
-                        log=lambda m: print(m, file=sys.stderr, flush=True))
+                        log=lambda m: print(m, file=sys.stderr, flush=True), train=ns.train, steps=ns.steps)
     except UserError as e:
         return _refused(e)
     except KernelRefused as e:  # a winner reached what no kernel needs: it must not ship
@@ -126,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None)
     p.add_argument("--compile", action="store_true", default=None)
     p.add_argument("--no-compile", action="store_false", dest="compile")
+    p.add_argument("--train", action="store_true", default=None)
+    p.add_argument("--no-train", action="store_false", dest="train")
+    p.add_argument("--steps", type=int, default=None)
     p.add_argument("--child", action="store_true", help="internal: the confined side")
     p.add_argument("--sandbox-write", action="append", default=[])
     p.add_argument("--no-sandbox", action="store_true")
@@ -133,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.child:
         return _child(ns)
     try:
-        result = verify_confined(ns.run, ns.device, ns.compile, sandbox=not ns.no_sandbox)
+        result = verify_confined(ns.run, ns.device, ns.compile, sandbox=not ns.no_sandbox, train=ns.train,
+                                 steps=ns.steps)
     except UserError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1

@@ -35,6 +35,8 @@ def render(result: dict, folder: Path, *, print_table: Callable[[Any], None], lo
     if result.get("workload"):
         print_table(workload_table(result))
         log(f"verify: {result['workload']['summary']}")
+    if result.get("train"):
+        print_table(train_table(result["train"]))
     log(f"wrote {folder / FILENAME}")
     for target, why in result.get("not_run", {}).items():
         log(f"{target}: {why}; verify it on a machine that can run it")
@@ -126,4 +128,54 @@ def workload_table(result: dict) -> Any:
             speedup = s.get("compiled_e2e_speedup")
             row.append(f"{speedup:.3g}x" if speedup else escape(str(s.get("compile_error") or "")[:40]))
         table.add_row(*row)
+    return table
+
+
+RUN_NAMES = {"eager": "eager", "patched": "with the winners", "compile": "torch.compile",
+             "patched_compile": "torch.compile, with the winners", "liger": "Liger Kernel"}
+
+
+def train_summary(train: dict) -> str:
+    """verify --train's comparison in one sentence."""
+    worst = lambda key: (train.get(key) or {}).get("rel_err")  # noqa: E731
+    tol = train["tolerances"]
+    return (f"{train['steps']} {train['optimizer']} steps ({train['step']}): training with the winners "
+            f"{'matches' if train['match'] else 'DIFFERS FROM'} eager; largest relative difference: loss "
+            f"{_g(train.get('worst_loss_rel_err'))} (tolerance {tol['loss']:g}), first gradients {_g(worst('worst_grad_rel_err'))} "
+            f"({tol['grad']:g}), parameter changes {_g(worst('worst_param_change_rel_err'))} ({tol['param_change']:g}); "
+            f"served under autograd: {', '.join(train['served_under_autograd']) or 'none (no winner has a judged backward)'}")
+
+
+def _g(value: Any) -> str:
+    return "-" if value is None else f"{value:.2g}"
+
+
+def train_rows(train: dict) -> list[list[str]]:
+    """Per run: step ms, throughput, peak memory, speedup vs eager, or why it was not timed."""
+    figures, rows = train["throughput"], []
+    for name, f in figures["runs"].items():
+        if f.get("skipped"):
+            rows.append([RUN_NAMES.get(name, name), "", "", "", "", f["skipped"]])
+            continue
+        peak = f.get("peak_memory_mb")
+        rows.append([RUN_NAMES.get(name, name), f"{f['step_ms']:,.1f}", f"{f['per_s']:,.1f}" if f.get("per_s") else "",
+                     f"{peak:,.0f}" if peak is not None else "", f"{f['speedup_vs_eager']:.3g}x"
+                     if f.get("speedup_vs_eager") else "", ""])
+    return rows
+
+
+def train_table(train: dict) -> Any:
+    """verify.json's `train` as a rich Table: per run the figures, the comparison below."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+    figures = train["throughput"]
+    cpu = " (CPU figures: Triton interpreter)" if not figures["representative_of_gpu"] else ""
+    table = Table(title=f"verify --train{cpu}", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("run", "step ms", figures["unit"], "peak MB", "vs eager", "not timed because"):
+        table.add_column(name, justify="left" if name in ("run", "not timed because") else "right", overflow="fold")
+    for row in train_rows(train):
+        table.add_row(*[escape(c) for c in row])
+    table.caption = escape(train_summary(train))
+    table.caption_justify = "left"
     return table

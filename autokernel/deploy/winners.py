@@ -37,6 +37,8 @@ class WinnerFile:
     speedup_vs_eager: Optional[float] = None
     experiment: Optional[int] = None
     serving: Optional[dict] = None  # ServingRange.to_json(); None for a module target
+    backward: bool = False  # its backward_fn passed the judge: it serves calls that need gradients
+    inference_only: str = ""  # why a backward_fn the file gives does not serve ('' when it does, or has none)
 
     @property
     def module_name(self) -> str:
@@ -55,12 +57,28 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
             continue
         entry = by_rank.get(t.rank) or by_name.get(t.name.split("#")[0].replace(",causal]", "]"), {})
         verdict = _read_json(run.experiment_file(t, t.best_experiment, ".json"))
+        backward, inference_only = backward_state(path, t.kernel_type, verdict)
         found.append(WinnerFile(target=t.name, kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype,
                                 path=path, kwargs=_serving_kwargs(run, t), route=entry.get("route") or "op",
                                 modules=list(entry.get("modules", [])), share=t.share,
                                 speedup_vs_eager=t.speedup_vs_eager, experiment=t.best_experiment,
-                                serving=serving_range(t, verdict)))
+                                serving=serving_range(t, verdict), backward=backward,
+                                inference_only=inference_only))
     return found
+
+
+def backward_state(path: Path, kernel_type: str, verdict: dict) -> tuple[bool, str]:
+    """(whether the file's backward_fn serves calls that need gradients, why not in words). Only a
+    backward the judge passed serves: one that failed, or that no judge saw (a verdict from before
+    backward gating), leaves its winner serving inference alone."""
+    if kernel_type == "module" or not re.search(r"^def backward_fn\(", path.read_text(encoding="utf-8"), re.M):
+        return False, ""
+    judged = verdict.get("backward")
+    if not isinstance(judged, dict) or not judged.get("verdict"):
+        return False, "inference only: the backward was not judged"
+    if judged["verdict"] == "PASS":
+        return True, ""
+    return False, f"inference only: the backward failed {judged.get('failed_stage') or judged['verdict']}"
 
 
 def serving_range(target: Any, verdict: dict) -> Optional[dict]:
@@ -143,7 +161,8 @@ def stand_in(f: WinnerFile, device: str) -> str:
 
 
 def fp16_for_bf16(kernel_fn: Callable) -> Callable:
-    """kernel_fn with its bf16 tensors given as fp16 and its fp16 output returned as bf16."""
+    """kernel_fn (or backward_fn) with its bf16 tensors given as fp16 and its fp16 output (each of
+    its gradients) returned as bf16."""
     import torch
 
     def cast(value: Any, to: Any, what: Any) -> Any:
@@ -152,6 +171,8 @@ def fp16_for_bf16(kernel_fn: Callable) -> Callable:
     def standing_in(*args: Any, **kwargs: Any) -> Any:
         out = kernel_fn(*[cast(a, torch.float16, torch.bfloat16) for a in args],
                         **{k: cast(v, torch.float16, torch.bfloat16) for k, v in kwargs.items()})
+        if isinstance(out, (tuple, list)):
+            return tuple(cast(o, torch.bfloat16, torch.float16) for o in out)
         return cast(out, torch.bfloat16, torch.float16)
     return standing_in
 
@@ -173,11 +194,16 @@ def load_winners(files: list[WinnerFile], stand_ins: Optional[dict[str, str]] = 
         except Exception as e:  # noqa: BLE001 (a judged file should import; report whatever it raised)
             failed[f.target] = f"importing {f.path.name} raised {type(e).__name__}: {e}"
             continue
+        backward_fn = getattr(module, "backward_fn", None) if f.backward else None
         if f.kernel_type == "module":  # a module winner is its ModelNew class, built per recorded instance
             kernel_fn = module.ModelNew
+        elif (stand_ins or {}).get(f.target):
+            kernel_fn = fp16_for_bf16(module.kernel_fn)
+            backward_fn = fp16_for_bf16(backward_fn) if backward_fn else None
         else:
-            kernel_fn = fp16_for_bf16(module.kernel_fn) if (stand_ins or {}).get(f.target) else module.kernel_fn
+            kernel_fn = module.kernel_fn
         winners.append(routing.Winner(target=f.target, kernel_type=f.kernel_type, dims=f.dims, dtype=f.dtype,
                                       kernel_fn=kernel_fn, kwargs=f.kwargs, route=f.route, modules=f.modules,
-                                      serving=ServingRange.from_json(f.serving) if f.serving else None))
+                                      serving=ServingRange.from_json(f.serving) if f.serving else None,
+                                      backward_fn=backward_fn, inference_only=f.inference_only))
     return winners, failed

@@ -353,16 +353,25 @@ def reference(requests: list[Request], assemble: Callable) -> Any:
 
 
 AUTOGRAD = "autograd: the kernel has no backward (run under torch.no_grad or inference_mode)"
+CONSTANT = "autograd: a gradient for an input the kernel's backward treats as a constant"
 
 
-def unsafe(args: tuple) -> str:
-    """Why a call a winner matches must still run in PyTorch (a loop, not sets: it runs per call)."""
-    grad, device, dtype = torch.is_grad_enabled(), None, None
-    for t in args:
+def needs_grad(args: tuple) -> bool:
+    """Whether autograd records a call with these arguments."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args)
+
+
+def unsafe(args: tuple, kernel_type: str = "") -> str:
+    """Why a call a winner matches must still run in PyTorch (a loop, not sets: it runs per call).
+    Under autograd: AUTOGRAD, unless a gradient is asked only of the parameters a backward gives
+    (ops.GRAD_PARAMS; then CONSTANT names the rest); the router then asks whether the winner has one."""
+    grad, device, dtype, recorded = torch.is_grad_enabled(), None, None, ""
+    differentiable = GRAD_POSITIONS.get(kernel_type)  # None: no backward contract (a module's ModelNew)
+    for i, t in enumerate(args):
         if not isinstance(t, torch.Tensor):
             continue
-        if grad and t.requires_grad:
-            return AUTOGRAD
+        if grad and t.requires_grad and recorded != CONSTANT:
+            recorded = AUTOGRAD if differentiable is None or i in differentiable else CONSTANT
         if device is None:
             device = t.device
         elif t.device != device:
@@ -372,4 +381,12 @@ def unsafe(args: tuple) -> str:
                 dtype = t.dtype
             elif t.dtype != dtype:
                 return "mixed dtypes"
-    return ""
+    return recorded
+
+
+def _grad_positions() -> dict[str, tuple[int, ...]]:
+    from .ops import SCHEMAS, grad_positions
+    return {kernel_type: grad_positions(kernel_type) for kernel_type in SCHEMAS}
+
+
+GRAD_POSITIONS = _grad_positions()

@@ -1,9 +1,18 @@
-"""Each winner as a torch custom op, so `torch.compile` keeps the kernel instead of tracing into it.
+"""Each winner as a torch custom op, so `torch.compile` keeps the kernel instead of tracing into it,
+and a winner with a backward serves calls that need gradients.
 
 A kernel_fn launches Triton kernels from Python; Dynamo cannot trace that. Registered with
 `torch.library.custom_op` and a fake (its output's shape and dtype from its inputs'), the kernel is
-one opaque node of the compiled graph and runs as itself. Eager calls go to kernel_fn directly
-(the dispatcher's round trip would only add overhead); the op is used while Dynamo traces.
+one opaque node of the compiled graph and runs as itself. Eager calls that need no gradient go to
+kernel_fn directly (the dispatcher's round trip would only add overhead); the op is used while
+Dynamo traces and whenever autograd records the call.
+
+A kernel file with a `backward_fn(grad_out, out, <kernel_fn's params>)` (the training contract,
+docs/judge.md) gets a second op, `<name>_backward`, and `register_autograd` joins the two: the
+forward saves its inputs and its output (nothing else: statistics are recomputed by the backward),
+the backward op returns one gradient per differentiable parameter (GRAD_PARAMS), and every other
+input gets None. Both ops have fakes from shapes alone, so torch.compile traces forward and
+backward and `torch.library.opcheck` holds.
 
 Op names are `<package>::<target>_<n>`: two winners at one target (a test, a re-import) are two
 different ops, and autokernel's routing and an exported package's copy never share a name.
@@ -12,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -35,23 +44,113 @@ SCHEMAS: dict[str, tuple[str, Callable]] = {
                       lambda logits, targets: logits.new_empty((), dtype=torch.float32)),
     "rotary_embedding": ("(Tensor x, Tensor cos, Tensor sin) -> Tensor", _rows),
 }
+# kernel type -> the parameters backward_fn returns gradients for, in this order (the training
+# contract; targets are integers, rotary's cos and sin are constants of the model)
+GRAD_PARAMS: dict[str, tuple[str, ...]] = {
+    "matmul": ("a", "b"), "softmax": ("x",), "reduce": ("x",), "layernorm": ("x", "weight", "bias"),
+    "rmsnorm": ("x", "weight"), "flash_attention": ("q", "k", "v"), "fused_mlp": ("x", "w_gate", "w_up", "w_down"),
+    "cross_entropy": ("logits",), "rotary_embedding": ("x",),
+}
 _count = itertools.count()
 # autokernel's own routing and an exported package's copy of it register apart, in one process too
 NAMESPACE = __name__.split(".")[0]
 
 
-def custom_op(target: str, kernel_type: str, kernel_fn: Callable) -> Callable:
-    """kernel_fn registered as a custom op; call it with kernel_fn's arguments."""
+def _inside(kernel_type: str) -> str:
+    """The schema's parameter list, without its parentheses: 'Tensor x, Tensor weight, float eps=1e-06'."""
+    return SCHEMAS[kernel_type][0].split("->")[0].strip()[1:-1]
+
+
+def params(kernel_type: str) -> list[str]:
+    """kernel_fn's parameter names, in order, read from the op's schema."""
+    return [p.split("=")[0].split()[-1] for p in _inside(kernel_type).split(",")]
+
+
+def tensor_params(kernel_type: str) -> list[int]:
+    """The positions of kernel_fn's tensor parameters (the rest are flags and numbers)."""
+    return [i for i, p in enumerate(_inside(kernel_type).split(",")) if p.split()[0] == "Tensor"]
+
+
+def grad_positions(kernel_type: str) -> tuple[int, ...]:
+    """Where the differentiable parameters sit among kernel_fn's."""
+    names = params(kernel_type)
+    return tuple(names.index(p) for p in GRAD_PARAMS[kernel_type])
+
+
+def custom_op(target: str, kernel_type: str, kernel_fn: Callable, backward_fn: Optional[Callable] = None) -> Callable:
+    """kernel_fn registered as a custom op (call it with kernel_fn's arguments); with `backward_fn`,
+    an op autograd differentiates through it."""
     schema, fake = SCHEMAS[kernel_type]
     slug = re.sub(r"\W+", "_", target).strip("_")
     name = f"{NAMESPACE}::{slug}_{next(_count)}"
 
     def run(*args, **kwargs):
-        out = kernel_fn(*args, **kwargs)
-        # a custom op's output may not alias its inputs, and the fake promises a dense tensor
-        if any(isinstance(a, torch.Tensor) and out.data_ptr() == a.data_ptr() and a.numel() for a in args):
-            out = out.clone()
-        return out.contiguous()
+        return _own(kernel_fn(*args, **kwargs), args)
     op = torch.library.custom_op(name, run, mutates_args=(), schema=schema)
     op.register_fake(fake)
+    if backward_fn is not None:
+        _differentiable(op, name, kernel_type, backward_fn)
     return op
+
+
+def _own(out: torch.Tensor, inputs: tuple) -> torch.Tensor:
+    """A custom op's output may not alias its inputs, and the fake promises a dense tensor."""
+    if any(isinstance(a, torch.Tensor) and a.numel() and out.data_ptr() == a.data_ptr() for a in inputs):
+        out = out.clone()
+    return out.contiguous()
+
+
+def _differentiable(op: Callable, name: str, kernel_type: str, backward_fn: Callable) -> None:
+    """The backward op `<name>_backward(grad_out, out, <params>) -> grads`, joined to `op` by
+    register_autograd: the forward saves its inputs and output, the backward op's gradients go to
+    the differentiable parameters' positions, None to the rest."""
+    names, positions = params(kernel_type), grad_positions(kernel_type)
+    inside = _inside(kernel_type)
+    returns = "Tensor" if len(positions) == 1 else "(" + ", ".join(["Tensor"] * len(positions)) + ")"
+    schema = f"(Tensor grad_out, Tensor out, {inside}) -> {returns}"
+
+    def run(grad_out, out, *args):
+        grads = backward_fn(grad_out, out, *args)
+        grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+        _check(name, kernel_type, grads, [args[p] for p in positions])
+        owned = tuple(_own(g, (grad_out, out, *args)) for g in grads)
+        return owned[0] if len(owned) == 1 else owned
+
+    def fake(grad_out, out, *args):
+        grads = tuple(args[p].new_empty(args[p].shape) for p in positions)
+        return grads[0] if len(grads) == 1 else grads
+    backward = torch.library.custom_op(f"{name}_backward", run, mutates_args=(), schema=schema)
+    backward.register_fake(fake)
+    tensors = tensor_params(kernel_type)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*[inputs[i] for i in tensors], output)
+        ctx.others = {i: v for i, v in enumerate(inputs) if i not in tensors}
+
+    def grad(ctx, grad_out):
+        *saved, out = ctx.saved_tensors
+        args = [None] * len(names)
+        for i, t in zip(tensors, saved):
+            args[i] = t
+        for i, v in ctx.others.items():
+            args[i] = v
+        grads = backward(grad_out.contiguous(), out, *args)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        result = [None] * len(names)
+        for p, g in zip(positions, grads):
+            result[p] = g
+        return tuple(result)
+    op.register_autograd(grad, setup_context=setup_context)
+
+
+def _check(name: str, kernel_type: str, grads: tuple, inputs: list) -> None:
+    """A backward must give one gradient per differentiable parameter, each shaped like it."""
+    wanted = GRAD_PARAMS[kernel_type]
+    if len(grads) != len(wanted):
+        raise RuntimeError(f"{name}: backward_fn returned {len(grads)} gradient(s); a {kernel_type} backward returns "
+                           f"{len(wanted)}, for {', '.join(wanted)} in that order")
+    for param, g, x in zip(wanted, grads, inputs):
+        if not isinstance(g, torch.Tensor) or g.shape != x.shape or g.dtype != x.dtype:
+            got = f"{tuple(g.shape)} {g.dtype}" if isinstance(g, torch.Tensor) else type(g).__name__
+            raise RuntimeError(f"{name}: the gradient for {param} is {got}; it must be shaped like {param}: "
+                               f"{tuple(x.shape)} {x.dtype}")

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .calls import DIMS, Request, label, unsafe
+from .calls import AUTOGRAD, DIMS, Request, label, needs_grad, unsafe
 from .outputs import dtype_name
 from .serving import ServingRange, words
 from .sites import NOTHING, compiling
@@ -69,10 +69,15 @@ class Winner:
     modules: list = field(default_factory=list)  # [{"name": "layers.0.mlp", "class": "MLP"}, ...]
     op: Optional[Callable] = field(default=None, repr=False)  # kernel_fn as a torch custom op
     serving: Optional[ServingRange] = None  # the calls it may serve; None: its target's shape alone
+    # the file's backward_fn when its backward passed the judge; None: it serves no call under autograd
+    backward_fn: Optional[Callable] = field(default=None, repr=False)
+    inference_only: str = ""  # why a backward the file gives is not served ("the backward failed ...")
 
     def __post_init__(self) -> None:
         from .refusals import guarded
         self.kernel_fn = guarded(self.kernel_fn, self.target)  # what the audit hook refuses fails loudly
+        if self.backward_fn is not None:
+            self.backward_fn = guarded(self.backward_fn, self.target)
         if self.serving is None:
             self.serving = ServingRange.exact(self.kernel_type, self.dims, self.dtype, self.causal)
 
@@ -81,11 +86,18 @@ class Winner:
         return bool(self.kwargs.get("causal", False))
 
     def registered(self) -> Callable:
-        """kernel_fn as a torch custom op (registered once, on first use)."""
+        """kernel_fn as a torch custom op, differentiable when the winner has a backward
+        (registered once, on first use)."""
         if self.op is None:
             from .ops import custom_op
-            self.op = custom_op(self.target, self.kernel_type, self.kernel_fn)
+            self.op = custom_op(self.target, self.kernel_type, self.kernel_fn, self.backward_fn)
         return self.op
+
+    def autograd_refusal(self) -> str:
+        """Why a call that needs gradients falls back ('' when the winner has a backward)."""
+        if self.backward_fn is not None:
+            return ""
+        return f"autograd: {self.inference_only} (run under torch.no_grad)" if self.inference_only else AUTOGRAD
 
 
 class Tally:
@@ -182,7 +194,10 @@ class Router:
             return None, ("no winner", kernel_type, tuple(dims.items()), dtype, request.causal)
         if refusal is not None:
             return w, refusal
-        return w, request.blocker or unsafe(request.args) or (request.late_check() if request.late_check else "")
+        why = request.blocker or unsafe(request.args, w.kernel_type)
+        if why == AUTOGRAD:
+            why = w.autograd_refusal()
+        return w, why or (request.late_check() if request.late_check else "")
 
     def _match(self, kernel_type: str, dims: dict, dtype: str, causal: Optional[bool], on_gpu: bool) -> tuple:
         """(the winner whose range holds the call, None), else (the first winner of its family, why
@@ -219,7 +234,8 @@ class Router:
         self.quiet += 1
         try:
             for (w, _), r in zip(decisions, requests):
-                kernel = w.op if compiled else w.kernel_fn
+                # the op when autograd records the call (its backward is registered with it) or Dynamo traces
+                kernel = w.op if compiled or needs_grad(r.args) else w.kernel_fn
                 outs.append(r.finish(kernel(*r.kernel_args(), **r.kwargs)))
         except Exception as e:  # the model still gets its answer; verify names the kernel
             if counting:

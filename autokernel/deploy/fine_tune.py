@@ -1,0 +1,104 @@
+"""One fine-tuning run of a loaded model, eager or with winners patched in (and compiled): what
+verify --train compares (verify_train.py) and times (train_figures.py).
+
+`steps` optimizer steps of the model file's training step (autokernel/profile/training.py), step i
+on the inputs of seed i, from the model's weights as found, under RNG seed 0, with a fresh
+optimizer; the model is left as it was found. Kept per run: the loss per step, every parameter's
+gradient after the first backward, every parameter's change over the run, each step's wall time,
+peak memory on a GPU, and what the winners served (the router's tally).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class Trajectory:
+    """One fine-tuning run: the loss per step, the first step's gradients, the parameters' change,
+    the wall time of each step, peak memory (GPU) and what the winners served."""
+
+    losses: list = field(default_factory=list)
+    grads: dict = field(default_factory=dict)
+    change: dict = field(default_factory=dict)  # parameter name -> end minus start
+    step_s: list = field(default_factory=list)
+    peak_bytes: Optional[int] = None
+    tally: Optional[dict] = None
+    error: str = ""  # what raised, when the run could not finish
+    how: str = ""
+    optimizer: str = ""
+
+
+def fine_tune(loaded: Any, winners: Optional[list], steps: int, compiled: bool = False,
+              catch: bool = False) -> Trajectory:
+    """`steps` training steps of `loaded` (with `winners` patched in, when given); the model is left
+    as it was found. `catch`: an error becomes Trajectory.error (a winner's) instead of raising."""
+    import torch
+    from autokernel.deploy import routing
+    from autokernel.profile.training import training
+    batches = [loaded.make_inputs(seed) for seed in range(steps)]
+    router = routing.Router(winners) if winners is not None else None
+    run = Trajectory()
+    on_gpu = loaded.spec.device.startswith("cuda")
+    with torch.random.fork_rng(devices=[torch.device(loaded.spec.device)] if on_gpu else []):
+        torch.manual_seed(0)  # dropout and anything random in the step: the same in every run
+        with training(loaded, batches[0]) as step:
+            run.how, run.optimizer = step.how, step.optimizer_name
+            start = {n: p.detach().clone() for n, p in loaded.model.named_parameters() if p.requires_grad}
+            try:
+                with router.patched(loaded.model) if router else contextlib.nullcontext():
+                    with _compiled(loaded, step, batches[0], compiled):
+                        _steps(loaded, step, batches, run, on_gpu)
+            except Exception as e:  # noqa: BLE001 (a winner's error is a finding, not a crash)
+                if not catch:
+                    raise
+                run.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            params = dict(loaded.model.named_parameters())
+            run.change = {n: (params[n].detach() - p0).double() for n, p0 in start.items()}
+    run.tally = router.tally.to_json() if router else None
+    return run
+
+
+def _steps(loaded: Any, step: Any, batches: list, run: Trajectory, on_gpu: bool) -> None:
+    import torch
+    from autokernel.profile.modelfile import _in_user_code
+    from autokernel.profile.training import checked_loss
+    path = loaded.spec.path
+    if on_gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    for i, inputs in enumerate(batches):
+        began = time.perf_counter()
+        loss = checked_loss(_in_user_code(path, step.how, lambda: step.loss(inputs)), step.how, path)
+        _in_user_code(path, "the backward of the loss", loss.backward)
+        if i == 0:
+            run.grads = {n: p.grad.detach().double().clone() for n, p in loaded.model.named_parameters()
+                         if p.grad is not None}
+        _in_user_code(path, f"{step.optimizer_name}.step()", step.optimizer.step)
+        step.optimizer.zero_grad(set_to_none=True)
+        run.losses.append(float(loss.detach()))
+        if on_gpu:
+            torch.cuda.synchronize()
+        run.step_s.append(time.perf_counter() - began)
+    if on_gpu:
+        run.peak_bytes = torch.cuda.max_memory_allocated()
+
+
+@contextlib.contextmanager
+def _compiled(loaded: Any, step: Any, first: list, on: bool):
+    """torch.compile of the model's call while inside (when `on`), after one plain forward under
+    no_grad, which binds the winners' hand-written forms (they bind in eager, not while tracing)."""
+    if not on:
+        yield
+        return
+    import torch
+    with torch.no_grad():
+        step.loss(first)
+    model = loaded.model
+    model.compile()
+    try:
+        yield
+    finally:
+        model._compiled_call_impl = None  # what nn.Module.compile set: the model is eager again

@@ -1,0 +1,140 @@
+"""`autokernel verify --train`: a tiny model fine-tuned 20 AdamW steps with and without a Triton
+rmsnorm winner that has a backward, on the CPU (Triton interpreter), matching eager's losses, first
+gradients and parameters; a winner whose backward is wrong fails it, named; bad training input
+gets a clear error; the report shows it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autokernel.cli import app
+from autokernel.deploy import verify as verifier
+from autokernel.deploy.verify_train import TOLERANCES
+from autokernel.errors import UserError
+from autokernel.profile.modelfile import ModelSpec
+from sealed_runs import write_run
+from paths import DATA
+
+KERNEL = DATA / "kernels" / "train" / "rmsnorm_grad.py"
+MODEL = DATA / "train_tiny.py"
+TARGET = ("rmsnorm[16x32:float32]", "rmsnorm", {"M": 16, "N": 32}, {}, "module",
+          [{"name": "norm", "class": "RMSNorm"}, {"name": "final_norm", "class": "RMSNorm"}])
+PASSED = {"verdict": "PASS", "failed_stage": None, "timing": {"median_us": 100.0}, "device": {"type": "cpu"},
+          "backward": {"verdict": "PASS", "failed_stage": None, "stages": []}}
+
+
+def make_run(root, source: str, model=MODEL, name: str = "run", backward: dict = PASSED):
+    return write_run(root, ModelSpec(path=str(model), device="cpu"), [(*TARGET, source)], name=name,
+                     verdict=lambda t: backward)
+
+
+def wrong_backward(source: str) -> str:
+    """The test kernel with its weight gradient doubled: right shape, wrong value."""
+    return source.replace("    return dx, dweight\n", "    return dx, dweight * 2\n")
+
+
+def test_twenty_steps_with_the_winner_match_eager_and_report_throughput(tmp_path):
+    run = make_run(tmp_path, KERNEL.read_text())
+    result = verifier.verify(run.path, device="cpu")
+    train = result["train"]
+    assert result["status"] == "ok", result["failures"]
+    assert train["steps"] == 20 and len(train["losses"]["eager"]) == 20 and train["match"]
+    assert train["served_under_autograd"] == [TARGET[0]]
+    assert train["per_kernel"][TARGET[0]]["calls_served"] == 40  # two norms per step, each step
+    assert train["worst_loss_rel_err"] <= TOLERANCES["float32"]["loss"]
+    assert train["losses"]["eager"][-1] < train["losses"]["eager"][0]  # it did train
+    figures = train["throughput"]
+    assert figures["unit"] == "tokens/s" and figures["per_step"] == 16 and not figures["representative_of_gpu"]
+    assert figures["runs"]["patched"]["per_s"] > 0 and figures["runs"]["eager"]["per_s"] > 0
+    assert "Triton interpreter" in figures["note"]
+    assert figures["runs"]["liger"] == {"skipped": "Liger Kernel is not installed (pip install liger-kernel)"}
+    assert "GPU" in figures["runs"]["compile"]["skipped"]
+    assert json.loads((run.path / "verify.json").read_text())["train"]["match"]
+    report = _report(run)
+    assert "## Training" in report and "training with the winners matches eager" in report
+    assert report.count("\n| 20 | ") == 1  # the loss at every step, the last one too
+    assert "| eager | " in report and "| with the winners | " in report and "Liger Kernel is not installed" in report
+    assert "| fwd ms | bwd ms | ms |" in report and "the optimizer step (AdamW) 0.300 ms more" in report
+
+
+def _report(run) -> str:
+    """report.md of the run, with a training plan (fwd/bwd ms per target, the optimizer apart)."""
+    from autokernel.deploy.report import write_report
+    entry = {"rank": 1, "kernel_type": "rmsnorm", "target": TARGET[0], "route": "module", "modules": TARGET[5],
+             "calls": 4, "time_ms": 0.5, "fwd_ms": 0.2, "bwd_ms": 0.3, "share": 0.25, "bound": "memory"}
+    train = {"step": "loss_fn(output, inputs) from the model file", "optimizer": "AdamW", "forward_ms": 0.8,
+             "backward_ms": 1.2, "optimizer_ms": 0.3, "step_ms": 2.3}
+    run.write_json(run.plan_path, {"device": "cpu", "device_name": "cpu", "total_ms": 2.0, "coverage": 0.25,
+                                   "entries": [entry], "train": train})
+    write_report(run.path)
+    return (run.path / "report.md").read_text()
+
+
+def test_the_command_runs_the_comparison_in_the_sandboxed_child(tmp_path):
+    run = make_run(tmp_path, KERNEL.read_text())
+    result = CliRunner().invoke(app, ["verify", str(run.path), "--train", "--steps", "2"])
+    assert result.exit_code == 0, result.output
+    assert "verify --train (CPU figures: Triton interpreter)" in result.output
+    train = json.loads((run.path / "verify.json").read_text())["train"]
+    assert train["steps"] == 2 and train["match"] and train["served_under_autograd"] == [TARGET[0]]
+
+
+def test_a_wrong_backward_fails_verify_train_naming_the_winner(tmp_path):
+    run = make_run(tmp_path, wrong_backward(KERNEL.read_text()))
+    result = verifier.verify(run.path, device="cpu", steps=3)
+    assert result["status"] == "failed"
+    assert list(result["train"]["guilty"]) == [TARGET[0]]
+    assert any(f.startswith(f"training: {TARGET[0]}: its backward") and "gradient of" in f for f in result["failures"])
+    assert not result["guilty"]  # its forward is right: it still serves inference
+
+
+def test_a_forward_only_winner_falls_back_in_training_with_its_reason(tmp_path):
+    failed = {**PASSED, "backward": {"verdict": "FAIL", "failed_stage": "gradients"}}
+    run = make_run(tmp_path, KERNEL.read_text(), backward=failed)
+    result = verifier.verify(run.path, device="cpu", steps=2)
+    kernel = result["train"]["per_kernel"][TARGET[0]]
+    assert kernel["calls_served"] == 0 and kernel["fallback_reasons"] == {
+        "autograd: inference only: the backward failed gradients (run under torch.no_grad)": 4}
+    assert result["train"]["match"] and result["train"]["served_under_autograd"] == []
+    assert result["per_kernel"][TARGET[0]]["inference_only"] == "inference only: the backward failed gradients"
+
+
+@pytest.mark.parametrize("body, words", [
+    ("def loss_fn(output, inputs):\n    return output.pow(2)\n", "not a scalar loss"),
+    ("def loss_fn(output, inputs):\n    return output.pow(2).mean()\n\n\n"
+     "_init = Model.__init__\n\n\ndef _frozen(self):\n    _init(self)\n    self.requires_grad_(False)\n\n\n"
+     "Model.__init__ = _frozen\n", "nothing to train"),
+])
+def test_bad_training_input_gets_a_clear_error(tmp_path, body, words):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL.read_text().split("def loss_fn")[0] + body)
+    run = make_run(tmp_path, KERNEL.read_text(), model=model)
+    with pytest.raises(UserError, match=words):
+        verifier.verify(run.path, device="cpu", train=True, steps=2)
+
+
+def test_exports_declare_the_backward_truthfully(tmp_path):
+    """The manifest says which kernels' backward serves; the Hugging Face layers' has_backward is
+    True only for a layer that carries one; a backward verify --train found wrong ships as not served."""
+    import sys
+    from autokernel.deploy.export import export
+    from autokernel.deploy.hf_kernels import export_repository, local_variant
+    run = make_run(tmp_path, KERNEL.read_text())
+    (entry,) = export(run.path, tmp_path / "pkg")["kernels"]
+    assert entry["backward"] is True and entry["inference_only"] == ""
+    manifest = export_repository(run.path, tmp_path / "hf")
+    folder = tmp_path / "hf" / manifest["name"] / "build" / local_variant()
+    sys.path.insert(0, str(folder))
+    try:
+        layers = __import__(f"{manifest['name'].replace('-', '_')}.layers", fromlist=["RMSNorm"])
+        assert layers.RMSNorm.has_backward is True and layers.SwiGLUMLP.has_backward is False
+    finally:
+        sys.path.remove(str(folder))
+        for name in [m for m in sys.modules if m.startswith(manifest["name"].replace("-", "_"))]:
+            del sys.modules[name]
+    assert "Layers with a judged backward" in (tmp_path / "hf" / manifest["name"] / "README.md").read_text()
+    run.write_json(run.path / "verify.json", {"train": {"guilty": {TARGET[0]: "its backward trains ..."}}})
+    (entry,) = export(run.path, tmp_path / "pkg")["kernels"]
+    assert entry["backward"] is False and entry["inference_only"].startswith("inference only: verify --train")
