@@ -13,6 +13,9 @@
 #      remembers inputs when timed), each of which must end in FAIL, beside the honest starters
 #   3. the starters suite, Triton then CUDA C++, fp16 and bf16, one row per verdict as it finishes
 #   5. three KernelBench level-1 problems with the tuner
+#   7. training: each starter's forward, backward and forward+backward against eager autograd,
+#      torch.compile's joint graph and Liger Kernel where installed, with peak memory
+#      (train_starters.py)
 #   4. the bf16 LLaMA: autokernel optimize with the tuner (budget: 3 minutes, or what the deadline
 #      leaves less two minutes for profiling and verify: its workload and torch.compile of the model
 #      unmodified and patched), then its verify (verify.json)
@@ -26,7 +29,7 @@
 # repository goes on PYTHONPATH.
 #   DRY_RUN=1   the same steps on the CPU with tiny shapes and budgets (proves the script; no GPU)
 #   TOTAL_S     the overall deadline in seconds (default 460)
-#   STEPS       which steps to run, in order, e.g. "1 3" (default "1 2 6 3 5 4": the LLaMA run takes
+#   STEPS       which steps to run, in order, e.g. "1 3" (default "1 2 6 3 7 5 4": the LLaMA run takes
 #               the time that is left, its tuner budget 3 minutes at most)
 # shellcheck disable=SC2054  # the commas below are inside arguments (comma lists), not separators
 set -uo pipefail
@@ -37,7 +40,7 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python}"
 DRY_RUN="${DRY_RUN:-0}"
 TOTAL_S="${TOTAL_S:-460}"
-STEPS="${STEPS:-1 2 6 3 5 4}"
+STEPS="${STEPS:-1 2 6 3 7 5 4}"
 START="${GPU_CHECK_START:-$(date +%s)}"
 WORK="${GPU_CHECK_WORK:-$(mktemp -d /tmp/gpu_check.XXXXXX)}"
 export GPU_CHECK_WORK="$WORK" GPU_CHECK_START="${GPU_CHECK_START:-$START}"
@@ -59,6 +62,7 @@ if [ "$DRY_RUN" = 1 ]; then
          --agent tune --max-experiments 1 --top 1 --plain)
   KB=(--agent tune --budget-per-problem 20s --max-experiments 1 --device cpu --no-compile --reps 3)
   COMPUTE=(--dry-run)
+  TRAIN=(--dry-run --types rmsnorm softmax)
 else
   DEV=(--device cuda)
   SUITE_TYPES=(--types matmul,fused_mlp,flash_attention,rmsnorm,layernorm,softmax,cross_entropy,reduce,rotary_embedding)
@@ -69,6 +73,7 @@ else
   # no torch.compile baseline: its build would take most of the 45 s this step has
   KB=(--agent tune --budget-per-problem 15s --device cuda --precision fp16 --no-compile)
   COMPUTE=()
+  TRAIN=(--dtype bfloat16)
 fi
 
 # Seconds left before the deadline, less a margin for writing the summary.
@@ -215,6 +220,8 @@ for s in $STEPS; do
        step "Sandbox of the judged verdicts" 10 sandboxes ;;
     4) step "bf16 LLaMA: optimize with the tuner, then verify" 400 llama ;;
     5) step "KernelBench level 1, three problems, tuner" 45 kernelbench ;;
+    7) step "Training: starters forward+backward vs eager, torch.compile and Liger, with memory" 90 \
+         "$PY" benchmarks/train_starters.py "${TRAIN[@]}" ;;
     6) step "Timing attacks only a GPU can run, beside the honest starters" 100 \
          "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist tests/attacks/test_gpu_timing.py ;;
     *) say "unknown step $s" ;;
