@@ -11,7 +11,9 @@ Tolerances. An element of gradient `g` passes when |got - ref| <= atol * scale +
 the rms of the whole gradient for one summed over the output's rows (the type's `summed_grads`:
 a norm's weight, the right-hand matrix): each of its elements is a sum of M terms, so its rounding
 grows with the sum's magnitude, and a weight-gradient element near zero by cancellation is held to
-the error its neighbours' size allows, not to a bound of its own it could never meet.
+the error its neighbours' size allows, not to a bound of its own it could never meet. Where a
+gradient's terms cancel within a row, the rms of those terms is the scale when it is larger
+(harness/kernel_types/grad_magnitudes.py).
 """
 from __future__ import annotations
 
@@ -43,10 +45,12 @@ def out_shape_dtype(case: Case, args: list, kwargs: dict) -> tuple[tuple[int, ..
 
 
 def upstream(case: Case, args: list, kwargs: dict, device: str | torch.device = "cpu") -> torch.Tensor:
-    """The case's random upstream gradient, on `device`, in the output's dtype."""
+    """The case's random upstream gradient, on `device`, in the output's dtype, laid out as the
+    case's inputs are (an edge case's grad_out is strided or offset too)."""
     shape, dtype = out_shape_dtype(case, args, kwargs)
     gen = torch.Generator().manual_seed(case.seed + UPSTREAM_SEED)
-    return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype).to(device)
+    g = torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
+    return registry.to_device(registry.relayout(g, case.variant), device)
 
 
 def reference_grads(case: Case, inputs: tuple[list, dict] | None = None,
@@ -80,10 +84,23 @@ def error_scale(case: Case, param: str, ref: torch.Tensor) -> torch.Tensor:
     return registry.row_rms(ref)
 
 
-def bound(case: Case, param: str, ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def bound(case: Case, param: str, ref: torch.Tensor, dtype: torch.dtype,
+          magnitude: torch.Tensor | None = None) -> torch.Tensor:
+    """The allowed error of each element; `magnitude`: the size of the terms the gradient sums, where
+    they cancel (harness/kernel_types/grad_magnitudes.py), else the reference itself is the scale."""
     rtol, atol = GRAD_TOLERANCES[registry.DTYPE_NAMES.get(dtype, case.dtype)]
     floor = torch.finfo(dtype).tiny if dtype.is_floating_point else 0.0
-    return atol * error_scale(case, param, ref).clamp_min(floor) + rtol * ref.abs()
+    scale = error_scale(case, param, ref)
+    if magnitude is not None:
+        scale = torch.maximum(scale, error_scale(case, param, magnitude))
+    return atol * scale.clamp_min(floor) + rtol * ref.abs()
+
+
+def magnitudes(case: Case, inputs: tuple[list, dict], grad_out: torch.Tensor) -> list[torch.Tensor | None]:
+    """Per differentiable parameter, the magnitude its error is measured against (None: the reference's)."""
+    from harness.kernel_types.grad_magnitudes import magnitudes as terms
+    found = terms(case.kernel_type, inputs[0], inputs[1], grad_out)
+    return found if found is not None else [None] * len(registry.get(case.kernel_type).grad_params)
 
 
 def expected(case: Case, args: list) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
