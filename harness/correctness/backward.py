@@ -177,11 +177,6 @@ def observation_problem(label: str, obs: dict, device: str, kt, mutates_grad_out
     problem = integrity.observation_problem(label, base, device)
     if problem:
         return problem.replace("kernel_fn", "backward_fn")
-    if mutated:
-        # a backward that writes into grad_out (undeclared), out or an input corrupts tensors autograd still holds
-        names = ", ".join(given_name(i, kt) for i in mutated)
-        hint = " (declare MUTATES_GRAD_OUT = True to write into grad_out)" if 0 in mutated else ""
-        return f"{label}: backward_fn modified {names} in place{hint}"
     for i, g in enumerate(obs.get("grads", [])):
         if not g.get("tensor"):
             continue
@@ -193,4 +188,9 @@ def observation_problem(label: str, obs: dict, device: str, kt, mutates_grad_out
             return f"{label}: gradient {i} is not a plain dense torch.Tensor"
         if g.get("device") and not g["device"].startswith(device):
             return f"{label}: gradient {i} is on {g['device']}, not on {device}"
+    if mutated:
+        # a backward that writes into grad_out (undeclared), out or an input corrupts tensors autograd still holds
+        names = ", ".join(given_name(i, kt) for i in mutated)
+        hint = " (declare MUTATES_GRAD_OUT = True to write into grad_out)" if 0 in mutated else ""
+        return f"{label}: backward_fn modified {names} in place{hint}"
     return None

@@ -86,6 +86,10 @@ class _Reader:
         if self.check(b, second):
             return ("result replay: after the same input buffers were refilled in place with new values, the "
                     "gradients did not match the new inputs (are gradients cached by address?)")
+        for label, obs in self.observations:  # what each call did: named more exactly than a changed input
+            why = backward.observation_problem(label, obs, self.device, self.kt, self.mutates)
+            if why:
+                return why
         args, kwargs = registry.build_inputs(first, "cpu")
         given = [gradients.upstream(first, args, kwargs), *args]
         for i, (name, want) in enumerate(zip(a.get("inputs_after", []), given)):
@@ -97,10 +101,6 @@ class _Reader:
                 what = "grad_out" if i == 0 else self.kt.params[i - 1]
                 hint = " (declare MUTATES_GRAD_OUT = True to write into grad_out)" if i == 0 else ""
                 return f"{what} was modified by backward_fn{hint}"
-        for label, obs in self.observations:
-            why = backward.observation_problem(label, obs, self.device, self.kt, self.mutates)
-            if why:
-                return why
         return None
 
 
