@@ -169,7 +169,7 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)
     baseline_start = time.time()
     base = _baselines(plan, target, device, visible_devices, timeout_s, compile_baseline, around,
-                      verdict["backend"] == "cuda" and device == "cpu")
+                      verdict["backend"] == "cuda" and device == "cpu", bool(header.get("has_backward_fn")))
     baseline_s = time.time() - baseline_start
     argv = [str(path), str(out_dir), "--device", device, "--arch", arch,
             "--origin", str(origin)]  # named for process listings only: the worker never opens it
@@ -205,6 +205,9 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
         if lie:  # a time at a shape around the target that the judge's clock does not back is a lie
             assessment = assessment.fail("integrity", lie)
         back = _backward_verdict(events, out_dir, bp, device, witnessed, header, assessment, child, timeout_s)
+        if back is not None and back["verdict"] == "PASS":
+            from harness.verdict import backward_timing_checks
+            back = backward_timing_checks.assess(back, events, witnessed, device, base.training())
     checks_s = time.time() - checks_start
     verdict["sandbox"] = sandbox_record(events, sandbox)
     if not backward_started(events):  # past the forward, a dying worker is the backward's verdict
@@ -266,13 +269,15 @@ def _around_cases(plan: Any, target: Case | None) -> list[Case]:
 
 
 def _baselines(plan: Any, target: Case | None, device: str, visible_devices: str | None, timeout_s: float,
-               compile_baseline: bool, around: dict | None, compile_only: bool) -> "Baselines":
+               compile_baseline: bool, around: dict | None, compile_only: bool, training: bool = False) -> "Baselines":
     """The baselines this judgement compares with, from the session's clean worker (timed now where
-    none is fresh); none for a kernel that is compiled only and never timed."""
+    none is fresh); none for a kernel that is compiled only and never timed. `training`: the file
+    has a backward, so eager autograd and torch.compile's joint graph are timed step by step too."""
     from harness.workers import baselines
     if compile_only:
         return Baselines([], [])
-    jobs = baselines.needed(plan.timing, compile_baseline, _around_cases(plan, target) if around is not None else [])
+    jobs = baselines.needed(plan.timing, compile_baseline, _around_cases(plan, target) if around is not None else [],
+                            training)
     session = judge_session.active()
     # the judge's own work: a deadline of its own, not the candidate's (a hang's is a few seconds)
     deadline_s = max(timeout_s, DEFAULT_TIMEOUT_S[device])
@@ -290,10 +295,20 @@ class Baselines:
         timing = self.figures[0][0].timing if self.figures else None
         return timing["median_us"] if timing else None
 
+    def training(self) -> dict:
+        """step -> {"eager": figure, "compiled": figure} of a file with a backward (train:<how>:<step> jobs)."""
+        out: dict[str, dict] = {}
+        for (kind, _), (figure, _) in zip(self.jobs, self.figures):
+            if kind.startswith("train:"):
+                _, how, step = kind.split(":")
+                out.setdefault(step, {})[how] = figure
+        return out
+
     def put_beside(self, events: list[dict]) -> None:
         """Into each timing record, whatever the worker wrote there: the target's eager and
         torch.compile figures, and eager at each shape around it."""
-        around = [figure for (kind, case), (figure, _) in zip(self.jobs, self.figures) if case != self.jobs[0][1]]
+        around = [figure for (kind, case), (figure, _) in zip(self.jobs, self.figures)
+                  if case != self.jobs[0][1] and kind == "eager"]
         compiled = next((f for (kind, _), (f, _) in zip(self.jobs, self.figures) if kind == "compiled"), None)
         eager = self.figures[0][0] if self.figures else None
         for e in events:

@@ -180,6 +180,16 @@ def _with_rest(result: dict) -> dict:
     return result
 
 
+def replace_stage(result: dict, stage: str, status: str, detail: str) -> dict:
+    """`result` with `stage` decided: a failure fails the backward there."""
+    for s in result["stages"]:
+        if s["name"] == stage:
+            s.update(status=status, detail=detail)
+    if status == "fail":
+        result.update(verdict="FAIL", failed_stage=stage, timing=None, memory=None)
+    return result
+
+
 def died(result: dict, stage: str, child, timeout_s: float) -> dict:
     """A worker that hung or died in the backward decides the backward's verdict (the forward's stands)."""
     result["stages"] = [s for s in result["stages"] if s["name"] != stage and s["status"] != "skip"]

@@ -51,3 +51,22 @@ def test_a_forward_only_file_passes_as_before(verdicts):
     assert v["verdict"] == "PASS" and v["backward"] is None
     assert v["serves"] == "forward only: serves inference"
     assert not any(s["name"].startswith("backward") for s in v["stages"])
+
+
+def test_a_passing_backward_is_timed_three_ways_against_eager_and_the_compiled_joint_graph(verdicts):
+    back = verdicts["honest"]["backward"]
+    timing = back["timing"]
+    assert timing["representative_of_gpu"] is False and "interpreter" in timing["method"].lower()
+    for step in ("forward", "backward", "forward_backward"):
+        t = timing[step]
+        assert t["median_us"] > 0 and t["reps"] >= 5
+        assert t["eager_median_us"] > 0, t  # timed in the clean baseline worker
+        assert t["compiled_median_us"] > 0 or t.get("compiled_error"), t
+    assert back["memory"] == {"measured": False, "detail": back["memory"]["detail"]}
+    assert "not measured on the CPU" in back["memory"]["detail"]
+    assert next(s for s in back["stages"] if s["name"] == "timing")["status"] == "pass"
+
+
+def test_a_failed_backward_is_not_timed(verdicts):
+    back = verdicts["off_by_factor"]["backward"]
+    assert back["timing"] is None and back["memory"] is None
