@@ -25,6 +25,13 @@ STEPS = ("forward", "backward", "forward_backward")
 NOT_ON_CPU = "not measured on the CPU: its allocator keeps no peak; measured on a GPU only"
 
 
+def train_phase(kind: str, phase: str) -> str:
+    """The witness phase of a clean-worker training job: train:eager:backward -> eager:train:backward:job3
+    (its first word says a baseline's, which a candidate's process may never send)."""
+    how, step = kind.split(":")[1:]
+    return f"{how}:train:{step}:{phase}"
+
+
 class Steps:
     """The three callables and their before_each, on one case's fresh inputs."""
 

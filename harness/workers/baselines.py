@@ -139,9 +139,9 @@ def _time_clean(jobs: list[tuple[str, Case]], device: str, visible_devices: str 
 def witness_phase(kind: str, phase: str) -> str:
     """The phase a job's reps are reported under (harness/workers/baseline.py)."""
     from harness.timing.measurement import eager_phase
-    if kind.startswith("train:"):  # train:eager:backward -> eager:train:backward:job3
-        how, step = kind.split(":")[1:]
-        return f"{how}:train:{step}:{phase}"
+    if kind.startswith("train:"):
+        from harness.timing.backward_timing import train_phase
+        return train_phase(kind, phase)
     return eager_phase(phase) if kind == "eager" else f"compiled:{phase}"
 
 
