@@ -31,11 +31,13 @@ from harness.workers import judge_session
 from harness.kernel_types import references
 from harness.isolation.sandbox import private_caches
 from harness.verdict.around import around_lie
+from harness.correctness import backward
 from harness.correctness.candidate import ContractError, check_header, read_header
 from harness.correctness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, build_plan
 from harness.isolation.process import ChildResult, child_env, scrubbed_env
 from harness.kernel_types.registry import Case
 from harness.isolation.static_check import check_source, describe
+from harness.verdict import backward_checks
 from harness.verdict.verdict_checks import Assessment, assess
 from harness.device.versions import versions
 from harness.timing.witness import Witness
@@ -145,7 +147,7 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)
     baseline_start = time.time()
     base = _baselines(plan, target, device, visible_devices, timeout_s, compile_baseline, around,
-                      verdict["backend"] == "cuda" and device == "cpu")
+                      verdict["backend"] == "cuda" and device == "cpu", bool(header.get("has_backward_fn")))
     baseline_s = time.time() - baseline_start
     argv = [str(path), str(out_dir), "--device", device, "--arch", arch,
             "--origin", str(origin)]  # named for process listings only: the worker never opens it
@@ -170,19 +172,28 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     events = read_events(out_dir)
     base.put_beside(events)  # the clean worker's figures: nothing the candidate's records say of a baseline
     checks_start = time.time()
+    bp = backward.build(plan) if header.get("has_backward_fn") else None
     with references.on_device(device, visible_devices), references.one_thread(device):  # the slot's own GPU
         shapes = _around_cases(plan, target) if around is not None else []
-        assessment = assess(events, out_dir, plan, device, witnessed, shapes)
+        assessment = assess(events, out_dir, plan, device, witnessed, shapes,
+                            backward_checks.planned(bp) if bp is not None else None)
         shapes_around = (_assess_around(events, out_dir, plan, target, device, witnessed)
                          if around is not None and assessment.verdict == "PASS" else None)
         lie = around_lie(shapes_around)
         if lie:  # a time at a shape around the target that the judge's clock does not back is a lie
             assessment = assessment.fail("integrity", lie)
+        back = _backward_verdict(events, out_dir, bp, device, witnessed, header, assessment, child, timeout_s)
+        if back is not None and back["verdict"] == "PASS":
+            from harness.verdict import backward_timing_checks
+            back = backward_timing_checks.assess(back, events, witnessed, device, base.training())
     checks_s = time.time() - checks_start
     verdict["sandbox"] = sandbox_record(events, sandbox)
-    assessment = _account_for_child(assessment, child, timeout_s)
+    if not backward_started(events):  # past the forward, a dying worker is the backward's verdict
+        assessment = _account_for_child(assessment, child, timeout_s)
     verdict["device"] = _device_info(device, events)
     verdict = _finish(verdict, assessment)
+    verdict["backward"] = back
+    verdict["serves"] = serves(verdict["verdict"], back)
     verdict.update(plan.dtype_record())  # a dtype that stood in for the target's is said so
     if around is not None:
         verdict["timing_around"] = shapes_around if verdict["verdict"] == "PASS" else None
@@ -191,6 +202,38 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     verdict["judge_seconds"] = {**wall_time_split(events, spawned, child.seconds, checks_s), "baselines": baseline_s,
                                 "worker": started_by}
     return verdict
+
+
+def backward_started(events: list[dict]) -> bool:
+    return any(e.get("event") == "stage_start" and str(e.get("stage", "")).startswith(backward.PREFIX)
+               for e in events)
+
+
+def _backward_verdict(events: list[dict], out_dir: Path, bp, device: str, witnessed, header: dict,
+                      forward: Assessment, child: ChildResult, timeout_s: float) -> dict | None:
+    """The verdict's `backward` object: None for a forward-only file; judged only past a forward
+    that passed (harness/verdict/backward_checks.py)."""
+    if bp is None:
+        return None
+    if forward.verdict != "PASS" or forward.timing is None:
+        return backward_checks.not_run("not run: the forward did not pass, and a backward is judged only after it")
+    back = backward_checks.assess(events, out_dir, bp, device, witnessed, header["KERNEL_TYPE"],
+                                  bool(header.get("MUTATES_GRAD_OUT", False)))
+    running = back.pop("running_stage", None)
+    if running is not None or back["verdict"] == "PASS" and (child.timed_out or child.returncode != 0):
+        return backward_checks.died(back, running or "timing", child, timeout_s)
+    return back
+
+
+def serves(verdict: str, back: dict | None) -> str | None:
+    """What a verdict lets a file serve, in words the search and the report show."""
+    if verdict != "PASS":
+        return None
+    if back is None:
+        return "forward only: serves inference"
+    if back["verdict"] == "PASS":
+        return "training and inference"
+    return f"inference only: the backward failed {back['failed_stage'] or 'to run'}"
 
 
 def _assess_around(events: list[dict], out_dir: Path, plan: Any, target: Case, device: str, witnessed) -> dict:
@@ -204,13 +247,15 @@ def _around_cases(plan: Any, target: Case | None) -> list[Case]:
 
 
 def _baselines(plan: Any, target: Case | None, device: str, visible_devices: str | None, timeout_s: float,
-               compile_baseline: bool, around: dict | None, compile_only: bool) -> "Baselines":
+               compile_baseline: bool, around: dict | None, compile_only: bool, training: bool = False) -> "Baselines":
     """The baselines this judgement compares with, from the session's clean worker (timed now where
-    none is fresh); none for a kernel that is compiled only and never timed."""
+    none is fresh); none for a kernel that is compiled only and never timed. `training`: the file
+    has a backward, so eager autograd and torch.compile's joint graph are timed step by step too."""
     from harness.workers import baselines
     if compile_only:
         return Baselines([], [])
-    jobs = baselines.needed(plan.timing, compile_baseline, _around_cases(plan, target) if around is not None else [])
+    jobs = baselines.needed(plan.timing, compile_baseline, _around_cases(plan, target) if around is not None else [],
+                            training)
     session = judge_session.active()
     # the judge's own work: a deadline of its own, not the candidate's (a hang's is a few seconds)
     deadline_s = max(timeout_s, DEFAULT_TIMEOUT_S[device])
@@ -228,10 +273,20 @@ class Baselines:
         timing = self.figures[0][0].timing if self.figures else None
         return timing["median_us"] if timing else None
 
+    def training(self) -> dict:
+        """step -> {"eager": figure, "compiled": figure} of a file with a backward (train:<how>:<step> jobs)."""
+        out: dict[str, dict] = {}
+        for (kind, _), (figure, _) in zip(self.jobs, self.figures):
+            if kind.startswith("train:"):
+                _, how, step = kind.split(":")
+                out.setdefault(step, {})[how] = figure
+        return out
+
     def put_beside(self, events: list[dict]) -> None:
         """Into each timing record, whatever the worker wrote there: the target's eager and
         torch.compile figures, and eager at each shape around it."""
-        around = [figure for (kind, case), (figure, _) in zip(self.jobs, self.figures) if case != self.jobs[0][1]]
+        around = [figure for (kind, case), (figure, _) in zip(self.jobs, self.figures)
+                  if case != self.jobs[0][1] and kind == "eager"]
         compiled = next((f for (kind, _), (f, _) in zip(self.jobs, self.figures) if kind == "compiled"), None)
         eager = self.figures[0][0] if self.figures else None
         for e in events:

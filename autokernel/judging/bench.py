@@ -60,6 +60,7 @@ def render(verdict: dict, console: Console) -> None:
     console.print(table)
     console.print(f"verdict: [{style}]{verdict['verdict']}[/]"
                   + (f"  (failed stage: {verdict['failed_stage']})" if verdict["failed_stage"] else ""))
+    render_backward(verdict, console)
     t, r, res = verdict.get("timing"), verdict.get("roofline"), verdict.get("resources")
     if t:
         label = "" if t["representative_of_gpu"] else \
@@ -74,3 +75,27 @@ def render(verdict: dict, console: Console) -> None:
     if res:
         console.print(f"resources ({res.get('arch')}): {res.get('registers')} registers, "
                       f"{res.get('spills')} bytes spilled, {res.get('shared_bytes')} bytes shared memory")
+
+
+def render_backward(verdict: dict, console: Console) -> None:
+    """A file with backward_fn: its backward's stages and verdict, and what the file serves."""
+    back = verdict.get("backward")
+    if back is not None:
+        table = Table(title="backward", show_lines=False)
+        for column in ("stage", "status", "seconds", "detail"):
+            table.add_column(column, justify="right" if column == "seconds" else "left",
+                             overflow="fold" if column == "detail" else "ellipsis")
+        for s in back["stages"]:
+            table.add_row(s["name"], f"[{STATUS_STYLE.get(s['status'], '')}]{s['status']}[/]",
+                          f"{s['seconds']:.2f}", s["detail"])
+        console.print(table)
+        style = VERDICT_STYLE.get(back["verdict"], "bold")
+        console.print(f"backward: [{style}]{back['verdict']}[/]"
+                      + (f"  (failed stage: {back['failed_stage']})" if back.get("failed_stage") else ""))
+        memory = back.get("memory")
+        if memory:
+            console.print("memory (forward+backward): " + (
+                f"peak {memory['peak_bytes'] / 2**20:.1f} MiB, eager {memory['eager_peak_bytes'] / 2**20:.1f} MiB"
+                if memory.get("measured") and memory.get("eager_peak_bytes") else memory.get("detail", "measured")))
+    if verdict.get("serves"):
+        console.print(f"serves: {verdict['serves']}")

@@ -26,22 +26,23 @@ class ContractError(Exception):
 
 
 def read_header(path: Path) -> dict[str, Any]:
-    """KERNEL_TYPE, BACKEND and whether kernel_fn exists, read without running the file."""
+    """KERNEL_TYPE, BACKEND, MUTATES_GRAD_OUT and whether kernel_fn and backward_fn exist, read
+    without running the file: the judge decides from the text, never from what the import left."""
     try:
         tree = syntax.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except SyntaxError as e:
         raise SyntaxError(f"{path.name}:{e.lineno}: {e.msg}") from None
-    found: dict[str, Any] = {"has_kernel_fn": False}
+    found: dict[str, Any] = {"has_kernel_fn": False, "has_backward_fn": False}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
-            if name in ("KERNEL_TYPE", "BACKEND"):
+            if name in ("KERNEL_TYPE", "BACKEND", "MUTATES_GRAD_OUT"):
                 try:
                     found[name] = ast.literal_eval(node.value)
                 except ValueError:
                     found[name] = None
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "kernel_fn":
-            found["has_kernel_fn"] = True
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("kernel_fn", "backward_fn"):
+            found[f"has_{node.name}"] = True
     return found
 
 
@@ -57,6 +58,8 @@ def check_header(header: dict[str, Any]) -> None:
     if not header["has_kernel_fn"]:
         kt = registry.get(kernel_type)
         raise ContractError(f"no kernel_fn: define def {kt.signature_text()}")
+    if header.get("MUTATES_GRAD_OUT", False) not in (True, False):
+        raise ContractError("MUTATES_GRAD_OUT must be the literal True or False")
 
 
 def import_candidate(path: Path):

@@ -24,10 +24,12 @@ import builtins
 import functools
 
 # The contract's own names: what the judge reads from a kernel file (DESIGN.md, "The kernel file";
-# harness/cuda_build.py for the CUDA C++ ones). A backward, when the contract grows one, is a
-# line here.
+# docs/judge.md for the backward; harness/cuda_build.py for the CUDA C++ ones).
 CONTRACT_NAMES = ("KERNEL_TYPE", "BACKEND", "TUNABLES", "CONSTRAINTS", "CONFIG", "kernel_fn",
-                  "CUDA_KERNELS", "CUDA_HOST", "FUNCTIONS")
+                  "backward_fn", "MUTATES_GRAD_OUT", "CUDA_KERNELS", "CUDA_HOST", "FUNCTIONS")
+# The contract's functions and their leading tensor parameters before the type's own: a backward
+# is held to the same surface as the forward, its grad_out and out followed as tensors like x is.
+CONTRACT_FUNCTIONS = {"kernel_fn": (), "backward_fn": ("grad_out", "out")}
 
 PUBLIC = "public"  # a module's own public list (its __all__): Triton's language is device code
 

@@ -314,14 +314,17 @@ def _tensor_parameters(tree: ast.Module, model: bool) -> dict[str, tuple[int, ..
         from harness.kernel_types import registry
         kt = registry.get(kernel_type)
     except ImportError:  # an exported package re-checks a judged file without the registry:
-        return {"kernel_fn": _undefaulted(tree)}  # the file's own signature, as judged
+        # the file's own signatures, as judged
+        return {name: _undefaulted(tree, name) for name in kernel_surface.CONTRACT_FUNCTIONS}
     except Exception:  # an unknown type fails the contract check; any tensor is still followed
-        return {"kernel_fn": tuple(range(32))}
-    return {"kernel_fn": tuple(i for i, p in enumerate(kt.params) if p not in kt.defaults)}
+        return {name: tuple(range(32)) for name in kernel_surface.CONTRACT_FUNCTIONS}
+    tensors = [i for i, p in enumerate(kt.params) if p not in kt.defaults]
+    return {name: tuple(range(len(lead))) + tuple(len(lead) + i for i in tensors)
+            for name, lead in kernel_surface.CONTRACT_FUNCTIONS.items()}
 
 
-def _undefaulted(tree: ast.Module) -> tuple[int, ...]:
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel_fn"), None)
+def _undefaulted(tree: ast.Module, name: str = "kernel_fn") -> tuple[int, ...]:
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
     if fn is None:
         return ()
     params = fn.args.posonlyargs + fn.args.args

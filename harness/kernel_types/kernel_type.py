@@ -112,6 +112,12 @@ class KernelType:
     error_scale: Callable[[list[Any], torch.Tensor], torch.Tensor] | None = None
     # Its kernels multiply tiles (tl.dot): the Triton interpreter gets bf16 dot products wrong.
     dot_products: bool = False
+    # The parameters a backward_fn returns gradients for, in params order (integer targets and a
+    # model's constants such as rotary tables have none); harness/kernel_types/gradients.py.
+    grad_params: tuple[str, ...] = ()
+    # Of those, the ones whose gradient is a sum over the output's rows (a norm's weight, the
+    # right-hand matrix): their error is measured against the whole gradient's rms, not a row's.
+    summed_grads: tuple[str, ...] = ()
 
     def signature_text(self) -> str:
         parts = [p if p not in self.defaults else f"{p}={self.defaults[p]!r}" for p in self.params]

@@ -94,15 +94,18 @@ def key(role, case, rep=None) -> str:
     return json.dumps([role, case, rep], sort_keys=True, default=str)
 
 
-def plan_problem(events: list[dict], plan: Plan, device: str, around_cases: list[Case] = ()) -> str | None:
-    """Why the case records break the judge's plan, or None."""
+def plan_problem(events: list[dict], plan: Plan, device: str, around_cases: list[Case] = (),
+                 more: dict[str, list[str]] | None = None) -> str | None:
+    """Why the case records break the judge's plan, or None. `more`: the keys of every record other
+    stages plan (a backward's: harness/verdict/backward_checks.py), by stage."""
     from harness.timing.measurement import budget
     warmups = {"timing": budget(device)["warmup"]}
     cases = {"timing": plan.timing}
     for i, c in enumerate(around_cases):
         cases[f"{AROUND_STAGE}:{i}"] = c
         warmups[f"{AROUND_STAGE}:{i}"] = (around_limits(device) or budget(device))["warmup"]
-    known = set(STAGES) | set(cases)
+    more = more or {}
+    known = set(STAGES) | set(cases) | set(more)
     ends = {e.get("stage"): e for e in events if e.get("event") == "stage_end"}
     counts: dict[str, int] = {}
     for e in events:
@@ -118,8 +121,8 @@ def plan_problem(events: list[dict], plan: Plan, device: str, around_cases: list
                 return f"the worker's records start the stage {stage!r} where the judge planned no such start"
             started.add(stage)
             open_stage = stage
-            expected[stage] = planned(stage, plan, ends.get(stage), warmups.get(stage, 0), cases.get(stage),
-                                      counts.get(stage, 0))
+            expected[stage] = more[stage] if stage in more else planned(
+                stage, plan, ends.get(stage), warmups.get(stage, 0), cases.get(stage), counts.get(stage, 0))
         elif kind == "stage_end":
             if stage != open_stage or stage in ended:
                 return f"the worker's records end the stage {stage!r} where no such stage was running"

@@ -181,17 +181,18 @@ class _Checker:
 
 
 def assess(events: list[dict], out_dir: Path, plan: Plan, device: str, witnessed=None,
-           around_cases: list[Case] = ()) -> Assessment:
+           around_cases: list[Case] = (), more_records: dict[str, list[str]] | None = None) -> Assessment:
     """The verdict from the worker's records; `witnessed` (harness/timing/witness.py's Record) is what the
     judge's own clock saw of the timed reps, what the audit hook refused, and every record's and
-    saved output's digest as the worker wrote it; `around_cases`: the shapes timed around the target."""
+    saved output's digest as the worker wrote it; `around_cases`: the shapes timed around the target;
+    `more_records`: the records a backward's stages plan (harness/verdict/backward_checks.py)."""
     try:
         a = _assess_stages(events, out_dir, plan, device, witnessed)
     except RecordProblem as e:  # an output rewritten after it was saved, or never saved for its record
         a = Assessment().fail("integrity", str(e))
     # a record written by anyone but the worker, or one the plan never had, is a forgery
     forged = (told_problem(out_dir, witnessed) if witnessed is not None else None) \
-        or plan_problem(events, plan, device, around_cases)
+        or plan_problem(events, plan, device, around_cases, more_records)
     if forged:
         return a.fail("integrity", f"the worker's records are not the judge's: {forged}")
     tampered = identity_problem(events, a)

@@ -37,6 +37,8 @@ def time_job(job: dict, device: str, report) -> dict:
     case = Case.from_json(job["case"])
     kt = registry.get(case.kernel_type)
     start = time.perf_counter()
+    if job["kind"].startswith("train:"):
+        return {**time_training(job, case, device, report), "seconds": time.perf_counter() - start}
     if job["kind"] == "compiled":
         timing, error = measurement.time_compiled(kt, FreshInputs(case, device), device, report,
                                                   f"compiled:{job['phase']}")
@@ -44,6 +46,39 @@ def time_job(job: dict, device: str, report) -> dict:
         timing, error = measurement.time_eager(kt, case, device, report, job["phase"], job.get("limits")), None
     return {"phase": job["phase"], "timing": timing.to_json() if timing else None, "error": error,
             "seconds": time.perf_counter() - start}
+
+
+_compiled: dict[str, object] = {}  # one torch.compile per case, shared by its three steps
+
+
+def time_training(job: dict, case: Case, device: str, report) -> dict:
+    """A training step's piece (`train:<eager|compiled>:<step>`) under autograd; the
+    forward+backward job also measures eager's peak memory (harness/timing/backward_timing.py)."""
+    from harness.timing import backward_timing
+    from harness.timing.compile_cache import baseline_caches
+    _, how, step = job["kind"].split(":")
+    phase = backward_timing.train_phase(job["kind"], job["phase"])
+    kt = registry.get(case.kernel_type)
+    memory = None
+    try:
+        if how == "compiled":
+            key = json.dumps(case.to_json(), sort_keys=True)
+            fn = _compiled.setdefault(key, torch.compile(kt.eager, dynamic=False))
+            with baseline_caches():
+                steps = backward_timing.AutogradSteps(case, device, fn)
+                steps.prepare(-1)
+                steps.forward()  # compilation of the joint graph, outside the timed region
+                steps.backward()
+                timing = backward_timing.time_step(steps, step, report, phase)
+        else:
+            steps = backward_timing.AutogradSteps(case, device, kt.eager)
+            if step == "forward_backward":
+                memory = backward_timing.peak_memory(steps)
+            timing = backward_timing.time_step(steps, step, report, phase)
+    except Exception as e:  # no C++ compiler, an op without a backward: the baseline is missing, not the kernel
+        return {"phase": job["phase"], "timing": None, "error": f"{how} {step} failed: {type(e).__name__}: "
+                                                                  f"{str(e)[:200]}", "memory": memory}
+    return {"phase": job["phase"], "timing": timing.to_json(), "error": None, "memory": memory}
 
 
 def main(argv: list[str] | None = None) -> int:

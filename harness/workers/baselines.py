@@ -37,6 +37,7 @@ class Figure:
     pid: int | None
     started_by: str
     uses: int = 0
+    memory: dict | None = None  # a training job's peak memory (harness/timing/backward_timing.py)
 
 
 @dataclass
@@ -60,10 +61,14 @@ def key(kind: str, case: Case, device: str, visible_devices: str | None) -> tupl
     return kind, json.dumps(case.to_json(), sort_keys=True), device, visible_devices
 
 
-def needed(target: Case, compile_baseline: bool, around: list[Case]) -> list[tuple[str, Case]]:
+def needed(target: Case, compile_baseline: bool, around: list[Case], training: bool = False) -> list[tuple[str, Case]]:
     """(kind, case) of every baseline one judgement compares with: eager at the target, torch.compile
-    there on request, eager at each shape around it."""
-    return [("eager", target)] + ([("compiled", target)] if compile_baseline else []) + [("eager", c) for c in around]
+    there on request, eager at each shape around it; for a file with a backward, eager autograd and
+    torch.compile's joint graph at the target, step by step (`train:<how>:<step>`)."""
+    from harness.timing.backward_timing import STEPS
+    train = [(f"train:{how}:{step}", target) for how in ("eager", "compiled") for step in STEPS] if training else []
+    return ([("eager", target)] + ([("compiled", target)] if compile_baseline else []) + [("eager", c) for c in around]
+            + train)
 
 
 def obtain(jobs: list[tuple[str, Case]], device: str, visible_devices: str | None, timeout_s: float,
@@ -139,13 +144,16 @@ def _time_clean(jobs: list[tuple[str, Case]], device: str, visible_devices: str 
         timing = summary(reps.samples_us, device).to_json() if reps is not None and reps.samples_us else None
         error = row.get("error") or (None if timing else why or "the clean baseline worker timed nothing")
         figures.append(Figure(timing if row.get("timing") else None, error, time.time(), result.get("pid"),
-                              started_by))
+                              started_by, memory=row.get("memory")))
     return figures
 
 
 def witness_phase(kind: str, phase: str) -> str:
     """The phase a job's reps are reported under (harness/workers/baseline.py)."""
     from harness.timing.measurement import eager_phase
+    if kind.startswith("train:"):
+        from harness.timing.backward_timing import train_phase
+        return train_phase(kind, phase)
     return eager_phase(phase) if kind == "eager" else f"compiled:{phase}"
 
 

@@ -101,6 +101,7 @@ class Worker:
         # the same wrappers a served kernel sees (harness/correctness/launches.py)
         self.monitor = launches.install()
         self.module = None
+        self.has_backward = False
         self.kt: registry.KernelType | None = None
         self.guard: IdentityGuard | None = None
         self.backend = "triton"
@@ -137,6 +138,7 @@ class Worker:
             return self._refused(f"syntax error: {e}")
         self.kt = registry.get(header["KERNEL_TYPE"])
         self.backend = header.get("BACKEND", "triton")
+        self.has_backward = bool(header.get("has_backward_fn"))
         violations = check_source(self.path.read_text(encoding="utf-8"), self.backend)
         if violations:
             return self._refused(describe(violations, self.path.name))
@@ -335,8 +337,13 @@ def run_stages(w: Worker, ns, network: dict | None = None) -> None:
         if not run() or not w.untouched(f"after {stage}"):
             return
     timing = time_candidate(w, plan.timing)
-    if w.untouched("after timing") and w.around is not None:
+    if not w.untouched("after timing"):
+        return
+    if w.around is not None:
         around.time_around(w, plan.timing.dtype, timing, w.around.get("below_us"), time_candidate)
+    if w.has_backward and timing is not None:  # gated apart: only a forward that passed here
+        from harness.workers import backward_stages
+        backward_stages.run(w, plan)
 
 
 def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | None = None):

@@ -31,6 +31,7 @@ def _attn_eager(q, k, v, causal=False, sm_scale=None):
 TYPES.append(KernelType(
     name="flash_attention",
     dot_products=True,
+    grad_params=("q", "k", "v"),
     params=("q", "k", "v", "causal", "sm_scale"),
     defaults={"causal": False, "sm_scale": None},
     make_inputs=_attn_inputs,
@@ -83,6 +84,7 @@ def _rotate_half(x):
 
 TYPES.append(KernelType(
     name="rotary_embedding",
+    grad_params=("x",),  # cos and sin are the model's constants
     params=("x", "cos", "sin"),
     defaults={},
     make_inputs=_rope_inputs,

@@ -23,6 +23,8 @@ def _matmul_inputs(case: Case, gen: torch.Generator):
 TYPES.append(KernelType(
     name="matmul",
     dot_products=True,
+    grad_params=("a", "b"),
+    summed_grads=("b",),
     params=("a", "b"),
     defaults={},
     make_inputs=_matmul_inputs,
@@ -71,6 +73,8 @@ def _mlp_eager(x, w_gate, w_up, w_down):
 TYPES.append(KernelType(
     name="fused_mlp",
     dot_products=True,
+    grad_params=("x", "w_gate", "w_up", "w_down"),
+    summed_grads=("w_gate", "w_up", "w_down"),
     params=("x", "w_gate", "w_up", "w_down"),
     defaults={},
     make_inputs=_mlp_inputs,

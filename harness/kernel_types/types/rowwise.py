@@ -39,6 +39,7 @@ def _softmax_inputs(case: Case, gen: torch.Generator):
 
 TYPES.append(KernelType(
     name="softmax",
+    grad_params=("x",),
     params=("x",),
     defaults={},
     make_inputs=_softmax_inputs,
@@ -74,6 +75,8 @@ def _layernorm_inputs(case: Case, gen: torch.Generator):
 
 TYPES.append(KernelType(
     name="layernorm",
+    grad_params=("x", "weight", "bias"),
+    summed_grads=("weight", "bias"),
     params=("x", "weight", "bias", "eps"),
     defaults={"eps": 1e-5},
     make_inputs=_layernorm_inputs,
@@ -119,6 +122,8 @@ def _rmsnorm_eager(x, weight, eps=1e-6):
 
 TYPES.append(KernelType(
     name="rmsnorm",
+    grad_params=("x", "weight"),
+    summed_grads=("weight",),
     params=("x", "weight", "eps"),
     defaults={"eps": 1e-6},
     make_inputs=_rmsnorm_inputs,
@@ -158,6 +163,7 @@ def _row_norm_scale(args, ref: torch.Tensor) -> torch.Tensor:
 
 TYPES.append(KernelType(
     name="reduce",
+    grad_params=("x",),
     params=("x",),
     defaults={},
     make_inputs=_reduce_inputs,
@@ -191,6 +197,7 @@ def _ce_inputs(case: Case, gen: torch.Generator):
 
 TYPES.append(KernelType(
     name="cross_entropy",
+    grad_params=("logits",),  # targets are integers
     params=("logits", "targets"),
     defaults={},
     make_inputs=_ce_inputs,

@@ -203,3 +203,29 @@ def test_a_modelnew_load_inline_source_is_held_to_it_too(source, word):
             f"SRC = '''\n#include <torch/extension.h>\n{source}'''\n")
     found = check_source(text, model=True)
     assert any(v.rule == "CUDA host side" and word in v.detail for v in found), found
+
+
+BACKWARD = '''import torch
+import triton
+KERNEL_TYPE = "rmsnorm"
+MUTATES_GRAD_OUT = False
+def kernel_fn(x, weight, eps=1e-6):
+    return x.new_empty(x.shape)
+def backward_fn(grad_out, out, x, weight, eps=1e-6):
+    @@LINE@@
+    return x.new_empty(x.shape), weight.new_empty(weight.shape)
+'''
+
+
+@pytest.mark.parametrize("line, rule", [
+    ("s = float(grad_out)", "host compute"),  # grad_out is followed as a tensor, as x is in kernel_fn
+    ("s = float(out)", "host compute"),
+    ("s = [v for v in x]", "host compute"),
+    ("s = grad_out.tolist()", "host compute"),
+    ("s = torch.softmax(out, -1)", "not on the kernel allow-list"),
+    ("s = grad_out._base", "private name"),
+])
+def test_a_backward_is_held_to_the_same_surface(line, rule):
+    """The backward's contract names pass; what it may not do is refused as in kernel_fn."""
+    assert _rules(BACKWARD.replace("@@LINE@@", "s = grad_out.shape")) == []
+    assert (8, rule) in _rules(BACKWARD.replace("@@LINE@@", line))
