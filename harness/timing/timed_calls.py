@@ -30,28 +30,37 @@ where the host is a kernel's bottleneck (a kernel of a few µs behind a wrapper 
 from __future__ import annotations
 
 import gc
-import math
 
 import torch
 
 from harness.correctness.candidate import CallResult, observe
+from harness.timing.device_check import check_on_device, unaffordable
 from harness.timing.fresh_inputs import FreshInputs
+from harness.timing.timed_outputs import SavedOutputs, keyed_checksum, save_policy
 from harness.correctness.integrity import ComputeRecorder
-
-SAVE_BYTES = {"cpu": 256 * 2**20, "cuda": 512 * 2**20}  # all of one timing's saved outputs, at most
 
 
 class TimedCalls:
     """The timed callable and its `before_each(rep)`: refill, snapshot and recorder outside the
-    timed region, the call alone inside it, the previous rep's record written before the next."""
+    timed region, the call alone inside it, the previous rep's record written before the next.
+    `limits`: the timing's budget (warmup, max_reps), on which the saved sample rests; `key`: the
+    stage's secret, held only in closures here (harness/timing/timed_outputs.py)."""
 
-    def __init__(self, kernel_fn, inputs: FreshInputs, monitor, log, stage: str, check=None):
+    def __init__(self, kernel_fn, inputs: FreshInputs, monitor, log, stage: str, check=None,
+                 limits: dict | None = None, key: int = 0):
         self.kernel_fn, self.inputs, self.monitor, self.log, self.stage = kernel_fn, inputs, monitor, log, stage
         self.check = check
         self._pending: tuple | None = None
         self._recorder = ComputeRecorder(monitor)
         self._out = None
         self.recorded = 0
+        case, device = inputs.case, inputs.device
+        self.policy = save_policy(case, inputs.args, inputs.kwargs, device, limits or {})
+        self._saved = SavedOutputs(self.policy, key, log.save)
+        self._checksum = lambda out: keyed_checksum(out, key)
+        skipped = unaffordable(case, torch.device(device).type)
+        self._compare = (lambda out, args: {"skipped": skipped}) if skipped else \
+            (lambda out, args: check_on_device(case, out, args, inputs.kwargs, device))
 
     def before(self, rep: int) -> None:
         self.finish()
@@ -76,8 +85,9 @@ class TimedCalls:
         finally:
             gc.enable()
 
-    def finish(self) -> None:
-        """Record the rep that last ran (after the timing loop's synchronize, outside its region)."""
+    def finish(self, last: bool = False) -> None:
+        """Record the rep that last ran (after the timing loop's synchronize, outside its region);
+        `last`: it ended a round of reps, whose last output is always saved."""
         gc.enable()  # held off only from a refill to its call (a loop that stopped between them)
         if self._pending is None:
             return
@@ -85,20 +95,19 @@ class TimedCalls:
         self._pending = None
         if self.check is not None:
             self.check()
-        result = observe(CallResult(), self._out, self.inputs.args, snapshots, self._recorder,
+        out = self._out
+        # checksummed first, closest to the call: a swap after this point shows in a saved copy
+        checksum = self._checksum(out)
+        result = observe(CallResult(), out, self.inputs.args, snapshots, self._recorder,
                          self.monitor.launches - launches_before)
+        inputs = [s if s is not None else a for s, a in zip(snapshots, self.inputs.args)]  # as refilled
+        device_check = self._compare(out, inputs)
         case = self.inputs.case
         self.log.event(event="case", stage=self.stage, role="timed", rep=rep, case=case.to_json(),
-                       label=case.label(), output=self.log.save(result.output), error=None,
-                       obs=result.observations(), seconds=0.0)
+                       label=case.label(), output=self._saved.keep(rep, out, last), error=None,
+                       obs=result.observations(), seconds=0.0, checksum=checksum, device_check=device_check)
         self.recorded += 1
 
-
-def capped(limits: dict, inputs: FreshInputs, device: str) -> dict:
-    """The timing budget with its reps capped so that every timed output can be saved (an output
-    is taken to be as large as the inputs; at least min_reps whatever the size)."""
-    nbytes = sum(a.numel() * a.element_size() for a in inputs.args if isinstance(a, torch.Tensor))
-    most = SAVE_BYTES.get(device, SAVE_BYTES["cuda"]) // max(nbytes, 1)
-    limits = dict(limits)
-    limits["max_reps"] = max(limits.get("min_reps", 1), min(limits.get("max_reps", math.inf), most))
-    return limits
+    def close(self) -> dict[int, str]:
+        """After the last round: save the drawn outputs still held on the device, {rep: name}."""
+        return self._saved.close()

@@ -330,6 +330,7 @@ def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | 
     timing gets a second look. The kernel's TimedRun, or None when it raised."""
     w.log.start(stage)
     salt = w.noise.salt(stage)  # revealed in the stage's final record, after its last timed call
+    key = w.noise.salt(f"{stage}:outputs")  # which outputs are saved, their checksums' key: revealed likewise
     target = stage == "timing"
     try:
         with w.monitor:
@@ -337,12 +338,13 @@ def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | 
                 w.module.kernel_fn, case, w.device, w.report, w.monitor, w.log, stage,
                 check=lambda: w.clocks_untouched("right after a timed call of kernel_fn"),
                 phase=measurement.kernel_phase(stage), limits=budget,
-                eager_median_us=w.eager_median_us if target else None, second_look=target, salt=salt)
+                eager_median_us=w.eager_median_us if target else None, second_look=target, salt=salt, key=key)
     except Exception as e:
         w.log.end(stage, "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
         return None
     w.log.end(stage, "pass", "timed", case=case.to_json(), kernel=run.final.to_json(),
-              rounds=[r.to_json() for r in run.rounds], second_look=run.second_look, noise_salt=salt)
+              rounds=[r.to_json() for r in run.rounds], second_look=run.second_look, noise_salt=salt,
+              output_key=key, held_outputs={str(rep): name for rep, name in run.held_outputs.items()})
     return run
 
 

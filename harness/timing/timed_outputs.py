@@ -1,0 +1,191 @@
+"""Which timed outputs leave the device, and the keyed checksum every timed output gets there.
+
+Copying every timed output to the host and writing it costs as much as the output is large, once
+per rep (a 4096x32000 fp16 softmax: 262 MB a rep). So every output is checked where it was made
+(harness/timing/device_check.py), checksummed there, and only a sample is copied and saved for the
+judging process to compare with its own references:
+
+- every call's output, where all of them fit SAVE_BYTES (the small targets, and the CPU's timing
+  shapes: the judging process keeps its full check there);
+- else the first call's, each round's last and `sample` more drawn by a reservoir over every call
+  (each call equally likely to be in it, however many reps the budget runs), held on the device
+  until the timing ends. The sample's size is fixed, so the reps are not capped by what saving
+  them would cost: the budget's max_reps stands.
+
+Which calls are drawn is decided by a key the worker derives, before the candidate is imported,
+from the secret that salts the fresh inputs (harness/timing/fresh_inputs.py's NoiseSecret), held in
+closures and revealed only in the stage's final record after its last timed call: the candidate
+cannot know which rep counts. The judging process recomputes the choice from the revealed key
+(`saved_reps`) and fails a timing whose saved set differs.
+
+The checksum (`keyed_checksum`) is integer arithmetic over the output's raw bits in row-major order
+(its bytes as 32-bit words w_j, sum of w_j * c_j mod 2^31 - 1 with coefficients c_j derived from
+the key, twice with two keys): no float rounding, no overflow (every product < 2^63, every partial
+sum < 2^53), so the device's figure and the judging process's figure recomputed on the CPU from
+the saved bytes are bit-identical. Keyed by a secret the candidate does not hold while it runs, it
+cannot be matched by another output: a saved output swapped after its rep, on the device or on
+disk, differs from the checksum sent as the rep was recorded with probability 1 - 2^-62.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+# bound before any candidate is imported (the identity check watches this module's globals)
+_blake2b = hashlib.blake2b
+
+SAVE_BYTES = {"cpu": 256 * 2**20, "cuda": 512 * 2**20}  # one timing's saved outputs, at most
+MAX_SAMPLE = 10  # outputs drawn at random when not every one is saved
+FIXED = 3  # the first call's output and each round's last (two rounds at most)
+PRIME = 2**31 - 1
+CHUNK_WORDS = 1 << 22  # words summed per pass: bounded temporaries on the device
+
+
+@dataclass(frozen=True)
+class SavePolicy:
+    every: bool  # every call's output saved
+    sample: int  # outputs drawn at random besides the fixed ones, when not every
+    output_bytes: int  # the reference output's size, on which the choice rests
+
+    def to_json(self) -> dict:
+        return {"every": self.every, "sample": self.sample, "output_bytes": self.output_bytes}
+
+
+def output_bytes(case, args: list, kwargs: dict) -> int:
+    """The size of the reference's output for `case`: PyTorch's own op run on meta tensors (shapes
+    only, no data); where that cannot run, the inputs' size (no output of the nine types is larger)."""
+    from harness.kernel_types import registry
+    kt = registry.get(case.kernel_type)
+    meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+    try:
+        with torch.no_grad():
+            out = kt.eager(*meta, **kwargs)
+        return int(out.numel()) * torch.empty((), dtype=kt.out_dtype(case)).element_size()
+    except Exception:  # an op without a meta kernel: the bound, not the figure
+        return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+
+
+def save_policy(case, args: list, kwargs: dict, device: str, limits: dict) -> SavePolicy:
+    """What the worker saves of a timing of `case` under `limits` (warmup, max_reps): the same
+    answer in the worker and in the judging process, from the case alone."""
+    size = max(output_bytes(case, args, kwargs), 1)
+    budget = SAVE_BYTES.get(device, SAVE_BYTES["cuda"])
+    most_calls = int(limits.get("warmup", 0)) + 2 * int(limits.get("max_reps", 1))  # a second round at most
+    if most_calls * size <= budget:
+        return SavePolicy(True, 0, size)
+    # at least one drawn at random, even where the fixed ones already fill the budget
+    return SavePolicy(False, max(1, min(MAX_SAMPLE, budget // size - FIXED)), size)
+
+
+def _digest(key: int, label: str, n: int = 8) -> bytes:
+    return _blake2b(label.encode(), key=int(key % 2**62).to_bytes(8, "little"), digest_size=n).digest()
+
+
+def draw(key: int, index: int) -> int:
+    """The reservoir's draw for the call at `index` (0 is the first call), a 62-bit integer."""
+    return int.from_bytes(_digest(key, f"draw:{index}"), "little") % 2**62
+
+
+def reservoir(key: int, size: int, calls: int) -> list[int]:
+    """Algorithm R, its draws from the key: the call indices held at the end (slot order)."""
+    slots: list[int] = []
+    for index in range(calls):
+        if index < size:
+            slots.append(index)
+            continue
+        j = draw(key, index) % (index + 1)
+        if j < size:
+            slots[j] = index
+    return slots
+
+
+def saved_reps(policy: SavePolicy, key: int, warmup: int, rounds: list[int]) -> list[int]:
+    """The reps whose outputs a timing of `rounds` (reps per round, after `warmup` warm-ups; the
+    warm-ups are reps -1, -2, ... in call order) saves under `policy` and `key`, sorted by call."""
+    order = [-1 - i for i in range(warmup)] + list(range(sum(rounds)))
+    if policy.every or not order:
+        return order
+    chosen = {0} | {index for index in reservoir(key, policy.sample, len(order))}
+    done = warmup
+    for reps in rounds:
+        done += reps
+        if reps:
+            chosen.add(done - 1)
+    return [order[i] for i in sorted(chosen)]
+
+
+def _coefficients(key: int, which: int) -> tuple[int, int, int, int]:
+    raw = _digest(key, f"checksum:{which}", 16)
+    return tuple(1 + int.from_bytes(raw[4 * i:4 * i + 4], "little") % (PRIME - 1) for i in range(4))
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's raw bits in row-major order as 32-bit words (int32), zero-padded to a word."""
+    flat = t.detach().contiguous().reshape(-1)
+    data = flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
+    pad = (-data.numel()) % 4
+    if pad or data.storage_offset() % 4:
+        data = torch.cat([data, data.new_zeros(pad)])  # a fresh, aligned copy
+    return data.view(torch.int32)
+
+
+def _keyed_sum(words: torch.Tensor, coefficients: tuple[int, int, int, int]) -> int:
+    k1, k2, k3, k4 = coefficients
+    total = 0
+    for start in range(0, words.numel(), CHUNK_WORDS):
+        w = words[start:start + CHUNK_WORDS].to(torch.int64) & 0xFFFFFFFF  # unsigned, < 2^32
+        j = torch.arange(start, start + w.numel(), dtype=torch.int64, device=w.device)
+        c = ((j + k1) % PRIME) * k2 % PRIME  # < 2^62 before the reduction
+        c = ((c ^ k3) * k4) % (PRIME - 1) + 1  # in [1, p - 1]: every word counts
+        total = (total + int(((w * c) % PRIME).sum())) % PRIME  # w * c < 2^63; the sum < 2^53
+    return total
+
+
+def keyed_checksum(t, key: int) -> str | None:
+    """The output's keyed checksum, computed where `t` lives: "<dtype>:<shape>:<two 31-bit sums>".
+    None for anything that is not a tensor."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    words = _words(t)
+    sums = [_keyed_sum(words, _coefficients(key, which)) for which in (0, 1)]
+    shape = "x".join(str(n) for n in t.shape)
+    return f"{str(t.dtype).replace('torch.', '')}:{shape}:{sums[0]:08x}{sums[1]:08x}"
+
+
+class SavedOutputs:
+    """The worker's side: saves each call's output that `policy` and the key choose, the drawn ones
+    held on the device (a clone: a later call may reuse the buffer) until `close`. The key lives
+    only in the closure of `_draw`."""
+
+    def __init__(self, policy: SavePolicy, key: int, save):
+        self.policy, self._save = policy, save
+        self._calls = 0
+        self._slots: list[list] = []  # [rep, clone on the device or None, saved name or None]
+        self._draw = lambda index: draw(key, index)
+
+    def keep(self, rep: int, out, last: bool) -> str | None:
+        """The name `out` was saved under now, or None (held for later, or not chosen)."""
+        index, self._calls = self._calls, self._calls + 1
+        if self.policy.every:
+            return self._save(out)
+        name = self._save(out) if index == 0 or last else None
+        slot = index if index < self.policy.sample else self._draw(index) % (index + 1)
+        if slot < self.policy.sample:
+            held = None if name is not None or not isinstance(out, torch.Tensor) else out.detach().clone()
+            entry = [rep, held, name]
+            if slot < len(self._slots):
+                self._slots[slot] = entry
+            else:
+                self._slots.append(entry)
+        return name
+
+    def close(self) -> dict[int, str]:
+        """Save the drawn outputs still held: {rep: name}, for the stage's final record."""
+        saved = {}
+        for rep, held, name in self._slots:
+            if name is None and held is not None:
+                saved[rep] = self._save(held)
+        self._slots = []
+        return saved
