@@ -8,24 +8,41 @@ the same LaunchMonitor, on buffers refilled with fresh values (harness/timing/fr
 kernel can observe from inside (the dispatch stack's length, grad mode, the shapes, how often it
 was called) is the same for both, and every timed output is recorded like a checked one: its
 observations (PyTorch compute, launches, input mutation, aliasing, a plain dense tensor on the
-device) and the output itself, saved outside the timed region before the next rep's refill. The
-judging process then holds each timed call to the integrity rules and compares the outputs with
-the references it rebuilds from (case, rep) (harness/verdict/timing_checks.py).
+device) written outside the timed region before the next rep's refill. The judging process then
+holds each timed call to the integrity rules (harness/verdict/timing_checks.py).
 
-Where the judge takes no word of the worker's. The outputs are saved to files, every one of them
-(on a GPU a host copy after the rep's synchronize; the reps are capped so that all fit
-SAVE_BYTES); which of them the parent compares is chosen in the parent after the worker has exited
-(all of them where the references are cheap, as on the CPU; else a random sample with the first
-and last), so the kernel cannot know which rep counts, and on the device where the references are
-large (harness/kernel_types/references.py). A kernel that is wrong on a fraction f of the reps survives a sample
-of s with probability (1 - f)^s; to move a median it must be wrong on more than half of them.
+Where the outputs go. Copying every output to the host would cost a large target gigabytes per
+verdict (a 4096x32000 fp16 softmax: 262 MB a rep), so an output leaves the device only when it is
+in the saved sample; every one is checked where it was made, right after its rep, outside the
+timed region, by the judge's own code:
+- compared with the reference rebuilt on the device from the rep's inputs as refilled, in float64
+  (float32 with a derived bound where the device is slow at float64), where that is affordable
+  (harness/timing/device_check.py): the verdict and the max scaled error go in the rep's record;
+- checksummed on the device with integer arithmetic over its raw bits, keyed by a secret
+  (harness/timing/timed_outputs.py), in the rep's record too. The record's digest travels over the
+  witness as it is written (harness/workers/worker.py's Log), so neither can be changed later.
+Saved: every output where all of them fit SAVE_BYTES (the CPU's timing shapes, small targets: the
+judging process keeps its full check there), else the first call's, each round's last and a few a
+reservoir draws from every call, held on the device until the timing ends. The draws and the
+checksum's key come from a secret the worker drew before the import, held in closures and revealed
+only in the stage's final record after its last timed call, so the kernel cannot know which rep
+leaves the device. The judging process fails the timing on any device comparison that failed, on a
+saved set that is not the one the revealed key chooses, on a saved output whose checksum,
+recomputed on the CPU from its bytes, is not the one sent at its rep, and on a saved output that
+its own reference rejects. A kernel wrong on any rep is caught on the device; one that also
+subverted that comparison must still be wrong on more than half the reps to move a median, and
+survives a sample of s with probability (1 - f)^s. The sample's size does not grow with the reps,
+so the reps are no longer capped by what saving them would cost: the budget's max_reps stands.
 
 Cost. The recorder sits inside the timed region: pushing and popping it costs a few µs of host
 time per call, and each aten op the wrapper dispatches (allocation, views, casts) a Python call of a
 few µs more (2 to 5 µs and 4 to 8 µs on a loaded 2-core machine: benchmarks/recording_overhead.py);
 nothing per Triton or CUDA launch, nothing on the device. The eager baseline is timed without it,
 so recording can only understate a candidate's speedup, never overstate it; on a GPU it shows only
-where the host is a kernel's bottleneck (a kernel of a few µs behind a wrapper of a few ops).
+where the host is a kernel's bottleneck (a kernel of a few µs behind a wrapper of a few ops). The
+device comparison and the checksum run between reps, outside the timed region and before the next
+rep's L2 flush: they lengthen a timing's wall time (a reference, a comparison and two integer
+passes over the output per rep), never its figures.
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ judging process to compare with its own references:
 
 - every call's output, where all of them fit SAVE_BYTES (the small targets, and the CPU's timing
   shapes: the judging process keeps its full check there);
-- else the first call's, each round's last and `sample` more drawn by a reservoir over every call
-  (each call equally likely to be in it, however many reps the budget runs), held on the device
+- else the first call's, each round's last and `sample` more drawn by a reservoir over every later
+  call (each equally likely to be in it, however many reps the budget runs), held on the device
   until the timing ends. The sample's size is fixed, so the reps are not capped by what saving
   them would cost: the budget's max_reps stands.
 
@@ -88,16 +88,25 @@ def draw(key: int, index: int) -> int:
     return int.from_bytes(_digest(key, f"draw:{index}"), "little") % 2**62
 
 
+def slot(key: int, index: int, size: int) -> int | None:
+    """Algorithm R over the calls after the first (which is saved anyway): the reservoir slot the
+    call at `index` takes, or None."""
+    seen = index - 1  # calls before this one in the reservoir's stream
+    j = seen if seen < size else draw(key, index) % (seen + 1)
+    return j if j < size else None
+
+
 def reservoir(key: int, size: int, calls: int) -> list[int]:
-    """Algorithm R, its draws from the key: the call indices held at the end (slot order)."""
+    """The call indices the reservoir holds at the end of `calls` calls."""
     slots: list[int] = []
-    for index in range(calls):
-        if index < size:
-            slots.append(index)
+    for index in range(1, calls):
+        j = slot(key, index, size)
+        if j is None:
             continue
-        j = draw(key, index) % (index + 1)
-        if j < size:
+        if j < len(slots):
             slots[j] = index
+        else:
+            slots.append(index)
     return slots
 
 
@@ -157,13 +166,13 @@ def keyed_checksum(t, key: int) -> str | None:
 class SavedOutputs:
     """The worker's side: saves each call's output that `policy` and the key choose, the drawn ones
     held on the device (a clone: a later call may reuse the buffer) until `close`. The key lives
-    only in the closure of `_draw`."""
+    only in the closure of `_slot`."""
 
     def __init__(self, policy: SavePolicy, key: int, save):
         self.policy, self._save = policy, save
         self._calls = 0
         self._slots: list[list] = []  # [rep, clone on the device or None, saved name or None]
-        self._draw = lambda index: draw(key, index)
+        self._slot = lambda index: slot(key, index, policy.sample)
 
     def keep(self, rep: int, out, last: bool) -> str | None:
         """The name `out` was saved under now, or None (held for later, or not chosen)."""
@@ -171,14 +180,13 @@ class SavedOutputs:
         if self.policy.every:
             return self._save(out)
         name = self._save(out) if index == 0 or last else None
-        slot = index if index < self.policy.sample else self._draw(index) % (index + 1)
-        if slot < self.policy.sample:
+        j = self._slot(index) if index else None
+        if j is not None:
             held = None if name is not None or not isinstance(out, torch.Tensor) else out.detach().clone()
-            entry = [rep, held, name]
-            if slot < len(self._slots):
-                self._slots[slot] = entry
+            if j < len(self._slots):
+                self._slots[j] = [rep, held, name]
             else:
-                self._slots.append(entry)
+                self._slots.append([rep, held, name])
         return name
 
     def close(self) -> dict[int, str]:
