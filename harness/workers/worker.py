@@ -1,8 +1,10 @@
 """The judge's child process: runs one candidate through the stages and records what it saw.
 
 Everything here runs beside untrusted code, so nothing here decides the verdict: outputs are saved
-to files and the parent (harness/judge.py), which never imports the candidate, recomputes the
-float64 references and compares. The child's own comparisons only decide when to stop early.
+to files (of the timed ones, the sample a secret key chose: harness/timing/timed_outputs.py) and the
+parent (harness/judge.py), which never imports the candidate, recomputes the float64 references
+and compares. The child's own comparisons (of the stages' outputs, and of every timed output on
+the device) only decide when to stop early, or give the parent a reason to fail it.
 
 Usage (the parent does this): python -m harness.workers.worker KERNEL_FILE OUT_DIR --device cpu [--target JSON]
 """
