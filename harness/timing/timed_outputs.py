@@ -18,13 +18,16 @@ closures and revealed only in the stage's final record after its last timed call
 cannot know which rep counts. The judging process recomputes the choice from the revealed key
 (`saved_reps`) and fails a timing whose saved set differs.
 
-The checksum (`keyed_checksum`) is integer arithmetic over the output's raw bits in row-major order
-(its bytes as 32-bit words w_j, sum of w_j * c_j mod 2^31 - 1 with coefficients c_j derived from
-the key, twice with two keys): no float rounding, no overflow (every product < 2^63, every partial
-sum < 2^53), so the device's figure and the judging process's figure recomputed on the CPU from
-the saved bytes are bit-identical. Keyed by a secret the candidate does not hold while it runs, it
-cannot be matched by another output: a saved output swapped after its rep, on the device or on
-disk, differs from the checksum sent as the rep was recorded with probability 1 - 2^-62.
+The checksum (`keyed_checksum`) is integer arithmetic over the output's raw bits in row-major order:
+its bytes as unsigned 16-bit words laid out in rows of ROW_WORDS, w[h, l], and
+sum_h b[h] * (sum_l w[h, l] * a[l] mod p) mod p, p = 2^31 - 1, with the tables a and b drawn from the
+key, twice with two pairs of tables. No float rounding and no overflow (a product < 2^47, a row's
+sum < 2^59), so the device's figure and the judging process's, recomputed on the CPU from the saved
+bytes, are bit-identical; per word it costs a multiply and an add, no division. For any other
+output of the same dtype and shape, the difference is a nonzero polynomial of degree 2 in the
+tables' entries, so it matches one sum with probability at most 2/p (Schwartz-Zippel) and both at
+most 2^-60 over keys it does not know: a saved output swapped after its rep, on the device while
+held, shows, however it was chosen, since the key is secret while the candidate runs.
 """
 from __future__ import annotations
 
@@ -34,13 +37,14 @@ from dataclasses import dataclass
 import torch
 
 # bound before any candidate is imported (the identity check watches this module's globals)
-_blake2b = hashlib.blake2b
+_blake2b, _shake = hashlib.blake2b, hashlib.shake_256
 
 SAVE_BYTES = {"cpu": 256 * 2**20, "cuda": 512 * 2**20}  # one timing's saved outputs, at most
 MAX_SAMPLE = 10  # outputs drawn at random when not every one is saved
 FIXED = 3  # the first call's output and each round's last (two rounds at most)
 PRIME = 2**31 - 1
-CHUNK_WORDS = 1 << 22  # words summed per pass: bounded temporaries on the device
+ROW_WORDS = 4096  # the words laid out as rows of this many: a row's sum of products stays below 2^63
+CHUNK_ROWS = 1024  # rows summed per pass (4M words): bounded temporaries on the device
 
 
 @dataclass(frozen=True)
@@ -125,31 +129,37 @@ def saved_reps(policy: SavePolicy, key: int, warmup: int, rounds: list[int]) -> 
     return [order[i] for i in sorted(chosen)]
 
 
-def _coefficients(key: int, which: int) -> tuple[int, int, int, int]:
-    raw = _digest(key, f"checksum:{which}", 16)
-    return tuple(1 + int.from_bytes(raw[4 * i:4 * i + 4], "little") % (PRIME - 1) for i in range(4))
+def _table(key: int, label: str, n: int, device) -> torch.Tensor:
+    """n coefficients in [1, p - 1] drawn from the key (SHAKE-256 of key and label), on `device`."""
+    if n == 0:
+        return torch.zeros(0, dtype=torch.int64, device=device)
+    data = _shake(int(key % 2**62).to_bytes(8, "little") + label.encode()).digest(4 * n)
+    values = torch.frombuffer(bytearray(data), dtype=torch.int32).to(torch.int64) & 0x7FFFFFFF
+    return (values % (PRIME - 1) + 1).to(device)
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's raw bits in row-major order as 32-bit words (int32), zero-padded to a word."""
+    """The tensor's raw bits in row-major order as 16-bit words (int16), zero-padded to whole rows."""
     flat = t.detach().contiguous().reshape(-1)
     data = flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
-    pad = (-data.numel()) % 4
-    if pad or data.storage_offset() % 4:
+    pad = (-data.numel()) % (2 * ROW_WORDS)
+    if pad or data.storage_offset() % 2:
         data = torch.cat([data, data.new_zeros(pad)])  # a fresh, aligned copy
-    return data.view(torch.int32)
+    return data.view(torch.int16).view(-1, ROW_WORDS)
 
 
-def _keyed_sum(words: torch.Tensor, coefficients: tuple[int, int, int, int]) -> int:
-    k1, k2, k3, k4 = coefficients
-    total = 0
-    for start in range(0, words.numel(), CHUNK_WORDS):
-        w = words[start:start + CHUNK_WORDS].to(torch.int64) & 0xFFFFFFFF  # unsigned, < 2^32
-        j = torch.arange(start, start + w.numel(), dtype=torch.int64, device=w.device)
-        c = ((j + k1) % PRIME) * k2 % PRIME  # < 2^62 before the reduction
-        c = ((c ^ k3) * k4) % (PRIME - 1) + 1  # in [1, p - 1]: every word counts
-        total = (total + int(((w * c) % PRIME).sum())) % PRIME  # w * c < 2^63; the sum < 2^53
-    return total
+def _keyed_sums(rows: torch.Tensor, key: int) -> list[int]:
+    """sum over rows h and columns l of w[h, l] * a[l] * b[h] mod p, for two pairs of tables (a, b)."""
+    tables = [(_table(key, f"columns:{k}", ROW_WORDS, rows.device), _table(key, f"rows:{k}", rows.shape[0], rows.device))
+              for k in (0, 1)]
+    totals = [0, 0]
+    for first in range(0, rows.shape[0], CHUNK_ROWS):
+        w = rows[first:first + CHUNK_ROWS].to(torch.int64) & 0xFFFF  # unsigned, < 2^16
+        for k, (a, b) in enumerate(tables):
+            per_row = (w * a).sum(dim=1) % PRIME  # each product < 2^47, a row's sum < 2^59
+            part = (per_row * b[first:first + CHUNK_ROWS]) % PRIME  # < 2^62 before the reduction
+            totals[k] = (totals[k] + int(part.sum())) % PRIME  # a pass's sum < 2^41
+    return totals
 
 
 def keyed_checksum(t, key: int) -> str | None:
@@ -157,8 +167,7 @@ def keyed_checksum(t, key: int) -> str | None:
     None for anything that is not a tensor."""
     if not isinstance(t, torch.Tensor):
         return None
-    words = _words(t)
-    sums = [_keyed_sum(words, _coefficients(key, which)) for which in (0, 1)]
+    sums = _keyed_sums(_words(t), key)
     shape = "x".join(str(n) for n in t.shape)
     return f"{str(t.dtype).replace('torch.', '')}:{shape}:{sums[0]:08x}{sums[1]:08x}"
 

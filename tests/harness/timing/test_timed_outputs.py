@@ -11,8 +11,8 @@ import torch
 from harness.kernel_types import registry
 from harness.kernel_types.registry import Case
 from harness.timing import timed_outputs
-from harness.timing.timed_outputs import (PRIME, SavedOutputs, SavePolicy, keyed_checksum, save_policy,
-                                          saved_reps)
+from harness.timing.timed_outputs import (PRIME, ROW_WORDS, SavedOutputs, SavePolicy, keyed_checksum,
+                                          save_policy, saved_reps)
 
 KEY = 0x2F00D15EA5E
 
@@ -25,20 +25,18 @@ def _saved_copy(t: torch.Tensor) -> torch.Tensor:
 
 
 def _by_hand(t: torch.Tensor, key: int) -> str:
-    """The checksum's definition in plain Python integers: row-major bytes, 32-bit little-endian
-    words (the last zero-padded), sum of word * coefficient mod 2^31 - 1, twice."""
+    """The checksum's definition in plain Python integers: row-major bytes as unsigned 16-bit
+    little-endian words in rows of ROW_WORDS (the last zero-padded), sum over rows h of
+    b[h] * (sum over columns l of w[h, l] * a[l] mod p) mod p, for two pairs of tables."""
     raw = bytes(t.contiguous().reshape(-1).view(torch.uint8).tolist()) if t.numel() else b""
-    raw += b"\0" * (-len(raw) % 4)
-    words = [int.from_bytes(raw[i:i + 4], "little") for i in range(0, len(raw), 4)]
+    raw += b"\0" * (-len(raw) % (2 * ROW_WORDS))
+    words = [int.from_bytes(raw[i:i + 2], "little") for i in range(0, len(raw), 2)]
+    rows = [words[i:i + ROW_WORDS] for i in range(0, len(words), ROW_WORDS)]
     sums = []
-    for which in (0, 1):
-        k1, k2, k3, k4 = timed_outputs._coefficients(key, which)
-        total = 0
-        for j, w in enumerate(words):
-            c = ((j + k1) % PRIME) * k2 % PRIME
-            c = ((c ^ k3) * k4) % (PRIME - 1) + 1
-            total = (total + w * c) % PRIME
-        sums.append(total)
+    for k in (0, 1):
+        a = timed_outputs._table(key, f"columns:{k}", ROW_WORDS, "cpu").tolist()
+        b = timed_outputs._table(key, f"rows:{k}", len(rows), "cpu").tolist()
+        sums.append(sum(b[h] * (sum(w * c for w, c in zip(row, a)) % PRIME) for h, row in enumerate(rows)) % PRIME)
     shape = "x".join(str(n) for n in t.shape)
     return f"{str(t.dtype).replace('torch.', '')}:{shape}:{sums[0]:08x}{sums[1]:08x}"
 
@@ -73,9 +71,9 @@ def test_the_checksum_is_the_same_on_the_tensor_its_saved_copy_and_by_hand(name)
 
 
 def test_the_checksum_is_the_same_in_one_pass_or_many(monkeypatch):
-    t = torch.randn(1000, 37).half()
+    t = torch.randn(1000, 37).half()  # 74,000 bytes: ten rows, the last padded
     whole = keyed_checksum(t, KEY)
-    monkeypatch.setattr(timed_outputs, "CHUNK_WORDS", 7)  # a pass boundary inside the tensor, many times
+    monkeypatch.setattr(timed_outputs, "CHUNK_ROWS", 3)  # a pass boundary inside the tensor, several times
     assert keyed_checksum(t, KEY) == whole == _by_hand(t, KEY)
 
 
