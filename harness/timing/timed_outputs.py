@@ -148,10 +148,15 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     return data.view(torch.int16).view(-1, ROW_WORDS)
 
 
-def _keyed_sums(rows: torch.Tensor, key: int) -> list[int]:
-    """sum over rows h and columns l of w[h, l] * a[l] * b[h] mod p, for two pairs of tables (a, b)."""
-    tables = [(_table(key, f"columns:{k}", ROW_WORDS, rows.device), _table(key, f"rows:{k}", rows.shape[0], rows.device))
-              for k in (0, 1)]
+def _keyed_sums(rows: torch.Tensor, key: int, made: dict) -> list[int]:
+    """sum over rows h and columns l of w[h, l] * a[l] * b[h] mod p, for two pairs of tables (a, b);
+    `made`: tables already on the device, by (k, rows, device)."""
+    where = (rows.shape[0], str(rows.device))
+    for k in (0, 1):
+        if (k, *where) not in made:
+            made[(k, *where)] = (_table(key, f"columns:{k}", ROW_WORDS, rows.device),
+                                 _table(key, f"rows:{k}", rows.shape[0], rows.device))
+    tables = [made[(k, *where)] for k in (0, 1)]
     totals = [0, 0]
     for first in range(0, rows.shape[0], CHUNK_ROWS):
         w = rows[first:first + CHUNK_ROWS].to(torch.int64) & 0xFFFF  # unsigned, < 2^16
@@ -162,12 +167,13 @@ def _keyed_sums(rows: torch.Tensor, key: int) -> list[int]:
     return totals
 
 
-def keyed_checksum(t, key: int) -> str | None:
+def keyed_checksum(t, key: int, made: dict | None = None) -> str | None:
     """The output's keyed checksum, computed where `t` lives: "<dtype>:<shape>:<two 31-bit sums>".
-    None for anything that is not a tensor."""
+    None for anything that is not a tensor. `made`: a dict that keeps the key's tables between calls
+    (a timing checksums every rep at one size: the tables are drawn and copied to the device once)."""
     if not isinstance(t, torch.Tensor):
         return None
-    sums = _keyed_sums(_words(t), key)
+    sums = _keyed_sums(_words(t), key, {} if made is None else made)
     shape = "x".join(str(n) for n in t.shape)
     return f"{str(t.dtype).replace('torch.', '')}:{shape}:{sums[0]:08x}{sums[1]:08x}"
 

@@ -116,9 +116,10 @@ def saved_outputs_problem(by_rep: dict[int, dict], case: Case, limits: dict, end
         # a rep saved because it came out right, or one the key chose left unsaved
         return (f"the timed outputs saved (reps {sorted(saved)[:12]}) are not the ones the judge's key chose "
                 f"(reps {chosen[:12]})")
+    tables: dict = {}  # the key's tables, drawn once for every saved output
     for rep in chosen:
         told = by_rep[rep].get("checksum")
-        if keyed_checksum(checker.load(saved[rep]), key) != told:
+        if keyed_checksum(checker.load(saved[rep]), key, tables) != told:
             # an output swapped after its rep (on the device while held, or on the way to the file)
             return (f"the saved output of {rep_name(rep)} differs from the one checksummed on the device as its rep "
                     "was recorded: replaced after the rep")
