@@ -2,6 +2,7 @@
 
     python benchmarks/timed_output_bytes.py computed    # each type's bench shape on a GPU, from the code path
     python benchmarks/timed_output_bytes.py measured [KERNEL_FILE] [--sample-bytes N]
+    python benchmarks/timed_output_bytes.py measured --device cuda --target softmax:4096x32000:float16
 
 `computed` runs nothing on a GPU: for each type at its bench shape in fp16 under the GPU budget it
 asks the same functions the worker asks (save_policy, saved_reps, unaffordable) which outputs a
@@ -13,7 +14,7 @@ the shape sweep's one call at the target, which a verdict also saves.
 the files its worker wrote, by stage, before the parent's checks; with --sample-bytes it also times
 the same kernel in this process with SAVE_BYTES lowered to N, so that only the key's sample is
 saved, as at a large target on a GPU, and sums what that wrote. Timings on the CPU mean nothing for
-a GPU; bytes do.
+a GPU; bytes do. On a GPU, `measured --device cuda --target ...` gives the figure `computed` predicts.
 """
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def _stage_bytes(out_dir: Path) -> dict[str, int]:
     return sizes
 
 
-def measured(path: Path, sample_bytes: int | None) -> None:
+def measured(path: Path, sample_bytes: int | None, device: str = "cpu", target: Case | None = None) -> None:
     import harness.judge as judge_module
     seen: dict[str, int] = {}
     assess = judge_module.assess
@@ -109,9 +110,11 @@ def measured(path: Path, sample_bytes: int | None) -> None:
         seen.update(_stage_bytes(Path(out_dir)))
         return assess(events, out_dir, *a, **k)
     judge_module.assess = measuring
-    verdict = judge_module.judge(path, device="cpu")
+    verdict = judge_module.judge(path, device=device, target=target)
     timing = verdict.get("timing") or {}
-    print(f"{path.name} judged on the CPU: {verdict['verdict']}, timed {timing.get('reps')} reps (+ warm-up)")
+    where = f"at {target.label()}" if target else "at its timing shape"
+    print(f"{path.name} judged on {device} {where}: {verdict['verdict']} {verdict.get('failed_stage') or ''}, "
+          f"timed {timing.get('reps')} reps (+ warm-up)")
     for stage, size in sorted(seen.items(), key=lambda kv: -kv[1]):
         print(f"  {stage:14} {size / MB:8.3f} MB")
     print(f"  {'total':14} {sum(seen.values()) / MB:8.3f} MB")
@@ -148,11 +151,22 @@ def main() -> None:
     p.add_argument("mode", choices=("computed", "measured"))
     p.add_argument("kernel", nargs="?", type=Path, default=ROOT / "starter_kernels/triton/softmax.py")
     p.add_argument("--sample-bytes", type=int, default=None)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--target", default=None, help="TYPE:DIMS:DTYPE, e.g. softmax:4096x32000:float16 (the "
+                                                  "type's dims in its own order); default: the timing shape")
     ns = p.parse_args()
     if ns.mode == "computed":
         computed()
     else:
-        measured(ns.kernel, ns.sample_bytes)
+        measured(ns.kernel, ns.sample_bytes, ns.device, _target(ns.target))
+
+
+def _target(text: str | None) -> Case | None:
+    if not text:
+        return None
+    kind, dims, dtype = text.split(":")
+    names = list(registry.get(kind).bench_shape)
+    return Case.make(kind, dict(zip(names, (int(d) for d in dims.split("x")))), dtype)
 
 
 if __name__ == "__main__":

@@ -25,10 +25,13 @@ LIMITS = dict(budget_ms=0.0, warmup=1, min_reps=8, max_reps=8)
 KEY = 271828
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
 @pytest.fixture
 def sampled(monkeypatch):
     """Room for six outputs of CASE: not every call's (17 at most), so the first, the last and three drawn."""
-    monkeypatch.setattr(timed_outputs, "SAVE_BYTES", {**timed_outputs.SAVE_BYTES, "cpu": 6 * 1024})
+    monkeypatch.setattr(timed_outputs, "SAVE_BYTES", {"cpu": 6 * 1024, "cuda": 6 * 1024})
     policy = timed_outputs.save_policy(CASE, fresh_args(CASE, 0, "cpu")[0], {}, "cpu", LIMITS)
     assert (policy.every, policy.sample) == (False, 3)
     return policy
@@ -47,11 +50,11 @@ def _kernel(tmp_path, wrong_call: int | None = None):
     return module.kernel_fn
 
 
-def _timed(tmp_path, kernel_fn, key: int = KEY) -> tuple[dict[int, dict], dict]:
+def _timed(tmp_path, kernel_fn, key: int = KEY, device: str = "cpu") -> tuple[dict[int, dict], dict]:
     """Time kernel_fn as the worker does; its timed records by rep and its final record."""
     monitor, log = LaunchMonitor(), Log(tmp_path)
     with monitor:
-        run = measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, log, "timing", limits=LIMITS,
+        run = measurement.time_kernel(kernel_fn, CASE, device, None, monitor, log, "timing", limits=LIMITS,
                                       second_look=False, key=key)
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     timed = {e["rep"]: e for e in events if e.get("role") == "timed"}
@@ -60,17 +63,18 @@ def _timed(tmp_path, kernel_fn, key: int = KEY) -> tuple[dict[int, dict], dict]:
     return timed, end
 
 
-def _problem(tmp_path, timed: dict[int, dict], end: dict) -> str | None:
-    return timing_checks.timed_calls_problem(list(timed.values()), CASE, LIMITS, end, _Checker(tmp_path, None, "cpu"))
+def _problem(tmp_path, timed: dict[int, dict], end: dict, device: str = "cpu") -> str | None:
+    return timing_checks.timed_calls_problem(list(timed.values()), CASE, LIMITS, end, _Checker(tmp_path, None, device))
 
 
 def _saved(timed: dict[int, dict], end: dict) -> set[int]:
     return {rep for rep, r in timed.items() if r["output"]} | {int(rep) for rep in end["held_outputs"]}
 
 
-def test_an_honest_kernel_passes_with_only_the_keys_sample_saved(tmp_path, sampled):
-    timed, end = _timed(tmp_path, _kernel(tmp_path))
-    assert _problem(tmp_path, timed, end) is None
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_honest_kernel_passes_with_only_the_keys_sample_saved(tmp_path, sampled, device):
+    timed, end = _timed(tmp_path, _kernel(tmp_path), device=device)
+    assert _problem(tmp_path, timed, end, device) is None
     chosen = timed_outputs.saved_reps(sampled, KEY, 1, [8])
     assert _saved(timed, end) == set(chosen) and len(chosen) < len(timed) == 9
     assert len(list((tmp_path / "tensors").iterdir())) == len(chosen)  # nothing else left the device
@@ -83,17 +87,18 @@ def test_an_honest_kernel_passes_with_every_output_saved_where_all_fit(tmp_path)
     assert all(r["output"] for r in timed.values()) and not end["held_outputs"]
 
 
-def test_a_kernel_wrong_on_one_unsaved_rep_is_caught_by_the_device_comparison(tmp_path, sampled):
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_kernel_wrong_on_one_unsaved_rep_is_caught_by_the_device_comparison(tmp_path, sampled, device):
     chosen = timed_outputs.saved_reps(sampled, KEY, 1, [8])
     wrong = next(rep for rep in range(8) if rep not in chosen)
-    timed, end = _timed(tmp_path, _kernel(tmp_path, wrong_call=wrong + 2))  # the warm-up is call 1
+    timed, end = _timed(tmp_path, _kernel(tmp_path, wrong_call=wrong + 2), device=device)  # the warm-up is call 1
     assert wrong not in _saved(timed, end) and not timed[wrong]["device_check"]["ok"]
-    problem = _problem(tmp_path, timed, end)
+    problem = _problem(tmp_path, timed, end, device)
     assert problem.startswith(f"a timed call gave a wrong result ({timing_checks.rep_name(wrong)}), compared on "
-                              "the device (float64 on cpu)"), problem
+                              f"the device (float64 on {device})"), problem
     # the saved sample alone would not have seen it: only the device comparison did
     unchecked = {rep: {**r, "device_check": {"ok": True}} for rep, r in timed.items()}
-    assert _problem(tmp_path, unchecked, end) is None
+    assert _problem(tmp_path, unchecked, end, device) is None
 
 
 def _drawn_key(policy) -> tuple[int, int]:
@@ -154,7 +159,7 @@ def test_a_device_comparison_skipped_passes_only_where_the_judge_agrees_it_is_un
     assert all("above the 1 a device check may spend" in r["device_check"]["skipped"] for r in timed.values())
     assert _problem(tmp_path, timed, end) is None
     monkeypatch.undo()
-    monkeypatch.setattr(timed_outputs, "SAVE_BYTES", {**timed_outputs.SAVE_BYTES, "cpu": 6 * 1024})
+    monkeypatch.setattr(timed_outputs, "SAVE_BYTES", {"cpu": 6 * 1024, "cuda": 6 * 1024})
     assert "skipped comparing the output of warm-up call 1 on the device" in _problem(tmp_path, timed, end)
     missing = {rep: {k: v for k, v in r.items() if k != "device_check"} for rep, r in timed.items()}
     assert "did not compare the output of warm-up call 1 on the device" in _problem(tmp_path, missing, end)

@@ -89,7 +89,6 @@ def test_the_checksum_sees_one_bit_the_key_the_dtype_and_the_shape():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_the_checksum_on_the_gpu_is_bit_identical_to_the_cpus():
     for name, t in _tensors().items():
         assert keyed_checksum(t.cuda(), KEY) == keyed_checksum(t, KEY), name
