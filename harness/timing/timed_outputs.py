@@ -53,9 +53,6 @@ class SavePolicy:
     sample: int  # outputs drawn at random besides the fixed ones, when not every
     output_bytes: int  # the reference output's size, on which the choice rests
 
-    def to_json(self) -> dict:
-        return {"every": self.every, "sample": self.sample, "output_bytes": self.output_bytes}
-
 
 def output_bytes(case, args: list, kwargs: dict) -> int:
     """The size of the reference's output for `case`: PyTorch's own op run on meta tensors (shapes
@@ -75,7 +72,7 @@ def save_policy(case, args: list, kwargs: dict, device: str, limits: dict) -> Sa
     """What the worker saves of a timing of `case` under `limits` (warmup, max_reps): the same
     answer in the worker and in the judging process, from the case alone."""
     size = max(output_bytes(case, args, kwargs), 1)
-    budget = SAVE_BYTES.get(device, SAVE_BYTES["cuda"])
+    budget = SAVE_BYTES[device] if device in SAVE_BYTES else SAVE_BYTES["cuda"]
     most_calls = int(limits.get("warmup", 0)) + 2 * int(limits.get("max_reps", 1))  # a second round at most
     if most_calls * size <= budget:
         return SavePolicy(True, 0, size)
@@ -83,13 +80,10 @@ def save_policy(case, args: list, kwargs: dict, device: str, limits: dict) -> Sa
     return SavePolicy(False, max(1, min(MAX_SAMPLE, budget // size - FIXED)), size)
 
 
-def _digest(key: int, label: str, n: int = 8) -> bytes:
-    return _blake2b(label.encode(), key=int(key % 2**62).to_bytes(8, "little"), digest_size=n).digest()
-
-
 def draw(key: int, index: int) -> int:
     """The reservoir's draw for the call at `index` (0 is the first call), a 62-bit integer."""
-    return int.from_bytes(_digest(key, f"draw:{index}"), "little") % 2**62
+    digest = _blake2b(f"draw:{index}".encode(), key=int(key % 2**62).to_bytes(8, "little"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % 2**62
 
 
 def slot(key: int, index: int, size: int) -> int | None:
