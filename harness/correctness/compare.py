@@ -35,7 +35,8 @@ def _bound(case: Case, args: list, ref: torch.Tensor, out_dtype: torch.dtype) ->
 
 def compare(out: torch.Tensor, ref: torch.Tensor, case: Case, args: list | None = None,
             trivial: bool = False, ref_error: torch.Tensor | None = None) -> Comparison:
-    """out: the kernel's output (any device); ref: float64 reference on the CPU. With trivial=True,
+    """out: the kernel's output (any device); ref: float64 reference, compared where it lies (the CPU,
+    or the device for a timed output checked there: harness/timing/device_check.py). With trivial=True,
     also name the trivial output (zeros, a constant) that would pass this case, if any.
     ref_error: a bound on the reference's own error (a float32 reference, harness/kernel_types/references.py),
     added to the tolerance so that the reference's rounding is never charged to the kernel."""
@@ -52,7 +53,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, case: Case, args: list | None 
     bound = _bound(case, args, ref, want_dtype)
     if ref_error is not None:
         bound = bound + ref_error
-    result = check_values(out.detach().to("cpu", torch.float64), ref, bound, want_dtype)
+    result = check_values(out.detach().to(ref.device, torch.float64), ref, bound, want_dtype)
     if trivial and result.ok:
         result.trivial = trivial_output_passes(ref, bound, want_dtype)
     return result

@@ -25,11 +25,14 @@ CUDA_NAMES = ("Event", "synchronize", "current_stream", "default_stream", "Strea
 # harness.cuda_launcher is the host side of CUDA C++ candidates: its launch check and the method the
 # LaunchMonitor counts through. harness.kernelbench.kb_protocol is the KernelBench child's seeding, inputs and
 # timing (a module not imported, as in the kernel worker, is skipped). harness.timing.timed_calls,
-# harness.timing.fresh_inputs and harness.timing.spread watch, refill and re-time the timed calls.
+# harness.timing.fresh_inputs and harness.timing.spread watch, refill and re-time the timed calls;
+# harness.timing.timed_outputs, harness.timing.device_check and harness.kernel_types.references choose,
+# checksum and compare their outputs on the device.
 JUDGE_MODULES = ("harness.timing.timer", "harness.correctness.compare", "harness.correctness.candidate", "harness.correctness.launches",
                  "harness.correctness.integrity", "harness.kernel_types.registry", "harness.correctness.cases", "harness.isolation.tamper",
                  "harness.cuda_launcher", "harness.kernelbench.kb_protocol", "harness.timing.measurement", "harness.timing.witness",
                  "harness.isolation.audit_hook", "harness.timing.timed_calls", "harness.timing.fresh_inputs", "harness.timing.spread",
+                 "harness.timing.timed_outputs", "harness.timing.device_check", "harness.kernel_types.references",
                  "statistics", "json")
 
 

@@ -9,7 +9,9 @@ candidate, so large cases are computed on the judged device instead:
   gamma_n = n u / (1 - n u), u = 2^-24, in any order, TF32 off), in float32 with that bound added
   to the comparison's tolerance. Only for fp16 and bf16 targets, whose tolerance is tens of times
   the bound; an fp32 target keeps float64.
-The parent computes this itself, as before; the candidate's process is never asked.
+The parent computes this itself, as before; the candidate's process is never asked. The worker
+computes the same references on the judged device for every timed output (`compute_on`,
+`precision_on`: harness/timing/device_check.py), a check beside the parent's, never instead of it.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ CHUNK = 64  # K summed in fp32 per stretch: the bound is 3.8e-6 |A||B|, a few % 
 
 @dataclass
 class Reference:
-    value: torch.Tensor  # on the CPU, float64 (or the exact integer answer)
+    value: torch.Tensor  # float64 (or the exact integer answer), on the CPU unless compute_on left it
     error: torch.Tensor | None  # a bound on |value - true answer| per element; None: float64's own, negligible
     how: str  # "float64 on cpu", "float64 on cuda", "float32 on cuda with a derived bound"
 
@@ -75,24 +77,34 @@ def choose(case: Case, device: str, elements: int, capability: tuple[int, int] |
     """(where, precision) of the reference for `case` (of `elements` input elements) judged on `device`."""
     if device != "cuda" or elements <= SMALL_ELEMENTS:
         return "cpu", "float64"
-    if capability is None:
-        capability = torch.cuda.get_device_capability()
-    if tuple(capability) in FAST_FLOAT64:
-        return "cuda", "float64"
-    if case.kernel_type in FP32_WITH_BOUND and case.dtype in LOW_PRECISION:
-        return "cuda", "float32"
-    return "cuda", "float64"
+    return "cuda", precision_on(case, device, capability)
 
 
 def compute(case: Case, args: list, kwargs: dict, where: str, precision: str) -> Reference:
     """args: the case's inputs on the CPU (from registry.build_inputs), moved with their layout."""
+    ref = compute_on(case, [registry.to_device(a, where) for a in args], kwargs, where, precision)
+    return Reference(ref.value.cpu(), None if ref.error is None else ref.error.cpu(), ref.how)
+
+
+def compute_on(case: Case, args: list, kwargs: dict, where: str, precision: str) -> Reference:
+    """The reference left where `args` already are (`where`): value and bound on that device."""
     kt = registry.get(case.kernel_type)
-    args = [registry.to_device(a, where) for a in args]
     with torch.no_grad():
         if precision == "float32":
             value, error = FP32_WITH_BOUND[case.kernel_type](args, kwargs)
-            return Reference(value.double().cpu(), error.cpu(), f"float32 on {where} with a derived bound")
-        return Reference(kt.reference(*args, **kwargs).cpu(), None, f"float64 on {where}")
+            return Reference(value.double(), error, f"float32 on {where} with a derived bound")
+        return Reference(kt.reference(*args, **kwargs), None, f"float64 on {where}")
+
+
+def precision_on(case: Case, device: str, capability: tuple[int, int] | None = None) -> str:
+    """The precision of a reference computed on `device` itself, whatever the case's size."""
+    if device != "cuda":
+        return "float64"
+    if capability is None:
+        capability = torch.cuda.get_device_capability()
+    if tuple(capability) not in FAST_FLOAT64 and case.kernel_type in FP32_WITH_BOUND and case.dtype in LOW_PRECISION:
+        return "float32"
+    return "float64"
 
 
 _threads = {"users": 0, "saved": 1}

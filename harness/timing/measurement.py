@@ -14,7 +14,7 @@ is measured again, its reps numbered on from the first round's.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,7 +22,7 @@ from harness.kernel_types import registry
 from harness.timing import spread
 from harness.timing.fresh_inputs import FreshInputs
 from harness.kernel_types.registry import Case
-from harness.timing.timed_calls import TimedCalls, capped
+from harness.timing.timed_calls import TimedCalls
 from harness.timing.timer import Timing, calibrate, time_fn
 
 # the interpreter's timings say nothing about a GPU: on a CPU they only rank candidates, and a few
@@ -82,9 +82,11 @@ def time_eager(kt: registry.KernelType, case: Case, device: str, report, stage: 
 
 @dataclass
 class TimedRun:
-    """The kernel's timing: its rounds (a second when the first needed another look, and why)."""
+    """The kernel's timing: its rounds (a second when the first needed another look, and why) and
+    the outputs drawn for the judge that were held on the device until the end ({rep: name})."""
     rounds: list[Timing]
     second_look: str | None = None
+    held_outputs: dict[int, str] = field(default_factory=dict)
 
     @property
     def final(self) -> Timing:
@@ -97,23 +99,25 @@ class TimedRun:
 
 def time_kernel(kernel_fn, case: Case, device: str, report, monitor, log, stage: str, check=None,
                 phase: str = "kernel", limits: dict | None = None, eager_median_us: float | None = None,
-                second_look: bool = True, salt: int = 0) -> TimedRun:
-    """kernel_fn timed like eager, every timed call watched and recorded (harness/timing/timed_calls.py),
-    on fresh values every rep. `check()` runs after every call, outside the timed region;
-    `limits`: the timing budget (budget_ms, warmup, min_reps, max_reps), the device's by default.
+                second_look: bool = True, salt: int = 0, key: int = 0) -> TimedRun:
+    """kernel_fn timed like eager, every timed call watched, checked on the device and recorded
+    (harness/timing/timed_calls.py), on fresh values every rep; `key` chooses the outputs saved and keys
+    their checksums (harness/timing/timed_outputs.py). `check()` runs after every call, outside the timed
+    region; `limits`: the timing budget (budget_ms, warmup, min_reps, max_reps), the device's by default.
     A first round whose spread is too wide, or whose speedup over `eager_median_us` is excessive
     (harness/timing/spread.py), is measured again: a second round, its reps numbered on from the first."""
     inputs = FreshInputs(case, device, salt)
-    calls = TimedCalls(kernel_fn, inputs, monitor, log, stage, check)
-    limits = capped(limits or budget(device), inputs, device)
+    limits = limits or budget(device)
+    calls = TimedCalls(kernel_fn, inputs, monitor, log, stage, check, limits, key)
     first = time_fn(calls.call, device=device, before_each=calls.before, report=report, phase=phase, **limits)
-    calls.finish()
+    calls.finish(last=True)
     run = TimedRun([first])
     if second_look:
         run.second_look = spread.second_look(first.median_us, first.iqr_us, eager_median_us, device)
     if run.second_look:
         again = time_fn(calls.call, device=device, before_each=calls.before, report=report, phase=phase,
                         first_rep=first.reps, **{**limits, "warmup": 0})
-        calls.finish()
+        calls.finish(last=True)
         run.rounds.append(again)
+    run.held_outputs = calls.close()
     return run

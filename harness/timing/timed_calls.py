@@ -8,50 +8,77 @@ the same LaunchMonitor, on buffers refilled with fresh values (harness/timing/fr
 kernel can observe from inside (the dispatch stack's length, grad mode, the shapes, how often it
 was called) is the same for both, and every timed output is recorded like a checked one: its
 observations (PyTorch compute, launches, input mutation, aliasing, a plain dense tensor on the
-device) and the output itself, saved outside the timed region before the next rep's refill. The
-judging process then holds each timed call to the integrity rules and compares the outputs with
-the references it rebuilds from (case, rep) (harness/verdict/timing_checks.py).
+device) written outside the timed region before the next rep's refill. The judging process then
+holds each timed call to the integrity rules (harness/verdict/timing_checks.py).
 
-Where the judge takes no word of the worker's. The outputs are saved to files, every one of them
-(on a GPU a host copy after the rep's synchronize; the reps are capped so that all fit
-SAVE_BYTES); which of them the parent compares is chosen in the parent after the worker has exited
-(all of them where the references are cheap, as on the CPU; else a random sample with the first
-and last), so the kernel cannot know which rep counts, and on the device where the references are
-large (harness/kernel_types/references.py). A kernel that is wrong on a fraction f of the reps survives a sample
-of s with probability (1 - f)^s; to move a median it must be wrong on more than half of them.
+Where the outputs go. Copying every output to the host would cost a large target gigabytes per
+verdict (a 4096x32000 fp16 softmax: 262 MB a rep), so an output leaves the device only when it is
+in the saved sample; every one is checked where it was made, right after its rep, outside the
+timed region, by the judge's own code:
+- compared with the reference rebuilt on the device from the rep's inputs as refilled, in float64
+  (float32 with a derived bound where the device is slow at float64), where that is affordable
+  (harness/timing/device_check.py): the verdict and the max scaled error go in the rep's record;
+- checksummed on the device with integer arithmetic over its raw bits, keyed by a secret
+  (harness/timing/timed_outputs.py), in the rep's record too. The record's digest travels over the
+  witness as it is written (harness/workers/worker.py's Log), so neither can be changed later.
+Saved: every output where all of them fit SAVE_BYTES (the CPU's timing shapes, small targets: the
+judging process keeps its full check there), else the first call's, each round's last and a few a
+reservoir draws from every call, held on the device until the timing ends. The draws and the
+checksum's key come from a secret the worker drew before the import, held in closures and revealed
+only in the stage's final record after its last timed call, so the kernel cannot know which rep
+leaves the device. The judging process fails the timing on any device comparison that failed, on a
+saved set that is not the one the revealed key chooses, on a saved output whose checksum,
+recomputed on the CPU from its bytes, is not the one sent at its rep, and on a saved output that
+its own reference rejects. A kernel wrong on any rep is caught on the device; one that also
+subverted that comparison must still be wrong on more than half the reps to move a median, and
+survives a sample of s with probability (1 - f)^s. The sample's size does not grow with the reps,
+so the reps are no longer capped by what saving them would cost: the budget's max_reps stands.
 
 Cost. The recorder sits inside the timed region: pushing and popping it costs a few µs of host
 time per call, and each aten op the wrapper dispatches (allocation, views, casts) a Python call of a
 few µs more (2 to 5 µs and 4 to 8 µs on a loaded 2-core machine: benchmarks/recording_overhead.py);
 nothing per Triton or CUDA launch, nothing on the device. The eager baseline is timed without it,
 so recording can only understate a candidate's speedup, never overstate it; on a GPU it shows only
-where the host is a kernel's bottleneck (a kernel of a few µs behind a wrapper of a few ops).
+where the host is a kernel's bottleneck (a kernel of a few µs behind a wrapper of a few ops). The
+device comparison and the checksum run between reps, outside the timed region and before the next
+rep's L2 flush: they lengthen a timing's wall time (a reference, a comparison and two integer
+passes over the output per rep), never its figures.
 """
 from __future__ import annotations
 
 import gc
-import math
 
 import torch
 
 from harness.correctness.candidate import CallResult, observe
+from harness.timing.device_check import check_on_device, unaffordable
 from harness.timing.fresh_inputs import FreshInputs
+from harness.timing.timed_outputs import SavedOutputs, keyed_checksum, save_policy
 from harness.correctness.integrity import ComputeRecorder
-
-SAVE_BYTES = {"cpu": 256 * 2**20, "cuda": 512 * 2**20}  # all of one timing's saved outputs, at most
 
 
 class TimedCalls:
     """The timed callable and its `before_each(rep)`: refill, snapshot and recorder outside the
-    timed region, the call alone inside it, the previous rep's record written before the next."""
+    timed region, the call alone inside it, the previous rep's record written before the next.
+    `limits`: the timing's budget (warmup, max_reps), on which the saved sample rests; `key`: the
+    stage's secret, held only in closures here (harness/timing/timed_outputs.py)."""
 
-    def __init__(self, kernel_fn, inputs: FreshInputs, monitor, log, stage: str, check=None):
+    def __init__(self, kernel_fn, inputs: FreshInputs, monitor, log, stage: str, check=None,
+                 limits: dict | None = None, key: int = 0):
         self.kernel_fn, self.inputs, self.monitor, self.log, self.stage = kernel_fn, inputs, monitor, log, stage
         self.check = check
         self._pending: tuple | None = None
         self._recorder = ComputeRecorder(monitor)
         self._out = None
         self.recorded = 0
+        case, device = inputs.case, inputs.device
+        self.policy = save_policy(case, inputs.args, inputs.kwargs, device, limits or {})
+        self._saved = SavedOutputs(self.policy, key, log.save)
+        tables: dict = {}  # the key's tables, drawn once: in this closure, beside the key
+        self._checksum = lambda out: keyed_checksum(out, key, tables)
+        skipped = unaffordable(case, torch.device(device).type)
+        self._compare = (lambda out, args: {"skipped": skipped}) if skipped else \
+            (lambda out, args: check_on_device(case, out, args, inputs.kwargs, device))
 
     def before(self, rep: int) -> None:
         self.finish()
@@ -76,8 +103,9 @@ class TimedCalls:
         finally:
             gc.enable()
 
-    def finish(self) -> None:
-        """Record the rep that last ran (after the timing loop's synchronize, outside its region)."""
+    def finish(self, last: bool = False) -> None:
+        """Record the rep that last ran (after the timing loop's synchronize, outside its region);
+        `last`: it ended a round of reps, whose last output is always saved."""
         gc.enable()  # held off only from a refill to its call (a loop that stopped between them)
         if self._pending is None:
             return
@@ -85,20 +113,19 @@ class TimedCalls:
         self._pending = None
         if self.check is not None:
             self.check()
-        result = observe(CallResult(), self._out, self.inputs.args, snapshots, self._recorder,
+        out = self._out
+        # checksummed first, closest to the call: a swap after this point shows in a saved copy
+        checksum = self._checksum(out)
+        result = observe(CallResult(), out, self.inputs.args, snapshots, self._recorder,
                          self.monitor.launches - launches_before)
+        inputs = [s if s is not None else a for s, a in zip(snapshots, self.inputs.args)]  # as refilled
+        device_check = self._compare(out, inputs)
         case = self.inputs.case
         self.log.event(event="case", stage=self.stage, role="timed", rep=rep, case=case.to_json(),
-                       label=case.label(), output=self.log.save(result.output), error=None,
-                       obs=result.observations(), seconds=0.0)
+                       label=case.label(), output=self._saved.keep(rep, out, last), error=None,
+                       obs=result.observations(), seconds=0.0, checksum=checksum, device_check=device_check)
         self.recorded += 1
 
-
-def capped(limits: dict, inputs: FreshInputs, device: str) -> dict:
-    """The timing budget with its reps capped so that every timed output can be saved (an output
-    is taken to be as large as the inputs; at least min_reps whatever the size)."""
-    nbytes = sum(a.numel() * a.element_size() for a in inputs.args if isinstance(a, torch.Tensor))
-    most = SAVE_BYTES.get(device, SAVE_BYTES["cuda"]) // max(nbytes, 1)
-    limits = dict(limits)
-    limits["max_reps"] = max(limits.get("min_reps", 1), min(limits.get("max_reps", math.inf), most))
-    return limits
+    def close(self) -> dict[int, str]:
+        """After the last round: save the drawn outputs still held on the device, {rep: name}."""
+        return self._saved.close()

@@ -132,12 +132,10 @@ def _shape(events: list[dict], out_dir: Path, i: int, case: Case, device: str, w
         return {**row, "detail": "not timed: the worker stopped before this shape"}
     if end.get("status") != "pass" or not recs:
         return {**row, "failed": end.get("status") == "fail", "detail": str(end.get("detail") or "no timed output")}
-    reps = sum(r["reps"] for r in (end.get("rounds") or [end["kernel"]]))
-    warmup = (limits(device) or budget(device))["warmup"]
     from harness.verdict.records import RecordProblem
     try:
-        problem = timed_calls_problem(recs, case, warmup, reps, _Checker(out_dir, None, device, witnessed),
-                                      int(end.get("noise_salt") or 0))
+        problem = timed_calls_problem(recs, case, limits(device) or budget(device), end,
+                                      _Checker(out_dir, None, device, witnessed))
     except RecordProblem as e:  # an output rewritten after it was saved: a lie, as a time the clock denies
         return {**row, "failed": True, "lie": True, "detail": str(e)}
     if problem:

@@ -2,12 +2,18 @@
 output compared with the reference, the figures held to the judge's own clock, the reps' spread
 judged, and a second look at an excessive speedup (harness/timing/spread.py).
 
-Timed outputs. The worker saved every timed call's output and observations (harness/timing/timed_calls.py).
-Every call's observations are checked here. The outputs are compared with the references rebuilt
-from (case, rep) (harness/timing/fresh_inputs.py): all of them where that is cheap, else a sample this
-process draws after the worker has exited (the first, the last and more at random: chosen_reps), so
-no rep is safe to get wrong: a kernel wrong on a fraction f of the reps survives s random checks
-with probability about (1 - f)^s, and it must be wrong on more than half of them to move the median.
+Timed outputs. The worker recorded every timed call's observations, its output's keyed checksum
+and its comparison with the reference on the device, and saved a sample of the outputs that a key
+chose, secret until the timing ended (harness/timing/timed_outputs.py). Here every call's observations
+are checked and every device comparison must have passed (or been skipped where this process
+agrees it is unaffordable: harness/timing/device_check.py); the saved set must be exactly the one the
+revealed key chooses; each saved output must have the checksum sent as its rep was recorded,
+recomputed here on the CPU from its bytes; and the saved outputs are compared with the references
+rebuilt from (case, rep) (harness/timing/fresh_inputs.py): all of them, or where every call's output
+was saved and comparing all is dear, a sample this process draws after the worker has exited (the
+first, the last and more at random: chosen_reps). A kernel wrong on a fraction f of the reps
+survives s random checks with probability about (1 - f)^s, and it must be wrong on more than half
+of them to move the median; the device comparisons see every rep.
 """
 from __future__ import annotations
 
@@ -43,13 +49,14 @@ def chosen_reps(reps: list[int], elements: int) -> list[int]:
     return [reps[0], *sorted(middle), reps[-1]]
 
 
-def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, checker, salt: int = 0) -> str | None:
-    """Why the timed calls of `case` fail integrity (every call's observations, the chosen reps'
-    outputs against the reference of their fresh values, compared by `checker`, a
-    harness.verdict.verdict_checks._Checker), or None."""
-    from harness.kernel_types import registry
+def timed_calls_problem(recs: list[dict], case: Case, limits: dict, end: dict, checker) -> str | None:
+    """Why the timed calls of `case` fail integrity, or None: every call's observations and device
+    comparison, the saved outputs' set and checksums, and the saved outputs against the reference of
+    their fresh values, compared by `checker` (a harness.verdict.verdict_checks._Checker). `limits`: the
+    timing's budget; `end`: its final record (rounds, noise_salt, output_key, held_outputs)."""
     from harness.correctness.integrity import observation_problem
-    device = checker.device
+    device, warmup = checker.device, int(limits.get("warmup", 0))
+    rounds = [int(r.get("reps", 0)) for r in (end.get("rounds") or [end.get("kernel") or {}])]
     by_rep: dict[int, dict] = {}
     for r in recs:
         if r.get("role") != "timed":
@@ -57,22 +64,72 @@ def timed_calls_problem(recs: list[dict], case: Case, warmup: int, reps: int, ch
         if Case.from_json(r["case"]) != case:
             return f"the worker's timed record of {r.get('label')} is not the judge's timing case {case.label()}"
         by_rep.setdefault(int(r.get("rep", -10**9)), r)
-    expected = expected_reps(warmup, reps)
+    expected = expected_reps(warmup, sum(rounds))
     missing = [rep for rep in expected if rep not in by_rep]
     if missing:
         # an unrecorded call is an unchecked one: a kernel wrong there would go unseen
         return f"the worker recorded no output for {len(missing)} timed call(s) (reps {missing[:5]}): every timed call is checked"
     for rep in expected:
         # the integrity rules on every timed call: one that computes with PyTorch when timed is caught here
-        problem = observation_problem(f"{rep_name(rep)} at {case.label()}", by_rep[rep].get("obs", {}), device)
+        problem = observation_problem(f"{rep_name(rep)} at {case.label()}", by_rep[rep].get("obs", {}), device) \
+            or device_check_problem(by_rep[rep], rep, case, device)
         if problem:
             return problem
-    base, kwargs = registry.build_inputs(case, device)  # once: every rep's values are made from it
+    return saved_outputs_problem(by_rep, case, limits, end, rounds, checker)
+
+
+def device_check_problem(rec: dict, rep: int, case: Case, device: str) -> str | None:
+    """Why the worker's comparison of one timed output on the device fails it, or None."""
+    from harness.timing.device_check import unaffordable
+    check = rec.get("device_check")
+    if not isinstance(check, dict):
+        return f"the worker did not compare the output of {rep_name(rep)} on the device: every timed call is checked"
+    if "skipped" in check:
+        if unaffordable(case, device) is None:
+            # a comparison skipped where the judge plans one: an unseen rep
+            return f"the worker skipped comparing the output of {rep_name(rep)} on the device, where the judge plans it"
+        return None
+    if not check.get("ok"):
+        # right only when saved: a rep that never leaves the device, wrong there
+        return (f"a timed call gave a wrong result ({rep_name(rep)}), compared on the device "
+                f"({check.get('how')}): {check.get('detail')}")
+    return None
+
+
+def saved_outputs_problem(by_rep: dict[int, dict], case: Case, limits: dict, end: dict, rounds: list[int],
+                          checker) -> str | None:
+    """The saved outputs: the set the revealed key chose, each with its rep's checksum, each right."""
+    from harness.kernel_types import registry
+    from harness.timing.timed_outputs import keyed_checksum, save_policy, saved_reps
+    key, salt = end.get("output_key"), int(end.get("noise_salt") or 0)
+    if not isinstance(key, int):
+        return "the worker did not reveal the key that chose its saved timed outputs"
+    held = {int(rep): name for rep, name in (end.get("held_outputs") or {}).items()}
+    saved = {rep: rec["output"] for rep, rec in by_rep.items() if rec.get("output")}
+    if set(saved) & set(held):
+        return "the worker saved a timed output twice"
+    saved.update(held)
+    base, kwargs = registry.build_inputs(case, checker.device)  # once: every rep's values are made from it
+    policy = save_policy(case, base, kwargs, checker.device, limits)
+    chosen = saved_reps(policy, key, int(limits.get("warmup", 0)), rounds)
+    if sorted(saved) != sorted(chosen):
+        # a rep saved because it came out right, or one the key chose left unsaved
+        return (f"the timed outputs saved (reps {sorted(saved)[:12]}) are not the ones the judge's key chose "
+                f"(reps {chosen[:12]})")
+    tables: dict = {}  # the key's tables, drawn once for every saved output
+    for rep in chosen:
+        told = by_rep[rep].get("checksum")
+        if keyed_checksum(checker.load(saved[rep]), key, tables) != told:
+            # an output swapped after its rep (on the device while held, or on the way to the file)
+            return (f"the saved output of {rep_name(rep)} differs from the one checksummed on the device as its rep "
+                    "was recorded: replaced after the rep")
     spread_of = scales(base)
     elements = sum(a.numel() for a in base if hasattr(a, "numel"))
-    for rep in chosen_reps(expected, elements):
-        inputs = ([registry.to_device(a, "cpu") for a in perturbed(base, spread_of, case, rep, device, salt)], kwargs)
-        problem = checker.check_output(by_rep[rep], case, inputs, trivial=False)  # counting is the stages' job
+    for rep in (chosen_reps(chosen, elements) if policy.every else chosen):
+        inputs = ([registry.to_device(a, "cpu") for a in perturbed(base, spread_of, case, rep, checker.device, salt)],
+                  kwargs)
+        rec = {**by_rep[rep], "output": saved[rep]}
+        problem = checker.check_output(rec, case, inputs, trivial=False)  # counting is the stages' job
         if problem:
             # right only when checked: a timed call whose answer is wrong, whichever rep it was
             return f"a timed call gave a wrong result ({rep_name(rep)}): {problem}"

@@ -294,9 +294,8 @@ def _timing_problem(end: dict, recs: list[dict], plan: Plan, out_dir: Path, devi
         rounds = end["rounds"]
     else:
         end = {**end, "rounds": rounds}
-    problem = timing_checks.timed_calls_problem(recs, plan.timing, budget(device)["warmup"],
-                                                sum(r["reps"] for r in rounds), _Checker(out_dir, None, device, witnessed),
-                                                int(end.get("noise_salt") or 0))
+    problem = timing_checks.timed_calls_problem(recs, plan.timing, budget(device), {**end, "rounds": rounds},
+                                                _Checker(out_dir, None, device, witnessed))
     if problem:
         return problem, end
     impossible = below_floor(plan.timing, end["kernel"]["median_us"], device)

@@ -134,11 +134,11 @@ def timing_stage(w, case: Case) -> bool:
         return recorders[-1]
     salt = w.noise.salt(stage)  # revealed in the stage's final record, after its last timed call
     try:
-        with w.monitor:
-            steps = backward_timing.CandidateSteps(case, w.device, w.module, recorder, salt)
-            memory = backward_timing.peak_memory(steps)
-            reps = {step: backward_timing.time_step(steps, step, w.report, f"bwd:{step}").reps
-                    for step in backward_timing.STEPS}
+        # the process's one launch monitor is installed before the import and always on
+        steps = backward_timing.CandidateSteps(case, w.device, w.module, recorder, salt)
+        memory = backward_timing.peak_memory(steps)
+        reps = {step: backward_timing.time_step(steps, step, w.report, f"bwd:{step}").reps
+                for step in backward_timing.STEPS}
     except Exception as e:
         w.log.end(stage, "fail", f"kernel_fn or backward_fn raised while being timed:\n{error_text(e)}")
         return False

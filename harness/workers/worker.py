@@ -1,8 +1,10 @@
 """The judge's child process: runs one candidate through the stages and records what it saw.
 
 Everything here runs beside untrusted code, so nothing here decides the verdict: outputs are saved
-to files and the parent (harness/judge.py), which never imports the candidate, recomputes the
-float64 references and compares. The child's own comparisons only decide when to stop early.
+to files (of the timed ones, the sample a secret key chose: harness/timing/timed_outputs.py) and the
+parent (harness/judge.py), which never imports the candidate, recomputes the float64 references
+and compares. The child's own comparisons (of the stages' outputs, and of every timed output on
+the device) only decide when to stop early, or give the parent a reason to fail it.
 
 Usage (the parent does this): python -m harness.workers.worker KERNEL_FILE OUT_DIR --device cpu [--target JSON]
 """
@@ -353,13 +355,14 @@ def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | 
     timing gets a second look. The kernel's TimedRun, or None when it raised."""
     w.log.start(stage)
     salt = w.noise.salt(stage)  # revealed in the stage's final record, after its last timed call
+    key = w.noise.salt(f"{stage}:outputs")  # which outputs are saved, their checksums' key: revealed likewise
     target = stage == "timing"
     try:
         run = measurement.time_kernel(
             w.module.kernel_fn, case, w.device, w.report, w.monitor, w.log, stage,
             check=lambda: w.clocks_untouched("right after a timed call of kernel_fn"),
             phase=measurement.kernel_phase(stage), limits=budget,
-            eager_median_us=w.eager_median_us if target else None, second_look=target, salt=salt)
+            eager_median_us=w.eager_median_us if target else None, second_look=target, salt=salt, key=key)
     except Exception as e:
         w.log.end(stage, "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
         return None
@@ -368,7 +371,8 @@ def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | 
         w.log.end(stage, "fail", problem, noise_salt=salt)
         return None
     w.log.end(stage, "pass", "timed", case=case.to_json(), kernel=run.final.to_json(),
-              rounds=[r.to_json() for r in run.rounds], second_look=run.second_look, noise_salt=salt)
+              rounds=[r.to_json() for r in run.rounds], second_look=run.second_look, noise_salt=salt,
+              output_key=key, held_outputs={str(rep): name for rep, name in run.held_outputs.items()})
     return run
 
 

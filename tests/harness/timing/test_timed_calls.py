@@ -12,12 +12,18 @@ from harness.verdict import timing_checks
 from harness.correctness.candidate import observed_call
 from harness.timing.fresh_inputs import FreshInputs, fresh_args
 from harness.correctness import launches
+from harness.timing.timed_outputs import keyed_checksum
 from harness.kernel_types.registry import Case, build_inputs
 from harness.verdict.verdict_checks import _Checker
 from harness.workers.worker import Log
 
 CASE = Case.make("softmax", {"M": 4, "N": 64}, "float32", seed=5)
 TINY = dict(budget_ms=0.0, warmup=1, min_reps=3, max_reps=3)
+
+
+def _end(*rounds: int, key: int = 0, held: dict | None = None) -> dict:
+    """A timing's final record as the worker writes it: its rounds and the secrets it reveals."""
+    return {"rounds": [{"reps": n} for n in rounds], "noise_salt": 0, "output_key": key, "held_outputs": held or {}}
 
 
 def test_a_kernel_sees_the_same_dispatch_stack_grad_mode_and_shapes_when_checked_and_when_timed(tmp_path):
@@ -51,10 +57,10 @@ def test_every_timed_call_is_recorded_with_its_observations(tmp_path):
     timed = [r for r in recs if r.get("role") == "timed"]
     assert [r["rep"] for r in timed] == [-1, 0, 1, 2]
     assert all("aten::_softmax" in r["obs"]["forbidden"] and r["output"] for r in timed)
-    problem = timing_checks.timed_calls_problem(timed, CASE, 1, 3, _Checker(tmp_path, None, "cpu"))
+    problem = timing_checks.timed_calls_problem(timed, CASE, TINY, _end(3), _Checker(tmp_path, None, "cpu"))
     assert "warm-up call 1 at softmax[4x64:float32]: PyTorch compute inside kernel_fn: aten::_softmax" in problem
     assert "recorded no output for 1 timed call(s) (reps [2])" in \
-        timing_checks.timed_calls_problem(timed[:-1], CASE, 1, 3, _Checker(tmp_path, None, "cpu"))
+        timing_checks.timed_calls_problem(timed[:-1], CASE, TINY, _end(3), _Checker(tmp_path, None, "cpu"))
 
 
 def test_every_rep_gets_values_no_call_has_seen_and_the_judge_rebuilds_them():
@@ -131,18 +137,24 @@ def test_a_timed_call_wrong_at_any_rep_but_the_last_is_caught(tmp_path, wrong_re
     kt, recs = registry.get("softmax"), []
     obs = {"launches": 1, "forbidden": [], "device_to_host": 0, "mutated": [], "aliased": False, "plain": True,
            "device": "cpu"}
+    outputs = {}
     for rep in timing_checks.expected_reps(1, 4):
         args, kwargs = fresh_args(CASE, rep, "cpu")
-        out = kt.eager(*args) if rep != wrong_rep else torch.full((4, 64), 1 / 64)  # right only when checked
-        torch.save(out, tmp_path / "tensors" / f"r{rep}.pt")
+        outputs[rep] = kt.eager(*args) if rep != wrong_rep else torch.full((4, 64), 1 / 64)  # right only when checked
+        torch.save(outputs[rep], tmp_path / "tensors" / f"r{rep}.pt")
+        # a worker whose device comparison says every rep passed: the judge compares the saved outputs itself
         recs.append({"role": "timed", "rep": rep, "case": CASE.to_json(), "output": f"r{rep}.pt", "error": None,
-                     "obs": obs})
-    problem = timing_checks.timed_calls_problem(recs, CASE, 1, 4, _Checker(tmp_path, None, "cpu"))
+                     "obs": obs, "checksum": keyed_checksum(outputs[rep], 0), "device_check": {"ok": True}})
+    limits = {**TINY, "max_reps": 4}
+    problem = timing_checks.timed_calls_problem(recs, CASE, limits, _end(4), _Checker(tmp_path, None, "cpu"))
     name = timing_checks.rep_name(wrong_rep)
     assert problem is not None and problem.startswith(f"a timed call gave a wrong result ({name})"), problem
     # another rep's answer, remembered: wrong for this rep's fresh values
-    remembered = [r if r["rep"] != wrong_rep else {**r, "output": f"r{wrong_rep + 1}.pt"} for r in recs]
-    assert "wrong result" in timing_checks.timed_calls_problem(remembered, CASE, 1, 4, _Checker(tmp_path, None, "cpu"))
+    remembered = [r if r["rep"] != wrong_rep else
+                  {**r, "output": f"r{wrong_rep + 1}.pt", "checksum": keyed_checksum(outputs[wrong_rep + 1], 0)}
+                  for r in recs]
+    assert "wrong result" in timing_checks.timed_calls_problem(remembered, CASE, limits, _end(4),
+                                                               _Checker(tmp_path, None, "cpu"))
 
 
 def test_a_timed_call_watcher_or_refill_replaced_by_a_candidate_is_named(monkeypatch):

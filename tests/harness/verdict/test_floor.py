@@ -13,9 +13,11 @@ from harness.device import roofline
 from harness.correctness.cases import STAGES, Capabilities, build_plan
 from harness.timing.fresh_inputs import fresh_args
 from harness.timing.measurement import budget
+from harness.timing.timed_outputs import keyed_checksum
 from harness.verdict.timing_checks import expected_reps
 from harness.verdict.verdict_checks import assess
 
+KEY = 12345  # the timing's revealed key: every output of a CPU timing shape is saved, checksummed with it
 PEAKS = {"device": "test cpu", "copy_gbps": 20.0, "matmul_tflops": {"float32": 0.5, "float16": 0.2}}
 
 
@@ -47,7 +49,8 @@ class _Record:
             args, kwargs = fresh_args(case, rep, "cpu")
             out = kt.reference(*args, **kwargs).to(case.torch_dtype)
             self.events.append({"event": "case", "stage": stage, "role": "timed", "rep": rep, "case": case.to_json(),
-                                "output": self.save(out), "error": None, "obs": obs})
+                                "output": self.save(out), "error": None, "obs": obs,
+                                "checksum": keyed_checksum(out, KEY), "device_check": {"ok": True, "worst_ratio": 0.0}})
 
     def stage(self, name: str, cases, repeat: int = 1) -> None:
         self.events.append({"event": "stage_start", "stage": name})
@@ -78,7 +81,7 @@ def honest_record(out_dir: Path, median_us: float, identity: tuple[str, ...] = (
     rec.timed("timing", plan.timing, reps=3, warmup=budget("cpu")["warmup"])
     rec.events.append({"event": "stage_end", "stage": "timing", "status": "pass", "detail": "timed",
                        "case": plan.timing.to_json(), "kernel": timing(median_us), "eager": timing(1000.0),
-                       "compiled": None})
+                       "compiled": None, "noise_salt": 0, "output_key": KEY, "held_outputs": {}})
     rec.events += [{"event": "identity", "where": w, "replaced": []} for w in identity]
     rec.events.append({"event": "done"})
     return rec.events, plan
