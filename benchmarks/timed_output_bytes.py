@@ -126,7 +126,7 @@ def _sampled(path: Path, sample_bytes: int) -> None:
     """The same kernel timed in this process with only the key's sample saved."""
     import importlib.util
     from harness.correctness.cases import Capabilities, timing_case
-    from harness.correctness.launches import LaunchMonitor
+    from harness.correctness import launches
     from harness.timing import measurement, timed_outputs
     from harness.workers.worker import Log
     spec = importlib.util.spec_from_file_location("measured_kernel", path)
@@ -135,10 +135,9 @@ def _sampled(path: Path, sample_bytes: int) -> None:
     case = timing_case(module.KERNEL_TYPE, Capabilities("cpu", False), None)
     timed_outputs.SAVE_BYTES = {**timed_outputs.SAVE_BYTES, "cpu": sample_bytes}
     with tempfile.TemporaryDirectory() as tmp:
-        monitor = LaunchMonitor()
-        with monitor:
-            run = measurement.time_kernel(module.kernel_fn, case, "cpu", None, monitor, Log(Path(tmp)), "timing",
-                                          second_look=False, key=int.from_bytes(os.urandom(8), "little") % 2**62)
+        monitor = launches.install()
+        run = measurement.time_kernel(module.kernel_fn, case, "cpu", None, monitor, Log(Path(tmp)), "timing",
+                                      second_look=False, key=int.from_bytes(os.urandom(8), "little") % 2**62)
         files = list(Path(tmp, "tensors").iterdir())
         size = sum(f.stat().st_size for f in files)
     calls = budget("cpu")["warmup"] + sum(r.reps for r in run.rounds)

@@ -83,13 +83,11 @@ class BackwardCall:
 
 def call(module, case: Case, args: list, kwargs: dict, device: str, monitor) -> BackwardCall:
     """The file's forward at the case's inputs, then its backward under the case's upstream gradient."""
-    with monitor:
-        fwd = observed_call(module.kernel_fn, args, kwargs, monitor)
+    fwd = observed_call(module.kernel_fn, args, kwargs, monitor)
     if fwd.error:
         return BackwardCall(fwd.error, None)
     grad_out = gradients.upstream(case, args, kwargs, device)
-    with monitor:
-        res = observed_call(module.backward_fn, [grad_out, fwd.output, *args], kwargs, monitor)
+    res = observed_call(module.backward_fn, [grad_out, fwd.output, *args], kwargs, monitor)
     observe_grads(res, [grad_out, fwd.output, *args])
     return BackwardCall(None, res, grad_out, fwd.output)
 

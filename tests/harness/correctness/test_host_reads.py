@@ -11,7 +11,7 @@ import torch
 
 from harness.correctness.candidate import observed_call
 from harness.correctness.integrity import observation_problem
-from harness.correctness.launches import LaunchMonitor
+from harness.correctness import launches
 from harness.kernel_types.registry import Case, build_inputs
 from harness.timing import measurement
 from harness.workers.worker import Log
@@ -45,10 +45,9 @@ def _starter():
 
 
 def _checked(fn) -> dict:
-    monitor = LaunchMonitor()
+    monitor = launches.install()
     args, kwargs = build_inputs(CASE, "cpu")
-    with monitor:
-        return observed_call(fn, args, kwargs, monitor).observations()
+    return observed_call(fn, args, kwargs, monitor).observations()
 
 
 @pytest.mark.parametrize("fn", [_python_softmax, _item_only], ids=["float_per_element", "item"])
@@ -59,10 +58,9 @@ def test_a_scalar_read_in_a_checked_call_fails_as_host_compute(fn):
 
 
 def test_a_scalar_read_in_a_timed_call_is_recorded_too(tmp_path):
-    monitor, log = LaunchMonitor(), Log(tmp_path)
-    with monitor:
-        measurement.time_kernel(_python_softmax, CASE, "cpu", None, monitor, log, "timing", limits=TINY,
-                                second_look=False)
+    monitor, log = launches.install(), Log(tmp_path)
+    measurement.time_kernel(_python_softmax, CASE, "cpu", None, monitor, log, "timing", limits=TINY,
+                            second_look=False)
     log._f.flush()
     timed = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     timed = [r for r in timed if r.get("role") == "timed"]
@@ -76,9 +74,8 @@ def test_the_honest_starter_reads_no_scalar_checked_or_timed(tmp_path, monkeypat
     obs = _checked(kernel_fn)
     assert obs["host_reads"] == [] and obs["launches"] >= 1
     assert observation_problem("smoke", obs, "cpu") is None
-    monitor, log = LaunchMonitor(), Log(tmp_path)
-    with monitor:
-        measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, log, "timing", limits=TINY, second_look=False)
+    monitor, log = launches.install(), Log(tmp_path)
+    measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, log, "timing", limits=TINY, second_look=False)
     log._f.flush()
     timed = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert all(r["obs"]["host_reads"] == [] for r in timed if r.get("role") == "timed")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import judge_kernels
-from harness.correctness.launches import LaunchMonitor
+from harness.correctness import launches
 from harness.kernel_types.registry import Case
 from harness.timing import device_check, measurement, timed_outputs
 from harness.timing.fresh_inputs import fresh_args
@@ -52,10 +52,9 @@ def _kernel(tmp_path, wrong_call: int | None = None):
 
 def _timed(tmp_path, kernel_fn, key: int = KEY, device: str = "cpu") -> tuple[dict[int, dict], dict]:
     """Time kernel_fn as the worker does; its timed records by rep and its final record."""
-    monitor, log = LaunchMonitor(), Log(tmp_path)
-    with monitor:
-        run = measurement.time_kernel(kernel_fn, CASE, device, None, monitor, log, "timing", limits=LIMITS,
-                                      second_look=False, key=key)
+    monitor, log = launches.install(), Log(tmp_path)
+    run = measurement.time_kernel(kernel_fn, CASE, device, None, monitor, log, "timing", limits=LIMITS,
+                                  second_look=False, key=key)
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     timed = {e["rep"]: e for e in events if e.get("role") == "timed"}
     end = {"rounds": [r.to_json() for r in run.rounds], "noise_salt": 0, "output_key": key,
