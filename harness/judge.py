@@ -92,12 +92,15 @@ def read_events(out_dir: Path) -> list[dict]:
 def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | None = None,
           arch: str = "sm_90", timeout_s: float | None = None, compile_baseline: bool = False,
           visible_devices: str | None = None, sandbox: bool = True, time_around: bool = False,
-          around_below_us: float | None = None) -> dict[str, Any]:
+          around_below_us: float | None = None, backward: bool = False) -> dict[str, Any]:
     """Judge one kernel file; always returns the verdict JSON of DESIGN.md (as a dict).
     `visible_devices`: the CUDA device index the child runs on (None: the parent's own view).
     `time_around`: a passing kernel is also checked and timed at the shapes around `target`
     (harness/verdict/around.py), when its time at the target is below `around_below_us` (None: always);
     the verdict's "timing_around" holds each shape's figures.
+    `backward`: also judge the file's backward_fn, where it has one (a training target); without it
+    the forward alone is judged, which is all an inference target serves (and the backward's stages
+    cost more than the forward's on the interpreter).
 
     The file is read once: the text read here is the text judged (its sha256 is in the verdict),
     and the worker imports a copy of it from its own scratch folder, never the caller's file."""
@@ -116,15 +119,17 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
         copy.write_bytes(source)
         around = {"below_us": around_below_us} if time_around and target is not None else None
         return _judge_copy(verdict, copy, Path(tmp), target, device, arch, timeout_s, compile_baseline, sandbox,
-                           origin=path.resolve(), visible_devices=visible_devices, around=around)
+                           origin=path.resolve(), visible_devices=visible_devices, around=around, backward=backward)
 
 
 def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, device: str, arch: str,
                 timeout_s: float | None, compile_baseline: bool, sandbox: bool, origin: Path,
-                visible_devices: str | None, around: dict | None = None) -> dict[str, Any]:
+                visible_devices: str | None, around: dict | None = None, backward: bool = False) -> dict[str, Any]:
     try:
         header = read_header(path)
         check_header(header)
+        if not backward:  # an inference target: the forward is all that is judged and served
+            header = {**header, "has_backward_fn": False}
     except ContractError as e:
         return _usage_failure(verdict, str(e))
     except SyntaxError as e:
@@ -161,6 +166,8 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
         argv += ["--time-around", json.dumps(around)]
     witness = Witness()  # the judge's own clock on every timed rep (harness/timing/witness.py)
     argv += ["--witness", str(witness.path)]
+    if header.get("has_backward_fn"):
+        argv.append("--backward")
     spawned = time.time()
     try:
         child, started_by = judge_session.run_worker(

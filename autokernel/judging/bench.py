@@ -34,7 +34,8 @@ def run(file: Path | None, *, json_out: bool, timeout_s: float | None, device: s
     if file is None:
         raise UsageError("no kernel file given", "autokernel bench path/to/kernel.py, or --suite starters")
     try:
-        verdict = judge(file, device=device, arch=arch, timeout_s=timeout_s, sandbox=sandbox)
+        # a file benched on its own is judged whole: its backward too, where it has one
+        verdict = judge(file, device=device, arch=arch, timeout_s=timeout_s, sandbox=sandbox, backward=True)
     except JudgeUsageError as e:
         raise UsageError(str(e), "check the path, or pass --device cpu on a machine without a GPU") from None
     if json_out:

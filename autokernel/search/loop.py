@@ -42,6 +42,7 @@ class SearchSettings:
     timeout_s: float | None = None
     arch: str = "sm_90"
     concurrency: int = 1  # proposals in flight at once (LLM requests); the tuner proposes instantly
+    backward: bool = False  # a training run: the judge judges a candidate's backward_fn too
     # a candidate that may be kept is also checked and timed at the shapes around the target
     # (harness/verdict/around.py), so that its record says which other shapes it may serve
     time_around: bool = False
@@ -273,9 +274,10 @@ class TargetSearch:
     def around(self) -> dict:
         """The judge's options for the shapes around the target: asked of every candidate, done by
         the judge only for one faster at the target than the best so far (the one that may be kept)."""
+        opts = {"backward": True} if self.settings.backward else {}
         if not self.settings.time_around or self.target.kernel_type == "module":
-            return {}
-        return {"time_around": True, "around_below_us": self.target.best_median_us}
+            return opts
+        return {**opts, "time_around": True, "around_below_us": self.target.best_median_us}
 
     def case(self):
         from harness.kernel_types.registry import Case

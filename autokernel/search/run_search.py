@@ -186,6 +186,15 @@ def starter_sources(run: RunDir) -> Callable[[TargetState], str]:
     return source
 
 
+def _training(run: RunDir) -> bool:
+    """Whether the run's plan was profiled for a training step (its targets then need a backward)."""
+    import json
+    try:
+        return "train" in json.loads(run.plan_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+
+
 def _raise_interrupted(signum: int, frame: Any) -> None:
     raise Interrupted(f"stopped by {signal.Signals(signum).name}")
 
@@ -204,7 +213,9 @@ def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
     settings = SearchSettings(max_experiments=options.max_experiments, plateau=options.plateau,
                               device=config["model"]["device"], timeout_s=options.timeout_s,
                               concurrency=options.concurrency, time_around=True,
-                              unusable_limit=options.max_unusable)
+                              unusable_limit=options.max_unusable,
+                              # a run profiled for training judges each candidate's backward too
+                              backward=_training(run))
     if clock is not None:
         settings.clock = clock
     if state.agent == "llm" and client is None:

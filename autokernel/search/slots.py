@@ -40,9 +40,11 @@ class JudgeJob:
     timeout_s: float | None
     time_around: bool = False  # also the shapes around the target (harness/verdict/around.py) ...
     around_below_us: float | None = None  # ... when faster there than this
+    backward: bool = False  # a training run: its backward_fn judged too
 
     def around(self) -> dict:
-        return {"time_around": True, "around_below_us": self.around_below_us} if self.time_around else {}
+        opts = {"backward": True} if self.backward else {}
+        return {**opts, "time_around": True, "around_below_us": self.around_below_us} if self.time_around else opts
 
 
 def parse_devices(text: str | None) -> list[str] | None:

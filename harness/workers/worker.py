@@ -104,6 +104,7 @@ class Worker:
         self.monitor = launches.install()
         self.module = None
         self.has_backward = False
+        self.judge_backward = False
         self.kt: registry.KernelType | None = None
         self.guard: IdentityGuard | None = None
         self.backend = "triton"
@@ -140,7 +141,8 @@ class Worker:
             return self._refused(f"syntax error: {e}")
         self.kt = registry.get(header["KERNEL_TYPE"])
         self.backend = header.get("BACKEND", "triton")
-        self.has_backward = bool(header.get("has_backward_fn"))
+        # judged only for a training target (the judge says so): an inference target serves the forward
+        self.has_backward = bool(header.get("has_backward_fn")) and self.judge_backward
         violations = check_source(self.path.read_text(encoding="utf-8"), self.backend)
         if violations:
             return self._refused(describe(violations, self.path.name))
@@ -437,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--origin", default=None, help="the file the judge read the candidate from (never opened here)")
     p.add_argument("--time-around", default=None, help='also time the shapes around the target: {"below_us": '
                                                        'the target time it must beat first, or null}')
+    p.add_argument("--backward", action="store_true", help="also judge the file's backward_fn (a training target)")
     p.add_argument("--witness", default=None, help="the judge's witness socket: every timed rep is reported there")
     ns = p.parse_args(argv)
     if ns.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -450,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     log.event(event="started")
     worker = Worker(ns.kernel_file.resolve(), log, ns.device, ns.arch, target, ns.eager_median_us, report,
                     json.loads(ns.time_around) if ns.time_around else None)
+    worker.judge_backward = ns.backward
     run_stages(worker, ns, network)
     log.event(event="done")
     return 0

@@ -19,7 +19,7 @@ def verdicts(tmp_path_factory):
     paths["forward_only"] = tmp_path_factory.mktemp("forward") / "rmsnorm.py"
     paths["forward_only"].write_text(VARIANTS["honest"][0].split("\n\ndef backward_fn")[0] + "\n")
     with judge_session(fork=True), ThreadPoolExecutor(2) as pool:
-        return dict(zip(paths, pool.map(lambda p: judge(p, device="cpu"), paths.values())))
+        return dict(zip(paths, pool.map(lambda p: judge(p, device="cpu", backward=True), paths.values())))
 
 
 def _why(back: dict) -> str:
