@@ -20,13 +20,14 @@ def _rules(text: str, **kw) -> list[tuple[int, str]]:
     ("import torch.nn\n", [(1, "import not allowed")]),  # a kernel is not a module: torch.nn is for ModelNew
     ("\nimport harness.cuda_build\n", [(2, "import not allowed")]),  # only CUDA files use the loader
     ("import torch\nimport triton\n\ntriton.runtime.autotuner.time.perf_counter = None\n",
-     [(4, "assignment to a module attribute"), (4, "not on the kernel allow-list")]),
+     [(4, "assignment to a module attribute"), (4, "attribute store"), (4, "not on the kernel allow-list")]),
     ("import torch\ntorch.cuda.Event = object\n",
-     [(2, "assignment to a module attribute"), (2, "not on the kernel allow-list")]),
+     [(2, "assignment to a module attribute"), (2, "attribute store"), (2, "not on the kernel allow-list")]),
     ("import torch\ndef f():\n    torch.x.y = 1\n",
-     [(3, "assignment to a module attribute"), (3, "not on the kernel allow-list")]),
-    ("import torch\ndel torch.matmul\n", [(2, "assignment to a module attribute"), (2, "not on the kernel allow-list")]),
-    ("import torch\ntorch.cuda.synchronize += 1\n", [(2, "assignment to a module attribute")]),
+     [(3, "assignment to a module attribute"), (3, "attribute store"), (3, "not on the kernel allow-list")]),
+    ("import torch\ndel torch.matmul\n", [(2, "assignment to a module attribute"), (2, "attribute store"),
+                                         (2, "not on the kernel allow-list")]),
+    ("import torch\ntorch.cuda.synchronize += 1\n", [(2, "assignment to a module attribute"), (2, "attribute store")]),
     ("import torch\nx = torch.os\n", [(2, "not on the kernel allow-list")]),
     ("def f(g):\n    return g.__globals__\n", [(2, "private name")]),
     ("x = __builtins__\n", [(1, "private name")]),
@@ -35,30 +36,31 @@ def _rules(text: str, **kw) -> list[tuple[int, str]]:
     ("compile('1', 'f', 'exec')\n", [(1, "not on the kernel allow-list")]),
     ("open('/tmp/x', 'w')\n", [(1, "not on the kernel allow-list")]),
     ("__import__('os')\n", [(1, "private name")]),
-    ("class A: pass\nsetattr(A, 'x', 1)\n", [(2, "not on the kernel allow-list")]),
-    ("import math\ny = getattr(math, 'pi')\n", [(2, "getattr on a module"), (2, "module used as a value")]),
-    ("def f(o, n):\n    return getattr(o, n)\n", [(2, "getattr with a computed name")]),
-    ("def f(o):\n    return getattr(o, '__dict__')\n", [(2, "private name")]),
-    ("def f(o):\n    return type(o).__subclasses__()\n", [(2, "private name")]),
+    ("class A: pass\nsetattr(A, 'x', 1)\n", [(2, "formatting")]),
+    ("import math\ny = getattr(math, 'pi')\n", [(2, "formatting"), (2, "module used as a value")]),
+    ("def f(o, n):\n    return getattr(o, n)\n", [(2, "formatting")]),
+    ("def f(o):\n    return hasattr(o, '__dict__')\n", [(2, "private name")]),
+    ("def f(o, n):\n    return hasattr(o, n)\n", [(2, "hasattr with a computed name")]),
+    ("def f(o):\n    return type(o).__subclasses__()\n", [(2, "formatting"), (2, "private name")]),
     # the primitive of four lying kernels: a storage's native file write, reached from a tensor
     ("def f(b):\n    b._typed_storage()._untyped_storage._write_file(3, True, False, 1)\n",
      [(2, "private name")] * 3),
     ("def f(x):\n    x.apply_(lambda v: v * 2)\n", [(2, "host compute")]),
     ("def f(x):\n    return x.tolist()\n", [(2, "host compute")]),
     ("def f(x):\n    return x.softmax(-1)\n", [(2, "not on the kernel allow-list")]),
-    ("import math\nx = math.e\ny = vars()\n", [(3, "not on the kernel allow-list")]),
+    ("import math\nx = math.e\ny = vars()\n", [(3, "formatting")]),
 ])
 def test_each_rule_refuses_with_its_line(text, want):
     assert _rules(text) == want
 
 
 def test_honest_constructs_pass():
-    text = ("from __future__ import annotations\nimport math\nimport functools\nfrom typing import Optional\n"
+    text = ("from __future__ import annotations\nimport math\nfrom typing import Optional\n"
             "import torch\nimport triton\nimport triton.language as tl\n"
             "from triton.language.extra import libdevice\n\n"
-            "class Cfg:\n    block: int = 64\n\ncfg = Cfg()\ncfg.block = 128\n"
-            "def kernel_fn(x):\n    y = torch.empty_like(x)\n    n = getattr(x, 'shape')[-1]\n"
-            "    f = torch.empty\n    return y\n")
+            "class Cfg:\n    block: int = 64\n    def __init__(self, n):\n        self.n = n\n"
+            "def kernel_fn(x):\n    y = torch.empty_like(x)\n    n = hasattr(x, 'shape') and x.shape[-1]\n"
+            "    cfg = Cfg(n)\n    parts = []\n    parts.append(cfg.n)\n    f = torch.empty\n    return y\n")
     assert check_source(text) == []
 
 
