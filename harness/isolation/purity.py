@@ -268,9 +268,9 @@ def _read_only(node: ast.Name, parent: ast.AST | None, imported: dict[str, str])
     """Read by key, a read method, iteration or `in`; or handed to a builtin or an imported function
     (`dict(CONFIG)`, `load_launcher(CUDA_KERNELS, CONFIG)`), which keep nothing of the file's."""
     if isinstance(parent, ast.Subscript) and parent.value is node:
-        return isinstance(parent.ctx, ast.Load)
+        return True  # a store through it is the store rule's
     if isinstance(parent, ast.Attribute) and parent.value is node:
-        return parent.attr in READ_METHODS
+        return parent.attr in READ_METHODS | kernel_surface.MUTATING_METHODS  # a mutation: the mutation rule's
     if isinstance(parent, ast.Call) and node is not parent.func:
         root = _root(parent.func)
         return isinstance(root, ast.Name) and (root.id in imported or (
