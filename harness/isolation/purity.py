@@ -13,8 +13,10 @@ to keep one, by construction (harness/isolation/kernel_surface.py holds them in 
   module's call, a tensor's method), never a parameter (it may be module state passed in, or a
   mutable default), a module name or a closure's; a tensor's own element writes are watched at run
   time (harness/correctness/integrity.py);
-- an augmented assignment (`v += [1]` extends a list in place) only on a name not bound from a
-  parameter that is not a tensor, a module-level container or a loop over one;
+- a module-level list, dict or set is a flat, read-only table: read by key, a read method, `len`,
+  `in` or iteration, or handed to a builtin or an imported function; never aliased or handed to the
+  file's own functions (so `v = TABLE; v += [1]` has nothing to extend); no mutable default, no
+  container in a class body, no object of the file's own classes at module scope;
 - an attribute store only as `self.<name> = ...` in the `__init__` of a class the file defines;
 - at module scope (class bodies, defaults and decorators included) no tensor and no iterator
   (`map`, `filter`, `zip`, `enumerate`, `reversed`, a generator expression): a loop over a
@@ -123,7 +125,6 @@ class _Function:
         self.classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
         self.body = list(self._own_nodes())
         self.bindings: dict[str, list[ast.AST | None]] = {}  # local name -> values (None: a loop's, a with's)
-        self.loops: dict[str, ast.AST] = {}  # a loop's name -> what it runs over
         for node in self.body:
             self._collect(node)
         self.init_self = self._init_self(tree)
@@ -146,12 +147,10 @@ class _Function:
             pairs = [(node.target, node.value)]
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
             pairs = [(node.target, None)]
-            self.loops.update({n.id: node.iter for n in ast.walk(node.target) if isinstance(n, ast.Name)})
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             pairs = [(i.optional_vars, None) for i in node.items if i.optional_vars is not None]
         for target, value in pairs:
-            names = [n for n in ast.walk(target) if isinstance(n, ast.Name)]
-            for n in names:  # an unpacked element is not the fresh value itself
+            for n in _bound_names(target):  # an unpacked element is not the fresh value itself
                 self.bindings.setdefault(n.id, []).append(value if n is target else None)
 
     def _init_self(self, tree: ast.Module) -> str | None:
@@ -278,6 +277,17 @@ def _read_only(node: ast.Name, parent: ast.AST | None, imported: dict[str, str])
     if isinstance(parent, ast.Compare) and node in parent.comparators:
         return all(isinstance(op, (ast.In, ast.NotIn)) for op in parent.ops)
     return isinstance(parent, (ast.For, ast.comprehension)) and parent.iter is node
+
+
+def _bound_names(target: ast.AST):
+    """The names a target binds (`a`, `a, *b`); not those inside a subscript or attribute it stores to."""
+    if isinstance(target, ast.Name):
+        yield target
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _bound_names(elt)
+    elif isinstance(target, ast.Starred):
+        yield from _bound_names(target.value)
 
 
 def _store_targets(target: ast.AST):

@@ -205,3 +205,49 @@ def test_a_modelnew_load_inline_source_is_held_to_it_too(source, word):
             f"SRC = '''\n#include <torch/extension.h>\n{source}'''\n")
     found = check_source(text, model=True)
     assert any(v.rule == "CUDA host side" and word in v.detail for v in found), found
+
+
+@pytest.mark.parametrize("text, rule, line", [
+    # text: a tensor's repr reads every value with torch's dispatch modes off; a format string walks attributes
+    ('def f(x):\n    return "{!r}".format(x)\n', "formatting", 2),
+    ('def f(x):\n    return "{0.__globals__}".format_map({"a": x})\n', "formatting", 2),
+    ("def f(x):\n    return repr(x)\n", "formatting", 2),
+    ("def f(x):\n    return str(x)\n", "formatting", 2),
+    ("def f(x):\n    return '%r' % (x,)\n", "formatting", 2),
+    ("def f(x):\n    fmt = '%s'\n    return fmt % (x,)\n", "formatting", 3),
+    ('def f(x):\n    return f"{x.shape!r}"\n', "formatting", 2),
+    ('def f(x):\n    return f"{x.shape[0]:>8}"\n', "formatting", 2),
+    ("def f(x):\n    print(x.shape)\n", "formatting", 2),
+    ('import torch\ndef f(x):\n    return f"{torch.os}"\n', "not on the kernel allow-list", 3),  # braces are code
+    # state: what one call leaves for the next
+    ("n = 0\ndef f(x):\n    global n\n    n += 1\n", "state", 3),
+    ("S = {'calls': 0}\ndef f(x):\n    S['calls'] += 1\n", "state", 3),
+    ("L = []\ndef f(x):\n    L.append(1)\n", "state", 3),
+    ("L = []\ndef f(x):\n    v = L\n", "state", 3),
+    ("L = []\ndef g(v):\n    v.append(1)\ndef f(x):\n    g(L)\n", "state", 3),
+    ("T = {'a': [1]}\ndef f(x):\n    return T['a']\n", "state", 3),
+    ("def f(x, acc=[]):\n    return acc\n", "state", 1),
+    ("def f(x):\n    c = [0]\n    def g():\n        c[0] += 1\n    return g\n", "state", 4),
+    ("class C:\n    seen = []\n", "state", 2),
+    ("class C:\n    pass\nOBJ = C()\n", "state", 3),
+    ("import torch\nBUF = torch.zeros(1)\n", "state", 2),
+    ("IT = map(abs, range(9))\n", "state", 1),
+    ("def f(x):\n    yield x\n", "state", 2),
+    # attribute stores: only self.<name> in __init__
+    ("import torch\nT = torch.Tensor\nT.detach = None\n", "attribute store", 3),
+    ("class C:\n    def __init__(self):\n        self.n = 0\n    def bump(self):\n        self.n += 1\n",
+     "attribute store", 5),
+])
+def test_text_state_and_attribute_store_rules_refuse_with_their_line(text, rule, line):
+    assert (line, rule) in _rules(text), _rules(text)
+
+
+def test_what_those_rules_leave_to_a_kernel():
+    text = ("CONFIG = {'BLOCK': 64}\nSIZES = (16, 32)\nclass Plan:\n    def __init__(self, n):\n        self.n = n\n"
+            "def helper(n: int, block: int):\n    block //= 2\n    return Plan(n + block).n\n"
+            "def kernel_fn(x):\n    grid = []\n    grid.append(x.shape[0])\n    opts = dict(CONFIG)\n"
+            "    opts.update(num_warps=4)\n    seen = {}\n    seen[0] = len(CONFIG)\n    for b in SIZES:\n"
+            "        grid.append(b)\n    y = x.new_empty(x.shape)\n    y[0] = 0\n"
+            "    n = helper(x.shape[-1], CONFIG['BLOCK'])\n    print('rows', 1)\n"
+            "    return f\"{n} rows\", y\n")
+    assert check_source(text) == []
