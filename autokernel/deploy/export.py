@@ -39,7 +39,8 @@ OWN_PACKAGES = ("autokernel", "harness", "starter_kernels")
 # what a CUDA C++ kernel file imports of the judge: the package carries these files (vendor/harness/)
 VENDORED = {"harness.cuda_launcher": ("cuda_launcher.py", "cuda_build.py")}
 # ... and what every winner is held to again when the package loads it: the static check
-SURFACE = ("__init__.py", "static_check.py", "kernel_surface.py", "tensor_flow.py", "cuda_surface.py", "syntax.py")
+SURFACE = ("__init__.py", "static_check.py", "kernel_surface.py", "tensor_flow.py", "cuda_surface.py", "purity.py",
+           "syntax.py")
 # The audit hook that watches the winners in the user's process (kernel_package.py's _guard)
 GUARD = ("audit_hook.py", "audit_policy.py")
 # ... and the judge's one launch monitor and op recorder, around every served call (served.py)

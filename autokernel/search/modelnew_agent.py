@@ -24,10 +24,11 @@ are refilled in place between timed calls and timed outputs are checked.
 - Timing is CUDA events with a cold L2, against eager PyTorch and torch.compile; speedups over 10x \
 are reviewed by a person.
 - Before import, a static check refuses the file unless it imports only torch, torch.nn, \
-torch.nn.functional, torch.utils.cpp_extension, triton, triton.language, math, functools, typing, \
-dataclasses; it refuses assignments to attributes of imported modules, setattr/delattr, getattr on \
-a module, and any use of sys, os, builtins, ctypes, gc, inspect, importlib, subprocess, open, exec, \
-eval, compile, __import__, __dict__, __globals__ and __code__. The solution runs in an OS sandbox \
+torch.nn.functional, torch.utils.cpp_extension, triton, triton.language, math, typing; it refuses \
+attribute stores other than self.<name> in __init__, getattr/setattr/format/repr/str, state kept \
+between calls (global, module-level containers changed, caches), and any use of sys, os, builtins, \
+ctypes, gc, inspect, importlib, subprocess, open, exec, eval, compile, __import__, __dict__, \
+__globals__ and __code__. The solution runs in an OS sandbox \
 (no writes outside its scratch folder, no network) and a replaced clock fails the solution.
 - The file is complete and self-contained: imports, kernels, helpers, class ModelNew."""
 

@@ -63,7 +63,6 @@ MODULES: dict[str, frozenset[str] | str] = {
     "triton.tools.tensor_descriptor": frozenset({"TensorDescriptor"}),
     "math": PUBLIC,
     "typing": frozenset({"Optional", "Tuple", "List", "Dict", "Union", "Sequence", "Any", "Callable"}),
-    "functools": frozenset({"lru_cache", "cache"}),
     "__future__": frozenset({"annotations"}),
 }
 # A CUDA C++ kernel builds and launches through the project's loaders, which cache and observe it.
@@ -102,8 +101,7 @@ TRITON_VALUES = frozenset({"to", "dtype", "element_ty", "shape", "reshape", "tra
                            "expand_dims", "split", "sum", "max", "min", "argmax", "argmin", "cumsum", "value",
                            "load", "store", "primitive_bitwidth", "is_floating", "is_fp16", "is_bf16", "is_fp32"})
 PYTHON_VALUES = frozenset({"get", "items", "keys", "values", "setdefault", "update", "append", "extend", "pop",
-                           "format", "join", "copy", "index", "count", "startswith", "endswith", "lower", "upper",
-                           "cache_clear"})
+                           "join", "copy", "index", "count", "startswith", "endswith", "lower", "upper"})
 VALUE_ATTRIBUTES = (TENSOR_METADATA | TENSOR_ALLOCATION | TENSOR_VIEWS | TENSOR_CASTS | DEVICE_FACTS
                     | TRITON_VALUES | PYTHON_VALUES)
 # A ModelNew's own layers: their parameters, and PyTorch's operators on tensors (the public tensor
@@ -113,12 +111,11 @@ MODEL_MODULE_ATTRIBUTES = frozenset({"weight", "bias", "in_features", "out_featu
 
 # The builtins a kernel calls: sizes, ranges, checks, errors. Every exception class is inert and
 # allowed too (raising one ends the call).
-BUILTINS = frozenset({"range", "len", "min", "max", "abs", "int", "float", "bool", "str", "tuple", "list", "dict",
+BUILTINS = frozenset({"range", "len", "min", "max", "abs", "int", "float", "bool", "tuple", "list", "dict",
                       "set", "frozenset", "enumerate", "zip", "isinstance", "all", "any", "sum", "sorted",
                       "reversed", "round", "divmod", "pow", "print", "super", "object", "property",
-                      "staticmethod", "classmethod", "id", "hash", "repr", "type", "map", "filter", "None", "True",
-                      "False", "NotImplemented", "Ellipsis", "slice", "iter", "next", "callable", "format",
-                      "getattr", "hasattr"})
+                      "staticmethod", "classmethod", "hash", "map", "filter", "None", "True",
+                      "False", "NotImplemented", "Ellipsis", "slice", "callable", "hasattr"})
 EXCEPTIONS = frozenset(n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException))
 # Builtins that read a tensor's values into Python when given one (float(t), list(t), print(t)):
 # refused on a tensor; iteration over a tensor is the same read.
@@ -130,6 +127,25 @@ VALUE_READERS = frozenset({"float", "int", "bool", "complex", "list", "tuple", "
 HOST_METHODS = frozenset({"apply_", "map_", "map2_", "tolist", "numpy", "item", "cpu", "storage",
                           "untyped_storage", "share_memory_", "pin_memory", "tofile", "from_file", "backward",
                           "register_hook", "data", "grad"})
+
+# -- Text: a kernel never turns a value into text. A tensor's repr reads every value on the host
+# under torch's _disable_current_modes, out of the run-time recorder's sight; a format string walks
+# attributes no check of the file sees ("{0.__globals__[os]}"). Refused: these builtins, these
+# attributes of any value, `%` with a string on its left, an f-string's conversion (`!r`) or format
+# spec (its expressions are code like any other, checked as such). `print` stays, of literals only.
+FORMATTING_BUILTINS = frozenset({"format", "repr", "str", "ascii", "vars", "dir", "getattr", "setattr", "delattr",
+                                 "globals", "locals", "id", "type"})
+FORMATTING_ATTRIBUTES = frozenset({"format", "format_map"})
+LITERAL_ONLY_BUILTINS = frozenset({"print"})
+# -- State: every function of the file is a pure function of its arguments (harness/isolation/
+# purity.py): a counter kept between calls turns a kernel wrong after more calls than any verdict
+# makes, a switch tells judged calls from served ones. The methods that change a container in place
+# (allowed only on one the call made itself), and the builtins that make an iterator (never at
+# module scope: a loop over one advances it, a counter without a store).
+MUTATING_METHODS = frozenset({"append", "extend", "insert", "pop", "popitem", "remove", "clear", "update",
+                              "setdefault", "add", "discard", "sort", "reverse", "difference_update",
+                              "intersection_update", "symmetric_difference_update"})
+ITERATORS = frozenset({"map", "filter", "zip", "enumerate", "reversed", "iter"})
 
 
 @functools.cache
@@ -234,7 +250,21 @@ def in_words() -> str:
         f"  Triton values in a jit function {_names(TRITON_VALUES)}; dicts, lists and strings {_names(PYTHON_VALUES)}.",
         "  An attribute the file assigns or a method it defines is its own, unless a tensor or a",
         "  storage has an attribute of that name.",
-        f"- Builtins: {_names(BUILTINS)}, and the exception classes.",
+        f"- Builtins: {_names(BUILTINS)}, and the exception classes; `print` of literals only.",
+        f"- Never turn a value into text: no {_names(FORMATTING_BUILTINS)}; no `.format` or `.format_map` on any",
+        "  value; no `%` with a string on its left; an f-string's `{name}` only, without a conversion (`!r`)",
+        "  or a format spec (a tensor's repr reads every value on the host, out of the judge's sight).",
+        "- Keep nothing between calls: every function is a pure function of its arguments. No `global` or",
+        "  `nonlocal`, no `yield`. A store through a subscript or an attribute, a `del` of one, or a call of",
+        f"  {_names(MUTATING_METHODS)} only on a container the call made itself (a local",
+        "  name bound only to a display, a comprehension, an operator's result or a call of a builtin, an",
+        "  imported function or a tensor's method), never on a parameter, a module name or a closure's. A",
+        "  module-level list, dict or set is a flat read-only table: read by key, `.get`, `len`, `in` or",
+        "  iteration, or handed to a builtin or an imported function. No mutable default, no list, dict",
+        "  or set in a class body; at module scope no tensor, no object of a class the file defines and",
+        f"  no iterator ({_names(ITERATORS)}, a generator expression).",
+        "- Set an attribute only as `self.<name> = ...` in the `__init__` of a class the file defines;",
+        "  every other attribute store is refused, whatever it is set on.",
         "- Never an attribute or a name that begins with an underscore (`x._typed_storage()`, `__dict__`),",
         "  except `super().__init__()`.",
         "- Never compute on the host: no `.apply_`, `.map_`, `.tolist()`, `.numpy()`, `.item()`, `.cpu()`;",

@@ -15,13 +15,13 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from harness.isolation import cuda_surface, kernel_surface, syntax
+from harness.isolation import cuda_surface, kernel_surface, purity, syntax
 from harness.isolation.tensor_flow import TensorFlow
 
 # Prefixes whose submodules the running kernel may import (Triton's language imports its own)
 SUBMODULE_PREFIXES = ("triton.language.",)
-# the builtins that read or set any attribute by name: called directly, with a literal name
-NAMED_ACCESS = frozenset({"getattr", "hasattr"})
+# the builtin that asks for an attribute by name: called directly, with a literal name
+NAMED_ACCESS = frozenset({"hasattr"})
 # methods a kernel file may not define: a finalizer runs when the judge drops an object, outside
 # every timed and watched region
 FINALIZERS = frozenset({"__del__"})
@@ -63,6 +63,7 @@ class _Checker(ast.NodeVisitor):
         self.inner: set[int] = set()  # Attribute nodes inside a longer chain
         self.called: set[int] = set()  # Name nodes that are the function of a call
         self.flow: TensorFlow | None = None
+        self.strings: set[str] = set()  # names the file binds to a string
         self.violations: list[Violation] = []
 
     def flag(self, node: ast.AST, rule: str, detail: str) -> None:
@@ -98,6 +99,9 @@ class _Checker(ast.NodeVisitor):
         # a file's own attribute may not take a name a tensor or a storage has
         self.own_attributes -= kernel_surface.tensor_attributes() - self.values
         self.flow = TensorFlow(tree, self.imported, _tensor_parameters(tree, self.model))
+        for _ in range(3):  # names bound to strings, and to names bound to strings
+            self.strings |= {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and self._stringy(n.value)
+                             for t in n.targets if isinstance(t, ast.Name)}
 
     # -- imports: only the modules listed, only the names listed in them
     def visit_Import(self, node: ast.Import) -> None:
@@ -131,13 +135,16 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, "module used as a value", f"{name}: use the module's attributes by name")
         elif name in self.own:
             pass
+        elif name in kernel_surface.FORMATTING_BUILTINS:
+            self.flag(node, "formatting", f"{name}: a kernel never turns a value into text or looks values up by "
+                                          "name (a tensor's repr reads every value on the host)")
         elif not kernel_surface.builtin_allowed(name):
             self.flag(node, "not on the kernel allow-list", f"{name} is not a builtin a kernel uses (allowed: "
                                                             f"{', '.join(sorted(kernel_surface.BUILTINS))})")
         elif name in NAMED_ACCESS and id(node) not in self.called:
             self.flag(node, f"{name} as a value", f"{name}: call it directly, with a literal name")
-        elif name == "type" and id(node) not in self.called and isinstance(node.ctx, ast.Load):
-            self.flag(node, "type as a value", "type: call type(obj) directly; classes are written as class statements")
+        elif name in kernel_surface.LITERAL_ONLY_BUILTINS and id(node) not in self.called:
+            self.flag(node, "formatting", f"{name}: call it directly, with literals only")
         self.generic_visit(node)
 
     # -- attributes: along a chain from an import, or a value's listed (or own) attributes
@@ -186,7 +193,11 @@ class _Checker(ast.NodeVisitor):
         if (isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and attr.endswith("_launch")
                 and self.imported.get(owner.func.id) == "harness.cuda_launcher.load_launcher"):
             return  # load_launcher(...).softmax_launch(...): a launch function of the file's CUDA_KERNELS
-        if attr.startswith("_"):
+        if attr in kernel_surface.FORMATTING_ATTRIBUTES:
+            template = f"{owner.value!r}" if isinstance(owner, ast.Constant) else "a string"
+            self.flag(node, "formatting", f"{template}.{attr}(...) turns values into text on the host and walks "
+                                          "attributes no check sees; a kernel has no text to make")
+        elif attr.startswith("_"):
             self.flag(node, "private name", f".{attr}: attributes that begin with an underscore are never a "
                                             "kernel's (a storage's file writes, the interpreter's internals)")
         elif attr in self.values or attr in self.own_attributes:
@@ -205,9 +216,11 @@ class _Checker(ast.NodeVisitor):
             self.called.add(id(func))
             if func.id in NAMED_ACCESS and func.id not in self.own:
                 self._named_access(node)
-            elif func.id == "type" and (len(node.args) != 1 or node.keywords):
-                # type(name, bases, namespace) builds a class from a namespace with computed keys
-                self.flag(node, "class built at run time", f"{ast.unparse(node)}: write a class statement")
+            elif func.id in kernel_surface.LITERAL_ONLY_BUILTINS and func.id not in self.own:
+                args = [*node.args, *(k.value for k in node.keywords)]
+                if not all(_literal(a) for a in args):
+                    self.flag(node, "formatting", f"{ast.unparse(node)[:60]}: {func.id}() of literals only (printing "
+                                                  "a value turns it into text on the host)")
             if func.id in kernel_surface.VALUE_READERS and func.id not in self.own:
                 args = [*node.args, *(k.value for k in node.keywords)]
                 if any(self.flow.kind(a) == "tensor" for a in args):
@@ -250,8 +263,30 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_FormattedValue(self, node: ast.FormattedValue) -> None:
+        # the expression inside the braces is visited as code; what turns it into text is not free
         self._no_tensor_iteration(node, node.value, "formatting")
+        if node.conversion != -1 or node.format_spec is not None:
+            self.flag(node, "formatting", f"{{{ast.unparse(node.value)[:40]}...}}: an f-string's conversion (!r, !s, "
+                                          "!a) or format spec formats a value its own way; write {name} alone")
         self.generic_visit(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.Mod) and self._stringy(node.left):
+            self.flag(node, "formatting", f"{ast.unparse(node)[:50]}: % with a string on its left formats values "
+                                          "(a tensor's repr reads every value on the host)")
+        self.generic_visit(node)
+
+    def _stringy(self, e: ast.AST) -> bool:
+        """A string by its syntax: a literal, an f-string, one built from them, a name bound to one."""
+        if isinstance(e, ast.Constant):
+            return isinstance(e.value, (str, bytes))
+        if isinstance(e, ast.JoinedStr):
+            return True
+        if isinstance(e, ast.BinOp):
+            return self._stringy(e.left) or self._stringy(e.right)
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute):
+            return self._stringy(e.func.value)
+        return isinstance(e, ast.Name) and e.id in self.strings
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         if node.name in FINALIZERS:
@@ -331,6 +366,12 @@ def _undefaulted(tree: ast.Module, name: str = "kernel_fn") -> tuple[int, ...]:
     return tuple(range(len(params) - len(fn.args.defaults)))
 
 
+def _literal(e: ast.AST) -> bool:
+    """A value written in the file: constants, and containers and operators over constants."""
+    return all(isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.operator,
+                              ast.unaryop, ast.Load)) for n in ast.walk(e))
+
+
 def _yields_in(body: list[ast.stmt]) -> bool:
     """Whether these statements yield or await, not counting functions and classes defined in them."""
     todo: list[ast.AST] = list(body)
@@ -366,6 +407,7 @@ def check_source(text: str, backend: str = "triton", *, model: bool = False, fil
     checker.visit(tree)
     checker.violations += [Violation(line, "CUDA host side", detail)
                            for line, detail in cuda_surface.check_file(tree, backend, model)]
+    checker.violations += [Violation(*found) for found in purity.check(tree, checker.flow, checker.imported)]
     return sorted(set(checker.violations), key=lambda v: (v.line, v.rule, v.detail))
 
 

@@ -91,6 +91,22 @@ def watched(extra_modules: tuple[str, ...] = ()) -> dict[str, object]:
     if monitor is not None:
         # the launch monitor's wrappers, installed once: an original put back launches unseen
         out.update(monitor.entry_points())
+    out.update(tensor_methods())
+    return out
+
+
+def tensor_methods() -> dict[str, object]:
+    """name -> object, for every method and descriptor of torch.Tensor and its C base: one replaced
+    at import (`TensorClass.detach = ...`) runs the candidate's code inside the judge's own calls,
+    after the timed region (the judge saving an output), or switches off the L2 flush (`zero_`)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    out = {}
+    for owner, cls in (("torch.Tensor", torch.Tensor), ("torch._C.TensorBase", torch._C.TensorBase)):
+        for name, member in list(vars(cls).items()):
+            if not isinstance(member, (str, type(None), dict, tuple, int)):
+                out[f"{owner}.{name}"] = member
     return out
 
 

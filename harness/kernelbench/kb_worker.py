@@ -297,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
             launches.install()  # the one launch monitor, before the sandbox, the identity snapshot and the import
             sandbox_state = enter_sandbox(a, network)
             (a.out / "sandbox.json").write_text(json.dumps(sandbox_state))  # kept if the solution crashes
+            from harness.correctness.integrity import watch_text_reads
+            watch_text_reads()  # a tensor's repr counts as a host read while recorded
             guard = IdentityGuard(("__main__",))  # before the solution is imported
             install_audit_hook(a, sandbox_state)
         result = MODES[a.mode](a, bench, a.out, tensors)

@@ -31,6 +31,7 @@ from harness.correctness.candidate import (CallResult, ContractError, check_head
 from harness.correctness.cases import DETERMINISM_CALLS, Capabilities, Plan, build_plan
 from harness.correctness.compare import bitwise_equal, compare
 from harness.correctness import launches
+from harness.correctness.integrity import watch_text_reads
 from harness.kernel_types.registry import Case
 from harness.isolation.static_check import check_source, describe
 from harness.isolation.tamper import IdentityGuard
@@ -40,8 +41,11 @@ from harness.timing.witness import Reporter
 MAX_WARPS = 32  # 1024 threads per block, CUDA's limit on every architecture
 
 
-# bound before any candidate is imported: the digests the judge is sent are the judge's own
+# bound before any candidate is imported: the digests the judge is sent are the judge's own, and
+# an output is saved by torch's own methods (a tensor's detach looked up at save time could be the
+# candidate's, finishing the work after the timed region)
 _sha256, _dumps, _save = hashlib.sha256, json.dumps, torch.save
+_detach, _to, _clone = torch.Tensor.detach, torch.Tensor.to, torch.Tensor.clone
 
 
 class Log:
@@ -80,7 +84,7 @@ class Log:
         self._n += 1
         name = f"t{self._n:04d}.pt"
         buffer = io.BytesIO()
-        _save(tensor.detach().to("cpu").clone(), buffer)
+        _save(_clone(_to(_detach(tensor), "cpu")), buffer)
         data = buffer.getvalue()
         (self.dir / "tensors" / name).write_bytes(data)
         if self.report is not None:  # the hash travels as the output is written: a later rewrite fails
@@ -329,6 +333,7 @@ def run_stages(w: Worker, ns, network: dict | None = None) -> None:
         w.log.event(event="calibration", **w.calibration)
     state = enter_sandbox(ns, network)
     w.log.event(event="sandbox", **state)
+    watch_text_reads()  # a tensor's repr counts as a host read: before the snapshot holds the wrappers
     w.guard = IdentityGuard(("__main__",))  # after every judge module is loaded, before the candidate
     install_audit_hook(ns, w, state)
     if not w.compile(plan) or not w.untouched("after compile"):

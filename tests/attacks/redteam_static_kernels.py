@@ -12,8 +12,7 @@ honest construct next to it that must stay allowed.
 """
 from __future__ import annotations
 
-HEADER = '''import functools
-import typing
+HEADER = '''import typing
 
 import torch
 import triton
@@ -44,18 +43,18 @@ ATTACKS = {
         '_pd = getattr(_imp("sy" + "s"), "modules")["torch.utils._python_dispatch"]',
         "y = x.float().softmax(-1).to(x.dtype)",
         'getattr(getattr(_pd, "_get_current_dispatch_mode")(), "forbidden").clear()'),
-        "private name", "__self__"),
+        "formatting", "getattr"),  # getattr is never a kernel's (it was held to the rules of a dot)
     "vars_by_literal_name": (_kernel("_v = getattr(print, 'vars', None)", "y = x.softmax(-1)"),
-                             "not on the kernel allow-list", "vars"),
+                             "formatting", "getattr"),
     "getattr_passed_along": (_kernel('_b = functools.reduce(getattr, ["__self__"], len)', "y = x.softmax(-1)"),
-                             "getattr as a value", "getattr"),
+                             "formatting", "getattr"),
     "judge_detect_wrapped": (_kernel("", 'judged = hasattr(type(_noop).run, "__wrapped__")',
                                      "y = x.softmax(-1) * (1.0 if judged else 1.01)"),
                              "private name", "__wrapped__"),
     "frozen_field_rebound": (_kernel('getattr(object, "__setattr__")(CONFIG, "reference", None)',
-                                     "y = x.softmax(-1)"), "private name", "__setattr__"),
+                                     "y = x.softmax(-1)"), "formatting", "getattr"),
     "exec_in_a_thread": (_kernel("import threading\n_t = threading.Thread(target=getattr(print, \"exec\"), args=(\"\",))",
-                                 "y = x.softmax(-1)"), "not on the kernel allow-list", "exec"),
+                                 "y = x.softmax(-1)"), "import not allowed", "threading"),
     "numpy_compute": (_kernel("", "a = x.double().numpy()", "e = 2.718281828459045 ** (a - a.max(-1, keepdims=True))",
                               "y = torch.from_numpy(e / e.sum(-1, keepdims=True)).to(x.dtype)"),
                       "host compute", "numpy"),
@@ -82,9 +81,9 @@ ATTACKS = {
                                   "        _ready.append(x.softmax(-1))", "y = x.softmax(-1)"),
                           "finalizer", "yield inside try"),
     "class_from_a_namespace": (_kernel('_Later = type("L", (), {"__d" + "el__": lambda self: None})',
-                                       "y = x.softmax(-1)"), "class built at run time", "type("),
+                                       "y = x.softmax(-1)"), "formatting", "type"),
     "type_passed_along": (_kernel('_make = type\n_Later = _make("L", (), {})', "y = x.softmax(-1)"),
-                          "type as a value", "type"),
+                          "formatting", "type"),
     "annotation_run_as_code": (_kernel('def _f(a: "getattr(len, \'__self__\')"):\n    pass\n\n\n'
                                        "_hints = typing.get_type_hints(_f)", "y = x.softmax(-1)"),
                                "not on the kernel allow-list", "get_type_hints"),
@@ -95,13 +94,11 @@ LATER_MODULES = ("weakref", "atexit", "signal", "threading", "_thread", "concurr
 
 # the honest constructs beside each rule: none of them may be refused
 HONEST = _kernel(
-    "_cache = {}  # id(x) -> (x, y): x held, so its id stays its own\n\n\n"
-    "class _Rows:\n    def __init__(self, n):\n        self.n = n\n\n    def __iter__(self):\n"
-    "        yield from range(self.n)\n",
-    'block = getattr(x, "shape")[-1] if hasattr(x, "shape") else CONFIG["BLOCK"]',
-    "kind = type(x) is torch.Tensor",
-    "rows = sum(1 for _ in _Rows(x.shape[0]))",
+    "class _Rows:\n    def __init__(self, n):\n        self.n = n\n\n    def items(self):\n"
+    "        return list(range(self.n))\n",
+    'block = x.shape[-1] if hasattr(x, "shape") else CONFIG["BLOCK"]',
+    "kind = isinstance(x, torch.Tensor)",
+    "rows = sum(1 for _ in _Rows(x.shape[0]).items())",
     "try:", "    cols = x.shape[1]", "except IndexError:", "    cols = 1", "finally:", "    rows += 0",
-    "hit = _cache.get(id(x))",
-    "y = torch.empty_like(x) if hit is None or hit[0] is not x else hit[1]",
-    "_cache[id(x)] = (x, y)")
+    "seen = {}", "seen[rows] = (x.shape, block)",
+    "y = torch.empty_like(x)")

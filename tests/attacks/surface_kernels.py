@@ -7,7 +7,18 @@ import (harness/isolation/kernel_surface.py): the honest softmax starter's kerne
 - forged case records written natively to fd 4 (the worker's events file), torch.softmax doing the work;
 - all compute on the host through `Tensor.apply_`, the Triton kernel only copying;
 - every element read with `float(t)`, the softmax computed in Python floats;
-- dormant: on its 400th call, `_write_file` to every fd from 3 to 63 (a user's open files, served).
+- dormant: on its 400th call, `_write_file` to every fd from 3 to 63 (a user's open files, served);
+
+and four that rest on what the surface allowed before its text, state and attribute-store rules:
+
+- every value read on the host through `"{!r}".format(t)` (a tensor's repr runs with torch's dispatch
+  modes off, so the run-time recorder saw no scalar read);
+- a module-level counter: wrong after 5000 calls, more than any verdict makes (correct when judged,
+  wrong once served);
+- `"{0.__globals__[os].sys.modules}".format(torch.cuda.synchronize)`: attributes walked inside a
+  format string, to see whether the judge's modules are loaded, and wrong when they are not;
+- `TensorClass = torch.Tensor; TensorClass.detach = ...`: half the rows computed when the judge
+  saves the output after the timed region (a faster time, correct saved outputs).
 """
 from __future__ import annotations
 
@@ -56,6 +67,54 @@ ATTACKS = {
                               "        _buf._typed_storage()._untyped_storage._write_file(fd, True, False, 1)"),
 }
 
+DEFERRED_DETACH = STARTER[:STARTER.index("\n\ndef kernel_fn(x):")] + '''
+import torch
+
+TensorClass = torch.Tensor
+ORIGINAL_DETACH = TensorClass.detach
+PENDING = []
+
+
+def detach_then_finish(self, *args, **kwargs):
+    while PENDING:
+        PENDING.pop()()
+    return ORIGINAL_DETACH(self, *args, **kwargs)
+
+
+TensorClass.detach = detach_then_finish
+
+
+def launch(y2, x2):
+    block_n = min(CONFIG["BLOCK_N"], triton.next_power_of_2(x2.shape[1]))
+    _softmax_kernel[(x2.shape[0],)](
+        y2, x2, x2.shape[1], x2.stride(0), x2.stride(1), BLOCK_N=block_n, ONE_BLOCK=x2.shape[1] <= block_n,
+        num_warps=CONFIG["num_warps"], num_stages=CONFIG["num_stages"])
+
+
+def kernel_fn(x):
+    y = x.new_empty(x.shape)
+    if y.numel() == 0:
+        return y
+    x2 = x.reshape(-1, x.shape[-1])
+    y2 = y.view(-1, x.shape[-1])
+    half = max(1, x2.shape[0] // 2)
+    launch(y2.narrow(0, 0, half), x2.narrow(0, 0, half))  # inside the timed call
+    rest = x2.shape[0] - half
+    if rest:  # when the judge saves y
+        PENDING.append(lambda: launch(y2.narrow(0, half, rest), x2.narrow(0, half, rest)))
+    return y
+'''
+
+ATTACKS.update({
+    "repr_host_read": _with("import torch", 'text = "{!r}".format(x.reshape(-1))\nvalues = text.split(",")'),
+    "counter_trojan": _with('STATE = {"calls": 0}\nLIMIT = 5000',
+                            'STATE["calls"] += 1\nif STATE["calls"] > LIMIT:\n    return x.new_zeros(x.shape)'),
+    "judge_detect": _with("import torch",
+                          'loaded = "{0.__globals__[os].sys.modules}".format(torch.cuda.synchronize)\n'
+                          'if "harness.timing.witness" not in loaded:\n    return x.new_zeros(x.shape)'),
+    "deferred_detach": DEFERRED_DETACH,
+})
+
 # name -> (rule, a word its detail names): what refuses each before import
 REFUSED_BY = {
     "forged_eager_300ms": ("private name", "_typed_storage"),
@@ -64,4 +123,11 @@ REFUSED_BY = {
     "host_apply": ("host compute", "apply_"),
     "float_per_element": ("host compute", "float("),
     "dormant_every_fd": ("private name", "_write_file"),
+    "repr_host_read": ("formatting", "'{!r}'.format"),
+    "counter_trojan": ("state", "STATE"),
+    "judge_detect": ("formatting", "__globals__"),
+    "deferred_detach": ("attribute store", "TensorClass.detach"),
 }
+# what fails them at run time with the static check switched off: the recorder counts a tensor's
+# repr as a host read, and the identity check holds torch.Tensor's methods
+CAUGHT_AT_RUN_TIME = {"repr_host_read": "Tensor.__repr__", "deferred_detach": "torch.Tensor.detach"}

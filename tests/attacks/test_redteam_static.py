@@ -27,16 +27,17 @@ def test_modules_that_run_code_later_or_elsewhere_are_not_imported(module):
 @pytest.mark.parametrize("attr", ["__self__", "__objclass__", "__func__", "__closure__", "__reduce__",
                                   "__reduce_ex__", "__wrapped__", "__setattr__", "__class__", "__globals__",
                                   "f_globals", "numpy", "tolist"])
-def test_a_literal_name_in_getattr_is_held_to_the_rules_of_a_dot(attr):
+def test_a_literal_name_in_hasattr_is_held_to_the_rules_of_a_dot_and_getattr_is_refused(attr):
     dotted = {(v.line, v.rule) for v in check_source(f"def f(o):\n    return o.{attr}\n")}
-    for call in (f'getattr(o, "{attr}")', f'getattr(o, "{attr}", None)', f'hasattr(o, "{attr}")'):
-        named = {(v.line, v.rule) for v in check_source(f"def f(o):\n    return {call}\n")}
-        assert named == dotted and named, (call, named, dotted)
+    named = {(v.line, v.rule) for v in check_source(f'def f(o):\n    return hasattr(o, "{attr}")\n')}
+    assert named == dotted and named, (named, dotted)
+    for call in (f'getattr(o, "{attr}")', f'getattr(o, "{attr}", None)'):
+        assert (2, "formatting") in {(v.line, v.rule) for v in check_source(f"def f(o):\n    return {call}\n")}
 
 
 def test_the_honest_constructs_beside_each_rule_pass():
-    """getattr/hasattr of a plain name, type(x), a generator without cleanup,
-    a cache keyed by id(x) holding x: what a kernel uses stays allowed."""
+    """hasattr of a plain name, isinstance, an object made and used in the call, try/finally, a dict
+    the call made and fills: what a kernel uses stays allowed."""
     assert check_source(HONEST) == []
 
 
@@ -47,4 +48,4 @@ def test_a_back_door_fails_the_judge_at_compile_before_import(tmp_path):
     v = judge(path, device="cpu", timeout_s=120)
     detail = next(s["detail"] for s in v["stages"] if s["name"] == "compile")
     assert (v["verdict"], v["failed_stage"]) == ("FAIL", "compile"), detail
-    assert "private name" in detail and "__self__" in detail, detail
+    assert "formatting" in detail and "getattr" in detail, detail

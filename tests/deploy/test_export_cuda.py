@@ -120,8 +120,9 @@ def test_without_a_gpu_the_library_builds_and_the_winner_falls_back_saying_what_
     assert used["harness"] == ["vendor/harness/__init__.py", "vendor/harness/cuda_build.py",
                                "vendor/harness/cuda_launcher.py",
                                *(f"vendor/harness/isolation/{n}" for n in ("__init__.py", "cuda_surface.py",
-                                                                          "kernel_surface.py", "static_check.py",
-                                                                          "syntax.py", "tensor_flow.py"))]
+                                                                          "kernel_surface.py", "purity.py",
+                                                                          "static_check.py", "syntax.py",
+                                                                          "tensor_flow.py"))]
 
 
 @pytest.mark.gpu

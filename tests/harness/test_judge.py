@@ -62,15 +62,16 @@ def test_verdict_json_has_the_design_shape(verdicts):
 
 
 def test_failure_messages_name_the_hack(verdicts):
-    assert "calls_reference.py:31: not on the kernel allow-list: torch.softmax" in _detail(verdicts["calls_reference"])
+    assert "calls_reference.py:27: not on the kernel allow-list: torch.softmax" in _detail(verdicts["calls_reference"])
     assert "PyTorch compute" in _detail(verdicts["operator_compute"])
     assert "aten::mul" in _detail(verdicts["operator_compute"])
-    assert "replay" in _detail(verdicts["result_cache"])
-    assert "numpy_no_launch.py:29: import not allowed: import numpy" in _detail(verdicts["numpy_no_launch"])
-    assert "earlier output changed" in _detail(verdicts["reused_output_buffer"])
+    assert "state: _replay" in _detail(verdicts["result_cache"])
+    assert "numpy_no_launch.py:" in _detail(verdicts["numpy_no_launch"])
+    assert "import not allowed: import numpy" in _detail(verdicts["numpy_no_launch"])
+    assert "state: .setdefault() changes _buffers" in _detail(verdicts["reused_output_buffer"])
     assert "SIGSEGV" in _detail(verdicts["segfault"])
     assert "illegal memory access" in _detail(verdicts["cuda_error"]), "the stderr tail names the CUDA error"
-    assert "bitwise" in _detail(verdicts["jitter"])
+    assert "state: _calls[0]" in _detail(verdicts["jitter"])
     assert "process group was killed" in _detail(verdicts["hang"])
 
 
@@ -180,3 +181,19 @@ def test_the_parent_rechecks_outputs_instead_of_trusting_the_worker(tmp_path):
     again = assess(events, out, plan, "cpu")
     assert (again.verdict, again.failed_stage) == ("FAIL", "shape_sweep")
     assert "out of tolerance" in again.stages["shape_sweep"]["detail"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux's")
+def test_behind_the_static_check_the_stages_catch_the_stateful_variants(tmp_path):
+    """Keeping state is refused before import; with the check switched off, the determinism stage
+    and the integrity checks (replay, an earlier output changed) must still catch each."""
+    from judge_batch import judge_batch
+    from harness.kernel_types.registry import Case
+    paths = judge_kernels.write_variants(tmp_path, set(judge_kernels.RUN_TIME))
+    verdicts = judge_batch(paths, Case.make("softmax", {"M": 4, "N": 64}, "float32", seed=7), static_check=False)
+    words = {"jitter": "bitwise", "unordered_sum": "bitwise", "result_cache": "replay",
+             "reused_output_buffer": "earlier output changed"}
+    for name, want in judge_kernels.RUN_TIME.items():
+        v = verdicts[name]
+        assert (v["verdict"], v["failed_stage"]) == want, (name, _detail(v))
+        assert words[name] in _detail(v), (name, _detail(v))

@@ -15,7 +15,7 @@ CONSTRAINTS = ["BLOCK >= 8 * num_warps"]
 CONFIG = {"BLOCK": 64, "num_warps": 4, "untuned": "kept"}
 
 def kernel_fn(x):
-    return CONFIG
+    return dict(CONFIG)
 '''
 VALID = {(b, w) for b in (16, 32, 64, 128) for w in (1, 2, 4, 8) if b >= 8 * w}
 

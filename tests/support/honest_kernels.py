@@ -18,7 +18,8 @@ CHEATING_SOLUTIONS = ("19_ReLU_zeros", "19_ReLU_pytorch", "19_ReLU_eager_when_ti
                       "19_ReLU_inplace", "19_ReLU_late_cache", "19_ReLU_replay", "19_ReLU_segfault", "19_ReLU_wrong",
                       "96_ScaleByTiny_zeros")
 # judge variants that are refused before import by design (what they do is not on the allow-list)
-REFUSED_VARIANTS = ("syntax_error", "import_error", "numpy_no_launch", "calls_reference")
+REFUSED_VARIANTS = ("syntax_error", "import_error", "numpy_no_launch", "calls_reference", "jitter", "unordered_sum",
+                    "result_cache", "reused_output_buffer")
 # tests whose kernel literals are attacks on what ships, and (file, line) of fragments
 ATTACK_TESTS = ("tests/deploy/test_served_guard.py", "tests/deploy/test_load_surface.py")
 NOT_KERNELS = (("tests/search/test_prompt.py", 9),)

@@ -18,8 +18,6 @@ import triton.language as tl
 
 KERNEL_TYPE = "softmax"
 BACKEND = "triton"
-_calls = 0
-_cache = {{}}
 {PRELUDE}
 
 @triton.jit
@@ -33,8 +31,6 @@ def _softmax_row(x_ptr, y_ptr, n, x_stride, y_stride, jitter, BLOCK: tl.constexp
 
 
 def kernel_fn(x):
-    global _calls
-    _calls += 1
 {WRAPPER}
 '''
 
@@ -77,6 +73,11 @@ def wrap(*lines: str) -> str:
     return textwrap.indent("\n".join(textwrap.dedent(line) for line in head + list(lines)), "    ")
 
 
+# a call counter: state a kernel may not keep (refused before import), for the variants that show
+# what the stages behind the static check catch
+COUNTER = "_calls = [0]"
+COUNT = "    _calls[0] += 1\n"
+
 # name -> (source, expected verdict, expected failed stage)
 VARIANTS: dict[str, tuple[str, str, str | None]] = {
     "correct": (source(), "PASS", None),
@@ -100,16 +101,18 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
     # --- stability
     "no_max_subtraction": (source(body="    e = tl.exp(x)\n    y = e / tl.sum(e, 0)"), "FAIL", "stability"),
     "clamps_logits": (source(body="    x = tl.minimum(tl.maximum(x, -60.0), 60.0)\n" + BODY), "FAIL", "stability"),
-    # --- determinism
-    "jitter": (source(wrapper=WRAPPER.replace(", 0.0,\n", ", (_calls % 3) * 1e-9,\n"),
-                      body=BODY + "\n    y = y + jitter"), "FAIL", "determinism"),
-    "unordered_sum": (source(wrapper=WRAPPER.replace(", 0.0,\n", ", float((_calls * 7919) % x2.shape[1]),\n"),
+    # --- determinism: counting calls is state, refused before import (harness/isolation/purity.py);
+    # RUN_TIME says what the determinism stage finds with the static check switched off
+    "jitter": (source(prelude=COUNTER, wrapper=COUNT + WRAPPER.replace(", 0.0,\n", ", (_calls[0] % 3) * 1e-9,\n"),
+                      body=BODY + "\n    y = y + jitter"), "FAIL", "compile"),
+    "unordered_sum": (source(prelude=COUNTER,
+                             wrapper=COUNT + WRAPPER.replace(", 0.0,\n", ", float((_calls[0] * 7919) % x2.shape[1]),\n"),
                              body=("    shift = (cols * 0 + jitter).to(tl.int32)\n"
                                    "    xs = tl.load(x_ptr + row * x_stride + (cols + shift) % n, mask=mask,\n"
                                    "                 other=float('-inf')).to(tl.float32)\n"
                                    "    top = tl.max(x, 0)\n"
                                    "    y = tl.exp(x - top) / tl.sum(tl.exp(xs - top), 0)")),
-                      "FAIL", "determinism"),
+                      "FAIL", "compile"),
     # --- edge_cases
     "assumes_contiguous": (source(wrapper=WRAPPER.replace(".contiguous()", "").replace(
         "x2.stride(0), y.stride(0)", "x2.shape[1], y.stride(0)")), "FAIL", "edge_cases"),
@@ -121,6 +124,7 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
     # tensor operators are syntax the check cannot refuse: the integrity stage sees their aten ops
     "operator_compute": (source(wrapper=wrap(LAUNCH, "return y.view(shape) * 1.0 + 0.0")), "FAIL", "integrity"),
     "writes_into_input": (source(wrapper=wrap("y = x2", LAUNCH, "return y.view(shape)")), "FAIL", "integrity"),
+    # state, refused before import (RUN_TIME: the replay check, with the static check off):
     # keyed by the input tensor object (held, so its id stays its own), not its address: a new
     # tensor never hits a stale entry, so only a caller that refills the same buffers in place (the
     # replay check) sees it
@@ -128,15 +132,16 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
                             wrapper=wrap("hit = _replay.get(id(x))",
                                          "if hit is not None and hit[0] is x: return hit[1].clone()",
                                          LAUNCH, "_replay[id(x)] = (x, y.view(shape).clone())",
-                                         "return y.view(shape)")), "FAIL", "integrity"),
+                                         "return y.view(shape)")), "FAIL", "compile"),
     # numpy is refused by the static check, before import
     "numpy_no_launch": (source(wrapper=wrap("import numpy as np", "a = x.detach().float().numpy().astype(np.float64)",
                                             "e = np.exp(a - a.max(-1, keepdims=True))",
                                             "return torch.from_numpy((e / e.sum(-1, keepdims=True)).astype(a.dtype)).to(x.dtype)")),
                         "FAIL", "compile"),
+    # state too (RUN_TIME: the earlier output changes)
     "reused_output_buffer": (source(prelude="_buffers = {}", wrapper=wrap(
         "key = (tuple(x2.shape), x.dtype)",
-        "y = _buffers.setdefault(key, torch.empty_like(x2))", LAUNCH, "return y.view(shape)")), "FAIL", "integrity"),
+        "y = _buffers.setdefault(key, torch.empty_like(x2))", LAUNCH, "return y.view(shape)")), "FAIL", "compile"),
     # --- the process itself
     # spins until its deadline (wall time): nothing that blocks without a core, torch.futures
     # among them, is on the kernel allow-list (harness/isolation/kernel_surface.py)
@@ -149,6 +154,11 @@ VARIANTS: dict[str, tuple[str, str, str | None]] = {
                    "CRASH", "compile"),
     "noisy_but_correct": (source(wrapper='    print("noise on stdout " * 100)\n' + WRAPPER), "PASS", None),
 }
+
+# The variants that keep state between calls, refused before import, and the stage that fails each
+# with the static check switched off: the layers behind it must hold on their own.
+RUN_TIME = {"jitter": ("FAIL", "determinism"), "unordered_sum": ("FAIL", "determinism"),
+            "result_cache": ("FAIL", "integrity"), "reused_output_buffer": ("FAIL", "integrity")}
 
 
 def write_variants(folder: Path, names=None) -> dict[str, Path]:

@@ -79,3 +79,24 @@ def test_the_honest_starter_reads_no_scalar_checked_or_timed(tmp_path, monkeypat
     log._f.flush()
     timed = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert all(r["obs"]["host_reads"] == [] for r in timed if r.get("role") == "timed")
+
+
+def _repr_read(x):
+    """Every value read through a tensor's repr, which torch runs with the dispatch modes off."""
+    text = "{!r}".format(x.reshape(-1))
+    return torch.empty_like(x).fill_(float(len(text) > 0))
+
+
+def _fstring_read(x):
+    return torch.empty_like(x).fill_(float(len(f"{x}") > 0))
+
+
+@pytest.mark.parametrize("fn, read", [(_repr_read, "Tensor.__repr__"), (_fstring_read, "Tensor.__format__")],
+                         ids=["repr", "f-string"])
+def test_a_tensor_turned_into_text_in_a_checked_call_is_host_compute(fn, read):
+    from harness.correctness.integrity import watch_text_reads
+    watch_text_reads()  # as the worker does before the candidate's import
+    obs = _checked(fn)
+    assert read in obs["host_reads"], obs
+    assert "host compute" in observation_problem("smoke", obs, "cpu")
+    assert repr(torch.zeros(2)) == "tensor([0., 0.])"  # outside a recorded call, a repr is a repr

@@ -64,7 +64,9 @@ def test_clock_patch_reached_at_run_time_fails_integrity_naming_the_clock(behind
     assert v["timing"] is None
 
 
-def test_a_replaced_cuda_event_fails_integrity_even_without_a_gpu(tmp_path):
+def test_a_replaced_cuda_event_fails_integrity_even_without_a_gpu(behind_the_filter, tmp_path):
+    # a store through a list alias: the static check's attribute-store rule refuses it before import
+    # (tests/harness/isolation/test_static_check.py); behind it, the identity check must see it
     prelude = "_mods = [torch.cuda]\nclass _FakeEvent:\n    pass\n_mods[0].Event = _FakeEvent\n"
     v = judge(_kernel(tmp_path, "event_patch", prelude=prelude), device="cpu", timeout_s=120)
     assert (v["verdict"], v["failed_stage"]) == ("FAIL", "integrity")
@@ -117,7 +119,7 @@ def test_without_the_sandbox_the_same_write_lands(behind_the_filter, tmp_path, c
     run, board = _run_folder(tmp_path)
     body = judge_kernels.VARIANTS["wrong_math"][0]
     path = tmp_path / "forger_unsandboxed.py"
-    path.write_text(body.replace("_cache = {}\n", "_cache = {}\n" + _writer_prelude(run), 1))
+    path.write_text(body.replace('BACKEND = "triton"\n', 'BACKEND = "triton"\n' + _writer_prelude(run), 1))
     v = judge(path, device="cpu", timeout_s=120, sandbox=False)
     assert (v["verdict"], v["failed_stage"]) == ("FAIL", "smoke")
     assert board.read_bytes() != b"experiment\tdecision\n1\tBASELINE\n"

@@ -20,13 +20,14 @@ def _rules(text: str, **kw) -> list[tuple[int, str]]:
     ("import torch.nn\n", [(1, "import not allowed")]),  # a kernel is not a module: torch.nn is for ModelNew
     ("\nimport harness.cuda_build\n", [(2, "import not allowed")]),  # only CUDA files use the loader
     ("import torch\nimport triton\n\ntriton.runtime.autotuner.time.perf_counter = None\n",
-     [(4, "assignment to a module attribute"), (4, "not on the kernel allow-list")]),
+     [(4, "assignment to a module attribute"), (4, "attribute store"), (4, "not on the kernel allow-list")]),
     ("import torch\ntorch.cuda.Event = object\n",
-     [(2, "assignment to a module attribute"), (2, "not on the kernel allow-list")]),
+     [(2, "assignment to a module attribute"), (2, "attribute store"), (2, "not on the kernel allow-list")]),
     ("import torch\ndef f():\n    torch.x.y = 1\n",
-     [(3, "assignment to a module attribute"), (3, "not on the kernel allow-list")]),
-    ("import torch\ndel torch.matmul\n", [(2, "assignment to a module attribute"), (2, "not on the kernel allow-list")]),
-    ("import torch\ntorch.cuda.synchronize += 1\n", [(2, "assignment to a module attribute")]),
+     [(3, "assignment to a module attribute"), (3, "attribute store"), (3, "not on the kernel allow-list")]),
+    ("import torch\ndel torch.matmul\n", [(2, "assignment to a module attribute"), (2, "attribute store"),
+                                         (2, "not on the kernel allow-list")]),
+    ("import torch\ntorch.cuda.synchronize += 1\n", [(2, "assignment to a module attribute"), (2, "attribute store")]),
     ("import torch\nx = torch.os\n", [(2, "not on the kernel allow-list")]),
     ("def f(g):\n    return g.__globals__\n", [(2, "private name")]),
     ("x = __builtins__\n", [(1, "private name")]),
@@ -35,30 +36,31 @@ def _rules(text: str, **kw) -> list[tuple[int, str]]:
     ("compile('1', 'f', 'exec')\n", [(1, "not on the kernel allow-list")]),
     ("open('/tmp/x', 'w')\n", [(1, "not on the kernel allow-list")]),
     ("__import__('os')\n", [(1, "private name")]),
-    ("class A: pass\nsetattr(A, 'x', 1)\n", [(2, "not on the kernel allow-list")]),
-    ("import math\ny = getattr(math, 'pi')\n", [(2, "getattr on a module"), (2, "module used as a value")]),
-    ("def f(o, n):\n    return getattr(o, n)\n", [(2, "getattr with a computed name")]),
-    ("def f(o):\n    return getattr(o, '__dict__')\n", [(2, "private name")]),
-    ("def f(o):\n    return type(o).__subclasses__()\n", [(2, "private name")]),
+    ("class A: pass\nsetattr(A, 'x', 1)\n", [(2, "formatting")]),
+    ("import math\ny = getattr(math, 'pi')\n", [(2, "formatting"), (2, "module used as a value")]),
+    ("def f(o, n):\n    return getattr(o, n)\n", [(2, "formatting")]),
+    ("def f(o):\n    return hasattr(o, '__dict__')\n", [(2, "private name")]),
+    ("def f(o, n):\n    return hasattr(o, n)\n", [(2, "hasattr with a computed name")]),
+    ("def f(o):\n    return type(o).__subclasses__()\n", [(2, "formatting"), (2, "private name")]),
     # the primitive of four lying kernels: a storage's native file write, reached from a tensor
     ("def f(b):\n    b._typed_storage()._untyped_storage._write_file(3, True, False, 1)\n",
      [(2, "private name")] * 3),
     ("def f(x):\n    x.apply_(lambda v: v * 2)\n", [(2, "host compute")]),
     ("def f(x):\n    return x.tolist()\n", [(2, "host compute")]),
     ("def f(x):\n    return x.softmax(-1)\n", [(2, "not on the kernel allow-list")]),
-    ("import math\nx = math.e\ny = vars()\n", [(3, "not on the kernel allow-list")]),
+    ("import math\nx = math.e\ny = vars()\n", [(3, "formatting")]),
 ])
 def test_each_rule_refuses_with_its_line(text, want):
     assert _rules(text) == want
 
 
 def test_honest_constructs_pass():
-    text = ("from __future__ import annotations\nimport math\nimport functools\nfrom typing import Optional\n"
+    text = ("from __future__ import annotations\nimport math\nfrom typing import Optional\n"
             "import torch\nimport triton\nimport triton.language as tl\n"
             "from triton.language.extra import libdevice\n\n"
-            "class Cfg:\n    block: int = 64\n\ncfg = Cfg()\ncfg.block = 128\n"
-            "def kernel_fn(x):\n    y = torch.empty_like(x)\n    n = getattr(x, 'shape')[-1]\n"
-            "    f = torch.empty\n    return y\n")
+            "class Cfg:\n    block: int = 64\n    def __init__(self, n):\n        self.n = n\n"
+            "def kernel_fn(x):\n    y = torch.empty_like(x)\n    n = hasattr(x, 'shape') and x.shape[-1]\n"
+            "    cfg = Cfg(n)\n    parts = []\n    parts.append(cfg.n)\n    f = torch.empty\n    return y\n")
     assert check_source(text) == []
 
 
@@ -229,3 +231,49 @@ def test_a_backward_is_held_to_the_same_surface(line, rule):
     """The backward's contract names pass; what it may not do is refused as in kernel_fn."""
     assert _rules(BACKWARD.replace("@@LINE@@", "s = grad_out.shape")) == []
     assert (8, rule) in _rules(BACKWARD.replace("@@LINE@@", line))
+
+
+@pytest.mark.parametrize("text, rule, line", [
+    # text: a tensor's repr reads every value with torch's dispatch modes off; a format string walks attributes
+    ('def f(x):\n    return "{!r}".format(x)\n', "formatting", 2),
+    ('def f(x):\n    return "{0.__globals__}".format_map({"a": x})\n', "formatting", 2),
+    ("def f(x):\n    return repr(x)\n", "formatting", 2),
+    ("def f(x):\n    return str(x)\n", "formatting", 2),
+    ("def f(x):\n    return '%r' % (x,)\n", "formatting", 2),
+    ("def f(x):\n    fmt = '%s'\n    return fmt % (x,)\n", "formatting", 3),
+    ('def f(x):\n    return f"{x.shape!r}"\n', "formatting", 2),
+    ('def f(x):\n    return f"{x.shape[0]:>8}"\n', "formatting", 2),
+    ("def f(x):\n    print(x.shape)\n", "formatting", 2),
+    ('import torch\ndef f(x):\n    return f"{torch.os}"\n', "not on the kernel allow-list", 3),  # braces are code
+    # state: what one call leaves for the next
+    ("n = 0\ndef f(x):\n    global n\n    n += 1\n", "state", 3),
+    ("S = {'calls': 0}\ndef f(x):\n    S['calls'] += 1\n", "state", 3),
+    ("L = []\ndef f(x):\n    L.append(1)\n", "state", 3),
+    ("L = []\ndef f(x):\n    v = L\n", "state", 3),
+    ("L = []\ndef g(v):\n    v.append(1)\ndef f(x):\n    g(L)\n", "state", 3),
+    ("T = {'a': [1]}\ndef f(x):\n    return T['a']\n", "state", 3),
+    ("def f(x, acc=[]):\n    return acc\n", "state", 1),
+    ("def f(x):\n    c = [0]\n    def g():\n        c[0] += 1\n    return g\n", "state", 4),
+    ("class C:\n    seen = []\n", "state", 2),
+    ("class C:\n    pass\nOBJ = C()\n", "state", 3),
+    ("import torch\nBUF = torch.zeros(1)\n", "state", 2),
+    ("IT = map(abs, range(9))\n", "state", 1),
+    ("def f(x):\n    yield x\n", "state", 2),
+    # attribute stores: only self.<name> in __init__
+    ("import torch\nT = torch.Tensor\nT.detach = None\n", "attribute store", 3),
+    ("class C:\n    def __init__(self):\n        self.n = 0\n    def bump(self):\n        self.n += 1\n",
+     "attribute store", 5),
+])
+def test_text_state_and_attribute_store_rules_refuse_with_their_line(text, rule, line):
+    assert (line, rule) in _rules(text), _rules(text)
+
+
+def test_what_those_rules_leave_to_a_kernel():
+    text = ("CONFIG = {'BLOCK': 64}\nSIZES = (16, 32)\nclass Plan:\n    def __init__(self, n):\n        self.n = n\n"
+            "def helper(n: int, block: int):\n    block //= 2\n    return Plan(n + block).n\n"
+            "def kernel_fn(x):\n    grid = []\n    grid.append(x.shape[0])\n    opts = dict(CONFIG)\n"
+            "    opts.update(num_warps=4)\n    seen = {}\n    seen[0] = len(CONFIG)\n    for b in SIZES:\n"
+            "        grid.append(b)\n    y = x.new_empty(x.shape)\n    y[0] = 0\n"
+            "    n = helper(x.shape[-1], CONFIG['BLOCK'])\n    print('rows', 1)\n"
+            "    return f\"{n} rows\", y\n")
+    assert check_source(text) == []
