@@ -401,6 +401,7 @@ def check_source(text: str, backend: str = "triton", *, model: bool = False, fil
     tree = syntax.parse(text, filename=filename or "<kernel>")
     if not enforced():
         return []
+    tree = syntax.drop_type_annotations(tree)
     checker = _Checker(backend, model)
     checker.collect(tree)  # imports, own names and tensors first, wherever they are in the file
     checker.violations.clear()

@@ -277,3 +277,10 @@ def test_what_those_rules_leave_to_a_kernel():
             "    n = helper(x.shape[-1], CONFIG['BLOCK'])\n    print('rows', 1)\n"
             "    return f\"{n} rows\", y\n")
     assert check_source(text) == []
+
+
+def test_annotations_that_only_name_builtin_types_are_not_code_to_refuse():
+    # `prefix: str = ""` reads no value (the matmul starter's tile helper has one); an annotation
+    # that calls something is code and is checked as code
+    assert check_source('def f(x, prefix: str = "", n: int | None = None) -> tuple[int, int]:\n    return 1, 2\n') == []
+    assert ("formatting" in {v.rule for v in check_source("def f(x, p: str(x) = 1):\n    return 1\n")})
