@@ -31,8 +31,11 @@ def make_run(root, source: str, model=MODEL, name: str = "run", backward: dict =
 
 
 def wrong_backward(source: str) -> str:
-    """The test kernel with its weight gradient doubled: right shape, wrong value."""
-    return source.replace("    return dx, dweight\n", "    return dx, dweight * 2\n")
+    """The test kernel with its weight gradient doubled in its own reduction kernel: right shape,
+    wrong value (doubled with PyTorch instead, the served call would be refused as PyTorch compute)."""
+    wrong = source.replace("tl.store(dw_ptr + cols, acc.to(", "tl.store(dw_ptr + cols, (acc * 2.0).to(")
+    assert wrong != source
+    return wrong
 
 
 def test_twenty_steps_with_the_winner_match_eager_and_report_throughput(tmp_path):

@@ -30,10 +30,18 @@ def test_literals_declare_a_space_holding_config_and_second_config(backend, kern
 
 @pytest.mark.parametrize("backend,kernel_type", CASES)
 def test_tuner_rewrite_changes_only_the_config_line(backend, kernel_type):
-    before = source(kernel_type, backend).splitlines()
-    after = apply_config("\n".join(before), SECOND_CONFIGS[backend][kernel_type]).splitlines()
-    changed = [(a, b) for a, b in zip(before, after) if a != b]
-    assert len(before) == len(after) and len(changed) == 1 and changed[0][0].startswith("CONFIG = ")
+    """Only the CONFIG statement changes (it may span lines: a backward's BWD_ settings widen it)."""
+    def around_config(text):
+        lines = text.splitlines()
+        node = next(n for n in ast.parse(text).body if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in n.targets))
+        return lines[:node.lineno - 1], "\n".join(lines[node.lineno - 1:node.end_lineno]), lines[node.end_lineno:]
+    text = source(kernel_type, backend)
+    after = apply_config(text, SECOND_CONFIGS[backend][kernel_type])
+    head, config, tail = around_config(text)
+    head2, config2, tail2 = around_config(after)
+    assert (head, tail) == (head2, tail2) and config != config2 and config2.startswith("CONFIG = ")
+    assert ast.literal_eval(config2.split("=", 1)[1].strip()) == SECOND_CONFIGS[backend][kernel_type]
 
 
 @pytest.mark.parametrize("backend,kernel_type", CASES)
