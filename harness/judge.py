@@ -119,16 +119,16 @@ def judge(kernel_file: str | Path, *, target: Case | None = None, device: str | 
         copy.write_bytes(source)
         around = {"below_us": around_below_us} if time_around and target is not None else None
         return _judge_copy(verdict, copy, Path(tmp), target, device, arch, timeout_s, compile_baseline, sandbox,
-                           origin=path.resolve(), visible_devices=visible_devices, around=around, backward=backward)
+                           origin=path.resolve(), visible_devices=visible_devices, around=around, judge_backward=backward)
 
 
 def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, device: str, arch: str,
                 timeout_s: float | None, compile_baseline: bool, sandbox: bool, origin: Path,
-                visible_devices: str | None, around: dict | None = None, backward: bool = False) -> dict[str, Any]:
+                visible_devices: str | None, around: dict | None = None, judge_backward: bool = False) -> dict[str, Any]:
     try:
         header = read_header(path)
         check_header(header)
-        if not backward:  # an inference target: the forward is all that is judged and served
+        if not judge_backward:  # an inference target: the forward is all that is judged and served
             header = {**header, "has_backward_fn": False}
     except ContractError as e:
         return _usage_failure(verdict, str(e))

@@ -126,3 +126,15 @@ def _no_secrets_leak(monkeypatch):
     for name in list(os.environ):
         if name.endswith("_API_KEY"):
             monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_served_observer_left_by_another_test():
+    """Loading winners in-process (winners.py, an exported package) installs the judge's observer of
+    served calls for the rest of the process; a later test's plain-PyTorch stand-in winners would be
+    refused by it. Each test starts without one and leaves none behind."""
+    from autokernel.deploy.routing import refusals
+    saved = list(refusals.OBSERVER)
+    refusals.OBSERVER.clear()
+    yield
+    refusals.OBSERVER[:] = saved

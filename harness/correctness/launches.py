@@ -102,7 +102,12 @@ def _spec(value, exact: bool):
     dtype, data_ptr = getattr(value, "dtype", None), getattr(value, "data_ptr", None)
     if dtype is not None and callable(data_ptr):
         return ("tensor", dtype, data_ptr() % ALIGNMENT == 0)
-    return ("object", type(value).__name__, repr(value)[:200])
+    # an object (a TMA descriptor): its plain fields and its tensors' dtypes, never its repr, which
+    # would print a tensor it holds (a host read of every value, charged to the candidate's call)
+    fields = getattr(value, "__dict__", None) or {}
+    return ("object", type(value).__name__,
+            tuple(sorted((k, _spec(v, False) if not isinstance(v, (list, tuple)) else tuple(_spec(x, False) for x in v))
+                         for k, v in fields.items() if isinstance(k, str))))
 
 
 def _stand_in(value):
