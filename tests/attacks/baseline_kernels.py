@@ -17,7 +17,7 @@ check off, so that the judge's design, not its filter, must stop them (tests/att
 """
 from __future__ import annotations
 
-from judge_kernels import WRAPPER, source
+from judge_kernels import COUNT, COUNTER, WRAPPER, source
 
 # the descriptors the judge's worker holds: the witness socket and the events file, found at import
 FIND = '''
@@ -66,7 +66,7 @@ def _forge():
         _native_write(_SOCKET, line)
 '''
 
-WIDE = '''if _calls > 12 and _calls % 2 == 0:  # past the stages: every other timed call is slow
+WIDE = '''if _calls[0] > 12 and _calls[0] % 2 == 0:  # past the stages: every other timed call is slow
     for _ in range(30):
         _softmax_row[(x2.shape[0],)](x2, y, x2.shape[1], x2.stride(0), y.stride(0), 0.0,
                                      BLOCK=triton.next_power_of_2(x2.shape[1]))'''
@@ -122,15 +122,16 @@ RECORDS_WRAPPER = '''    if _timed_next():  # timed: PyTorch does the work, the 
 
 
 def _then(*lines: str) -> str:
+    """The template's wrapper, counting its calls, with `lines` run before it returns."""
     body = WRAPPER.rsplit("\n", 1)
-    return body[0] + "\n" + "".join(f"    {line}\n" for line in lines) + body[1]
+    return COUNT + body[0] + "\n" + "".join(f"    {line}\n" for line in lines) + body[1]
 
 
 def sources() -> dict[str, str]:
     """name -> kernel file text."""
     return {
-        "forged_eager_300ms": source(prelude=FORGE_EAGER.format(US=300000.0), wrapper=_then("_forge()")),
-        "forged_eager_5s_wide": source(prelude=FORGE_EAGER.format(US=5000000.0),
+        "forged_eager_300ms": source(prelude=COUNTER + FORGE_EAGER.format(US=300000.0), wrapper=_then("_forge()")),
+        "forged_eager_5s_wide": source(prelude=COUNTER + FORGE_EAGER.format(US=5000000.0),
                                        wrapper=_then(*WIDE.split("\n"), "_forge()")),
         "forged_records_unreported": source(prelude=FORGE_RECORDS.format(REPORT=False), wrapper=RECORDS_WRAPPER),
         "forged_records_reported": source(prelude=FORGE_RECORDS.format(REPORT=True), wrapper=RECORDS_WRAPPER),

@@ -1,6 +1,7 @@
 """Kernels that behave differently when timed (tests/attacks/timed_call_kernels.py), judged as
 `autokernel optimize` judges them (a judge session, forked workers, two at a time), beside the
-honest kernels judged with the other core kept busy. Each attack ends in FAIL with a named reason,
+honest kernels judged with the other core kept busy (all behind the static check, which refuses the
+attacks before import for the state they keep). Each attack ends in FAIL with a named reason,
 or for a timing whose spread leaves its median meaningless, in a verdict the search never keeps;
 the honest kernels PASS with a spread the judge trusts, unless the judge measured the machine
 oversubscribed while it timed them."""
@@ -43,7 +44,16 @@ def judged(tmp_path_factory):
     paths["honest_correct"].write_text(judge_kernels.source())
     paths["honest_softmax_rows"] = judge_kernels.GOOD / "softmax_rows.py"
 
-    return judge_batch(paths, TARGET, busy_for=HONEST)
+    # the attacks keep state between calls, which the static check refuses before import: judged
+    # behind the filter, so that the stages, not the filter, must stop them
+    return judge_batch(paths, TARGET, busy_for=HONEST, static_check=False)
+
+
+@pytest.mark.parametrize("name", sorted(timed_call_kernels.sources()))
+def test_each_timed_call_attack_is_refused_before_import_for_the_state_it_keeps(name):
+    from harness.isolation.static_check import check_source
+    found = check_source(timed_call_kernels.sources()[name], "triton", filename=f"{name}.py")
+    assert any("_calls" in str(v) or "_cache" in str(v) for v in found), [str(v) for v in found]
 
 
 def _reason(v: dict) -> str:

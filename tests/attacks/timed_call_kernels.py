@@ -17,7 +17,11 @@ template, aimed at the attacks' 8x256 target).
 """
 from __future__ import annotations
 
-from judge_kernels import LAUNCH, WRAPPER, source
+from judge_kernels import COUNT, COUNTER, LAUNCH, WRAPPER, source
+
+# what each attack remembers between calls: module state, which the static check refuses before
+# import, so these are judged with it switched off (they attack the stages behind the filter)
+STATE = COUNTER + "\n_cache = {}\n"
 
 TARGET_ROWS, TARGET_COLS = 8, 256
 
@@ -84,15 +88,15 @@ REMEMBERS_INPUTS = WRAPPER.replace(
     "        _mark_seen[(1,)](x2, _cache['seen'])\n"
     "        return y.view(shape)\n", 1)
 
-WILD_SPREAD = WRAPPER.replace(
-    LAUNCH, "    for _ in range(12 if _calls % 2 == 0 else 1):\n" + "\n".join("    " + line for line in LAUNCH.split("\n")), 1)
+WILD_SPREAD = COUNT + WRAPPER.replace(
+    LAUNCH, "    for _ in range(12 if _calls[0] % 2 == 0 else 1):\n" + "\n".join("    " + line for line in LAUNCH.split("\n")), 1)
 
 
 def sources() -> dict[str, str]:
     """name -> kernel file text."""
     return {
-        "eager_when_timed": source(wrapper=EAGER_WHEN_TIMED),
-        "right_only_when_checked": source(wrapper=RIGHT_ONLY_WHEN_CHECKED),
-        "remembers_inputs": source(wrapper=REMEMBERS_INPUTS, prelude=REMEMBER),
-        "wild_spread": source(wrapper=WILD_SPREAD),
+        "eager_when_timed": source(wrapper=EAGER_WHEN_TIMED, prelude=STATE),
+        "right_only_when_checked": source(wrapper=RIGHT_ONLY_WHEN_CHECKED, prelude=STATE),
+        "remembers_inputs": source(wrapper=REMEMBERS_INPUTS, prelude=STATE + REMEMBER),
+        "wild_spread": source(wrapper=WILD_SPREAD, prelude=STATE),
     }

@@ -39,9 +39,9 @@ def sampled(monkeypatch):
 
 def _kernel(tmp_path, wrong_call: int | None = None):
     """A Triton softmax, its output off by 0.5 on call `wrong_call` (counting from 1) and right on every other."""
-    shift = "0.0" if wrong_call is None else f"(0.5 if _calls == {wrong_call} else 0.0)"
-    text = judge_kernels.source(body=judge_kernels.BODY + "\n    y = y + jitter",
-                                wrapper=judge_kernels.WRAPPER.replace(", 0.0,\n", f", {shift},\n"))
+    shift = "0.0" if wrong_call is None else f"(0.5 if _calls[0] == {wrong_call} else 0.0)"
+    text = judge_kernels.source(body=judge_kernels.BODY + "\n    y = y + jitter", prelude=judge_kernels.COUNTER,
+                                wrapper=judge_kernels.COUNT + judge_kernels.WRAPPER.replace(", 0.0,\n", f", {shift},\n"))
     path = tmp_path / f"softmax_{wrong_call}.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location(path.stem, path)
