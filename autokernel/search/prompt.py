@@ -206,7 +206,8 @@ def build_messages(ctx: "SearchContext", level: int = 0) -> list[dict[str, str]]
     system = SYSTEM.format(backend=ctx.backend, rules=playbook.read("rules").strip())
     history = ctx.history if level == 0 else ctx.history[-3:] if level == 1 else []
     parts = [f"# Experiment {ctx.experiment}: make `{ctx.kernel_type}` faster on {ctx.target}\n",
-             contract_section(ctx), target_section(ctx), device_section(ctx), best_section(ctx),
+             contract_section(ctx), backward_section(ctx.kernel_type) if ctx.training else "",
+             target_section(ctx), device_section(ctx), best_section(ctx),
              inspirations_section(ctx) if level == 0 else "",
              history_section(history), last_reply_section(ctx), playbook_section(ctx, level),
              strategy_section(ctx),

@@ -150,11 +150,13 @@ def _search_class(target: TargetState) -> type:
     return TargetSearch
 
 
-def proposer_factory(agent: str, seed: int, client: Any = None) -> Callable[[TargetState, str], Proposer]:
+def proposer_factory(agent: str, seed: int, client: Any = None,
+                     training: bool = False) -> Callable[[TargetState, str], Proposer]:
     """The proposer for each visit of a target: the LLM (with several models, --llm cheap,strong:
     the first on a first visit, the last once the target has plateaued), or a tuner per target,
     seeded anew for each revisit, that remembers what the run already tried. `client`: one
-    LLMClient, or a dict of them by model name (in order)."""
+    LLMClient, or a dict of them by model name (in order). `training`: a training run, whose tuner
+    searches the backward's configuration too."""
     clients = client if isinstance(client, dict) else {getattr(client, "model", ""): client}
 
     def make(target: TargetState, starter_source: str) -> Proposer:
@@ -167,7 +169,8 @@ def proposer_factory(agent: str, seed: int, client: Any = None) -> Callable[[Tar
         from autokernel.search.kernel_source import read_literals
         from autokernel.search.tuner import Tuner
         # a revisit's strategy ("reseed"): another seed of the sampler, what was tried replayed
-        tuner = Tuner(starter_source, seed=seed + target.rank + 7919 * target.parks, dims=target.dims)
+        tuner = Tuner(starter_source, seed=seed + target.rank + 7919 * target.parks, dims=target.dims,
+                      training=training)
         replay_into_tuner(tuner, target, read_literals(starter_source).get("CONFIG"))
         return tuner
     make.models = list(clients) if agent == "llm" else [""]
@@ -234,7 +237,7 @@ def execute(run: RunDir, state: RunState, config: dict, *, display: Any = None,
     previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main else None
     try:
         with judge_session():  # one pre-imported worker per slot and one compile baseline per target
-            search_all(run, state, settings, proposer_factory(state.agent, options.seed, client),
+            search_all(run, state, settings, proposer_factory(state.agent, options.seed, client, training=settings.backward),
                        starter_source=starter_sources(run), judge=judge, display=display,
                        peaks=config.get("peaks"), slots=slots,
                        paused_s=lambda: sum(getattr(c, "waited_s", 0.0) for c in clients.values()))

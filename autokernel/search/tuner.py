@@ -21,6 +21,7 @@ from autokernel.search.proposer import Candidate, SearchContext
 # Spaces up to this many configurations are enumerated once, so exhaustion is known exactly and an
 # untried configuration can be drawn when the sampler keeps repeating itself.
 ENUMERATION_LIMIT = 100_000
+BACKWARD_PREFIX = "BWD_"  # a starter's TUNABLES for its backward_fn (playbook/training.md)
 MAX_ASKS = 16  # sampler suggestions per proposal before drawing an untried configuration directly
 
 Key = tuple[tuple[str, Any], ...]
@@ -32,12 +33,15 @@ class Tuner:
     name = "tune"
 
     def __init__(self, starter_source: str, *, seed: int = 0, dims: dict[str, int] | None = None,
-                 max_asks: int = MAX_ASKS):
+                 max_asks: int = MAX_ASKS, training: bool = False):
         import optuna  # slow to import: only when the tuner is used
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         literals = read_literals(starter_source)
         self.source = starter_source
-        self.tunables: dict[str, list] = {k: list(v) for k, v in (literals.get("TUNABLES") or {}).items()}
+        self.tunables: dict[str, list] = {k: list(v) for k, v in (literals.get("TUNABLES") or {}).items()
+                                          # the backward's knobs only where a backward is judged:
+                                          # elsewhere they change nothing the judge times
+                                          if training or not k.startswith(BACKWARD_PREFIX)}
         self.constraints = literals.get("CONSTRAINTS") or []
         self.base_config: dict[str, Any] = dict(literals.get("CONFIG") or {})
         self.dims = dict(dims or {})

@@ -359,3 +359,24 @@ def test_a_target_at_its_ceiling_is_done_and_says_so(tmp_path):
     assert at.status == "done" and "within noise of its roofline ceiling" in at.stop_reason
     assert at.proposals == 0  # nothing searched past the baseline that reached it
     assert below.status == "done" and below.proposals == 2 and "experiment budget" in below.stop_reason
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_training_run_asks_for_a_backward_in_its_prompt_its_tuner_and_its_judge(tmp_path, training):
+    """A run profiled for a training step (settings.backward): the prompt gives the backward's
+    contract, the tuner searches the backward's BWD_ knobs, the judge is asked for the backward."""
+    from autokernel.search import prompt
+    from starter_kernels import starter_path
+    starter = starter_path("softmax").read_text()
+    run, state, settings = new_run(tmp_path, [softmax_target(share=1.0)])
+    settings.backward = training
+    t = state.targets[0]
+    tuner = run_search.proposer_factory("tune", seed=0, training=training)(t, starter)
+    assert any(k.startswith("BWD_") for k in tuner.tunables) is training
+    search = loop.TargetSearch(run, state, t, tuner, settings, starter_source=starter,
+                               judge=config_judge(lambda c: 50.0))
+    ctx = search.context(1)
+    assert ctx.training is training
+    assert ("## Training target: give a backward too\nSignature: `backward_fn(grad_out, out, x)`"
+            in prompt.build_messages(ctx)[1]["content"]) is training
+    assert search.around().get("backward", False) is training

@@ -179,3 +179,12 @@ def test_backward_section_states_the_contract_for_a_training_target(kernel_type,
     # an inference target's prompt does not carry it: the rules are the system prompt, not this
     system, user = user_text(context())
     assert "Recompute rather than save" not in system + user and "Training target" not in user
+
+
+def test_a_training_targets_prompt_asks_for_a_backward_and_an_inference_targets_does_not():
+    training = prompt.render(prompt.build_messages(context(training=True)))
+    assert "## Training target: give a backward too" in training
+    assert "backward_fn(grad_out, out, x, weight, eps=1e-06)" in training
+    assert "Recompute" in training or "recompute" in training  # the playbook's advice comes with it
+    inference = prompt.render(prompt.build_messages(context()))
+    assert "Training target" not in inference and "backward_fn(" not in inference

@@ -118,8 +118,24 @@ def test_starter_without_tunables_plateaus_and_bad_declarations_are_user_errors(
 def test_real_starter_space():
     source = starter_path("softmax").read_text()
     literals = read_literals(source)
-    tuner = Tuner(source, seed=0, dims={"M": 64, "N": 1024})
+    tuner = Tuner(source, seed=0, dims={"M": 64, "N": 1024}, training=True)
     candidate = tuner.propose(None)
     assert check_constraints(literals["CONSTRAINTS"], candidate.config)
     assert set(candidate.config) == set(literals["TUNABLES"])
     assert tuner.space_size == 7 * 5 * 3 * 7 * 5  # the forward's BLOCK_N, warps, stages; the backward's BLOCK_N, warps
+    assert Tuner(source, seed=0, dims={"M": 64, "N": 1024}).space_size == 7 * 5 * 3  # inference: the forward's
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_the_backwards_knobs_are_searched_only_for_a_training_target(training):
+    source = starter_path("rmsnorm").read_text()
+    declared = read_literals(source)
+    tuner = Tuner(source, seed=0, dims={"M": 64, "N": 1024}, training=training)
+    backward = {k for k in declared["TUNABLES"] if k.startswith("BWD_")}
+    assert backward and (backward <= set(tuner.tunables)) is training
+    assert not training or len(tuner.tunables) == len(declared["TUNABLES"])
+    for _ in range(6):
+        candidate = tuner.propose(None)
+        tuner.observe(candidate, passed({"BLOCK": 64, "num_warps": 2}))
+        if not training:  # an inference target's candidates keep the starter's backward as it is
+            assert {k: candidate.config[k] for k in backward} == {k: declared["CONFIG"][k] for k in backward}
