@@ -8,14 +8,19 @@ backward and the optimizer step with no option (`--no-train` profiles inference)
     autokernel optimize examples/llama_tiny_train.py --budget 5m
 
 Each target's time is its forward's plus its backward's; the AdamW step is timed apart.
+
+Smaller than llama_tiny.py (2 layers of width 128, 2x64 tokens): without a GPU every candidate's
+forward and backward run in Triton's interpreter, where a backward costs several forwards, so this
+size lets a five-minute run on a CPU judge more than its starters. On a GPU, widen it freely.
 """
 import torch
 import torch.nn.functional as F
 
-# the same model; Model and get_workload are this file's too (the names autokernel looks up)
-from llama_tiny import DIM, FFN_DIM, N_HEADS, N_LAYERS, SEQ_LEN, VOCAB_SIZE, Model, get_workload  # noqa: F401
+# the same model class; Model is this file's too (a name autokernel looks up)
+from llama_tiny import Model  # noqa: F401
 
-BATCH = 2
+VOCAB_SIZE, DIM, N_LAYERS, N_HEADS, FFN_DIM = 512, 128, 2, 4, 256
+BATCH, SEQ_LEN = 2, 64
 
 
 def get_inputs():
@@ -30,6 +35,14 @@ def loss_fn(logits, inputs):
     """Predict each next token: position t's logits against token t + 1."""
     (ids,) = inputs
     return F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB_SIZE), ids[:, 1:].reshape(-1))
+
+
+def get_workload():
+    """What `verify` runs the model on besides get_inputs(): a shorter prompt, a bigger batch, a decode step."""
+    prompt = SEQ_LEN // 2 + 3
+    return [{"name": f"prompt {BATCH}x{prompt}", "inputs": [torch.randint(0, VOCAB_SIZE, (BATCH, prompt))]},
+            {"name": f"batch {2 * BATCH}x{SEQ_LEN}", "inputs": [torch.randint(0, VOCAB_SIZE, (2 * BATCH, SEQ_LEN))]},
+            {"name": f"decode {BATCH}x1", "inputs": [torch.randint(0, VOCAB_SIZE, (BATCH, 1))]}]
 
 
 def get_optimizer(model):

@@ -117,7 +117,9 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
         from autokernel.deploy.verify_train import DEFAULT_STEPS, verify_train
         result["train"] = verify_train(loaded, clean, steps or DEFAULT_STEPS, compile_baseline, log,
                                        model_dtype(loaded))
-    result.update(_verdict(result, model_dtype(loaded), not_run, stand_ins, reference_dtype))
+    from autokernel.deploy.routing.binding import in_loss
+    loss = {f.target for f in files if in_loss(f.modules)}
+    result.update(_verdict(result, model_dtype(loaded), not_run, stand_ins, reference_dtype, loss))
     write_json_atomic(run.path / FILENAME, result)
     return result
 
@@ -167,9 +169,11 @@ def model_dtype(loaded: Any) -> str:
     return loaded.spec.dtype or "float32"
 
 
-def _verdict(result: dict, dtype: str, not_run: dict, stand_ins: dict, reference_dtype: str) -> dict:
+def _verdict(result: dict, dtype: str, not_run: dict, stand_ins: dict, reference_dtype: str,
+             loss: set = frozenset()) -> dict:
     """What failed, per winner and in words; the status; `ok` only when every winner was checked in
-    its own dtype."""
+    its own dtype. `loss`: the targets of a training step's loss, which the model's forward never
+    calls: they must serve in verify --train's steps instead, when it runs."""
     from autokernel.deploy.accuracy import rule
     from autokernel.deploy.routing.serving import only_for_speed
     failures = []
@@ -181,6 +185,13 @@ def _verdict(result: dict, dtype: str, not_run: dict, stand_ins: dict, reference
             failures.append(f"{target}: the target's dtype {k['dtype'] or '(none)'} is not the model's {dtype}")
         if k["guilty"]:
             failures.append(f"{target}: {k['guilty_reason']}")
+        elif not k["not_run"] and k["calls_served"] == 0 and target in loss:
+            trained = ((result.get("train") or {}).get("per_kernel") or {}).get(target)
+            if trained is not None and not trained.get("calls_served"):
+                failures.append(f"{target}: served no call of the training step's loss")
+            k["not_served"] = ("in the training step's loss, which the model's forward does not run"
+                               + (f": served {trained['calls_served']} call(s) in verify --train" if trained
+                                  and trained.get("calls_served") else ""))
         elif not k["not_run"] and k["calls_served"] == 0:
             if k["fallbacks"] and only_for_speed(k.get("fallback_reasons") or {}):
                 # not wrong, only no faster here: PyTorch keeps every call, and verify says so

@@ -24,6 +24,43 @@ def faster_beyond_noise(new: dict, best_median_us: float, best_iqr_us: float | N
     return new_high < best_low
 
 
+def has_backward(source: str) -> bool:
+    """Whether a kernel file gives a backward_fn (the contract's training half)."""
+    import re
+    return re.search(r"^def backward_fn\(", source, re.M) is not None
+
+
+def ranked(verdict: dict | None) -> dict | None:
+    """A verdict as a training run ranks it. Its target's share of the step is its forward's time
+    plus its backward's, so the kernel is timed by one forward plus backward against eager
+    autograd's: `timing` becomes the judge's forward_backward figures (the forward's spread rule
+    still applies). A kernel whose backward failed, or that gives none, serves inference alone,
+    which a training step cannot use: here a FAIL at `backward:<stage>`, untimed. The verdict on disk stays
+    the judge's own; this is the view the decision, the tuner, the leaderboard and the state see."""
+    if not verdict or verdict.get("verdict") != "PASS":
+        return verdict
+    back = verdict.get("backward")
+    if not isinstance(back, dict) or back.get("verdict") != "PASS":
+        if isinstance(back, dict):
+            failed = back.get("failed_stage") or "run"
+            detail = next((st.get("detail") for st in back.get("stages") or []
+                           if st.get("name") == failed and st.get("status") == "fail"), None)
+            detail = detail or f"the backward {str(back.get('verdict', 'FAIL')).lower()} at {failed}"
+        else:
+            failed, detail = "missing", "the file gives no backward_fn: it serves inference only"
+        stage = f"backward:{failed}"
+        return {**verdict, "verdict": "FAIL", "failed_stage": stage, "timing": None,
+                "stages": list(verdict.get("stages") or []) + [{"name": stage, "status": "fail", "detail": detail}]}
+    forward = verdict.get("timing") or {}
+    both = (back.get("timing") or {}).get("forward_backward") or {}
+    timing = {"step": "forward_backward", "median_us": both.get("median_us"), "iqr_us": both.get("iqr_us"),
+              "reps": both.get("reps"), "baseline_median_us": both.get("eager_median_us"),
+              "speedup_vs_eager": both.get("speedup_vs_eager"),
+              "compiled_median_us": both.get("compiled_median_us"),
+              "spread_ok": forward.get("spread_ok"), "spread_note": forward.get("spread_note")}
+    return {**verdict, "timing": {k: v for k, v in timing.items() if v is not None}}
+
+
 def decide(verdict: dict | None, target: TargetState) -> str:
     """KEEP when every stage passed and the candidate is faster than the best beyond noise."""
     if not verdict or verdict.get("verdict") != "PASS" or not (verdict.get("timing") or {}).get("median_us"):

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from autokernel.errors import BudgetExhausted, NothingUsable, Plateau, Switch, TargetDone, UserError
 from autokernel.search import population
-from autokernel.search.decision import decide
+from autokernel.search.decision import decide, has_backward, ranked
 from autokernel.search.guard import RecordGuard
 from autokernel.search.leaderboard import Leaderboard, make_row
 from autokernel.search.proposer import (HISTORY_WINDOW, NO_CODE_MESSAGE, TRUNCATED_MESSAGE, Candidate, Experiment,
@@ -77,6 +77,9 @@ class TargetSearch:
         self.slots = slots  # autokernel.search.slots: judge slots for experiments in flight at once
         self.proposer, self.settings, self.judge = proposer, settings, judge
         self.starter_source = starter_source
+        # a training run ranks a target by forward plus backward where its starter gives a backward
+        # (decision.ranked); a target with none (a module, a CUDA starter) by its forward
+        self.ranks_training = settings.backward and has_backward(starter_source)
         self.display, self.peaks = display, peaks or {}
         # the scheduler's verdict after each experiment: why another target should take over ("": stay)
         self.should_switch, self.time_cap_s = should_switch, time_cap_s
@@ -145,7 +148,7 @@ class TargetSearch:
                 self._show("status", f"experiment {number}: asking the {self.proposer.name} agent "
                                      f"({self.target.strategy or 'refine'})")
                 candidate = self.propose(self.context(number))
-            verdict = self._judge(number, candidate)
+            verdict = self.ranked(self._judge(number, candidate))
             decision = "BASELINE" if baseline else decide(verdict, t)
             self.proposer.observe(candidate, verdict)  # the tuner learns the starter's config too
             return self._record(number, candidate, verdict, decision)
@@ -153,6 +156,10 @@ class TargetSearch:
             if self._clock is not None:  # stopped before _record saved: charge and save here
                 self._charge()
                 self.run.save_state(self.state)
+
+    def ranked(self, verdict: dict | None) -> dict | None:
+        """The verdict as this target is ranked by (decision.ranked in a training run)."""
+        return ranked(verdict) if self.ranks_training else verdict
 
     def _charge(self) -> None:
         """Charge the experiment's time to the target and the run, less any LLM outage."""

@@ -220,7 +220,7 @@ class ConcurrentSearch:
             if not flight.judged:
                 return
             del self.flights[number]
-            verdict = s.write_verdict(number, flight.candidate, flight.verdict, sorted(flight.touched))
+            verdict = s.ranked(s.write_verdict(number, flight.candidate, flight.verdict, sorted(flight.touched)))
             s.proposer.observe(flight.candidate, verdict)
             s._record(number, flight.candidate, verdict, decide(verdict, self.target))
             s._clock = (s.settings.clock(), s._paused_s())

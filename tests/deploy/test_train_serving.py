@@ -144,3 +144,30 @@ def test_a_backward_with_the_wrong_gradients_raises_naming_what_it_must_return()
             assert words in str(e)
         else:
             raise AssertionError("a backward with the wrong gradients was accepted")
+
+
+def test_a_winner_found_in_the_loss_serves_the_training_steps_loss_outside_the_model():
+    """The profile records a training step's cross-entropy under `loss` (the file's loss_fn, outside
+    the model): patched, F.cross_entropy is served wherever the step calls it, forward and
+    backward, with eager's loss and gradients; unpatched, it is PyTorch's again."""
+    import torch.nn.functional as F
+    from starter_kernels import starter_path
+    module = routing.load_kernel(starter_path("cross_entropy"), "loss_cross_entropy")
+    calls: list = []
+    loss_winner = routing.Winner("cross_entropy[6x32:float32]", "cross_entropy", {"N": 6, "V": 32}, "float32",
+                                 counted(module.kernel_fn, calls, "fwd"), {}, "op", [{"name": "", "class": "loss"}],
+                                 backward_fn=counted(module.backward_fn, calls, "bwd"))
+    torch.manual_seed(0)
+    model, x, y = torch.nn.Linear(8, 32), torch.randn(6, 8), torch.randint(0, 32, (6,))
+    eager = F.cross_entropy(model(x), y)
+    eager.backward()
+    expected = model.weight.grad.clone()
+    model.zero_grad(set_to_none=True)
+    with routing.Router([loss_winner]).patched(model):
+        served = F.cross_entropy(model(x), y)
+        served.backward()
+    assert calls == ["fwd", "bwd"]
+    torch.testing.assert_close(served, eager)
+    torch.testing.assert_close(model.weight.grad, expected)
+    F.cross_entropy(model(x), y)
+    assert calls == ["fwd", "bwd"]  # the patch is gone with its context

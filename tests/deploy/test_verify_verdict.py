@@ -140,3 +140,28 @@ def test_a_winner_only_slower_on_this_gpu_is_not_a_failure_but_one_not_proven_is
     unproven = result({"rows 300: not proven (judged at rows 1 to 256)": 9, "rows 128: slower here": 9})
     verdict = verifier._verdict(unproven, "float32", {}, {}, "float64")
     assert verdict["status"] == "failed" and "served no call of the model" in verdict["failures"][0]
+
+
+def test_a_winner_found_in_the_loss_is_judged_by_the_training_steps_it_serves():
+    """A target of a training step's loss is never called by the model's forward: not a failure of
+    the inference check; it must serve verify --train's steps when they run."""
+    target = "cross_entropy[126x512:float32]"
+
+    def result(trained_calls):
+        kernel = {"kernel_type": "cross_entropy", "dtype": "float32", "guilty": False, "calls_served": 0,
+                  "fallbacks": 0, "fallback_reasons": {}}
+        out = {"per_kernel": {target: kernel}, "per_op": {}, "outputs_match": True, "guilty": []}
+        if trained_calls is not None:
+            out["train"] = {"failures": [], "per_kernel": {target: {"calls_served": trained_calls}}}
+        return out
+    for trained, status in ((None, "ok"), (20, "ok"), (0, "failed")):
+        r = result(trained)
+        verdict = verifier._verdict(r, "float32", {}, {}, "float64", loss={target})
+        assert verdict["status"] == status, (trained, verdict)
+        assert r["per_kernel"][target]["not_served"].startswith("in the training step's loss")
+    assert verdict["failures"] == [f"{target}: served no call of the training step's loss"]
+    served = result(20)
+    verifier._verdict(served, "float32", {}, {}, "float64", loss={target})
+    assert served["per_kernel"][target]["not_served"].endswith("served 20 call(s) in verify --train")
+    # not in the loss: the same zero calls fail the inference check, as before
+    assert verifier._verdict(result(None), "float32", {}, {}, "float64")["status"] == "failed"

@@ -380,3 +380,54 @@ def test_a_training_run_asks_for_a_backward_in_its_prompt_its_tuner_and_its_judg
     assert ("## Training target: give a backward too\nSignature: `backward_fn(grad_out, out, x)`"
             in prompt.build_messages(ctx)[1]["content"]) is training
     assert search.around().get("backward", False) is training
+
+
+def training_judge(forward_us, both_us, backward_fails=lambda config: False):
+    """Verdicts from each file's CONFIG with a judged backward: the forward's median from
+    `forward_us`, one forward plus backward's from `both_us`."""
+    from autokernel.search.kernel_source import read_literals
+
+    def judge(kernel_file, *, target, device, arch, timeout_s, **options):
+        assert options.get("backward") is True  # a training run asks for the backward
+        config = read_literals(kernel_file.read_text())["CONFIG"]
+        fails = backward_fails(config)
+        back = {"verdict": "FAIL" if fails else "PASS", "failed_stage": "shape_sweep" if fails else None,
+                "stages": [{"name": "shape_sweep", "status": "fail" if fails else "pass",
+                            "detail": "dx off by 2x at 3x4097" if fails else "ok"}],
+                "timing": None if fails else {"forward_backward": {"median_us": both_us(config), "iqr_us": 0.0,
+                                                                    "reps": 20, "eager_median_us": 300.0}}}
+        return {"verdict": "PASS", "failed_stage": None, "stages": [],
+                "timing": {"median_us": forward_us(config), "iqr_us": 0.0, "reps": 20, "baseline_median_us": 100.0,
+                           "speedup_vs_eager": 100.0 / forward_us(config)},
+                "backward": back, "roofline": {"bound": "memory"}, "device": {"type": "cpu"}}
+    return judge
+
+
+def test_a_training_run_keeps_by_forward_plus_backward_and_never_a_kernel_whose_backward_failed(tmp_path):
+    """The tuner's configurations of the softmax starter: a faster forward with a slower backward
+    is no win for a training step, and a kernel whose backward failed is never kept however fast."""
+    from starter_kernels import starter_path
+    starter = starter_path("softmax").read_text()
+    run, state, settings = new_run(tmp_path, [softmax_target(share=1.0)], max_experiments=12, plateau=100)
+    settings.backward = True
+    big = lambda c: c["BLOCK_N"] >= 1024  # noqa: E731
+    judge = training_judge(forward_us=lambda c: 10.0 if big(c) else 50.0,  # big blocks: a fast forward
+                           both_us=lambda c: 400.0 if big(c) else 100.0 + c["BWD_BLOCK_N"] / 64,
+                           backward_fails=lambda c: c["BWD_BLOCK_N"] == 256)  # else the fastest
+    run_search.search_all(run, state, settings, run_search.proposer_factory("tune", seed=0, training=True),
+                          starter_source=lambda t: starter, judge=judge)
+    frame = board.read(run.leaderboard_path)
+    kept = frame[frame["decision"] == "KEEP"]
+    t = state.targets[0]
+    assert len(frame) == 13 and len(kept) >= 1
+    configs = {int(r["experiment"]): json.loads((run.kernels(t) / f"exp_{int(r['experiment']):04d}.json").read_text())
+               for _, r in frame.iterrows()}
+    assert all(v["backward"]["verdict"] == "PASS" for n, v in configs.items() if n in set(kept["experiment"]))
+    failed = frame[frame["failed_stage"] == "backward:shape_sweep"]
+    assert len(failed) and all(d == "REVERT" for d in failed["decision"])  # the judge's PASS of the forward is not enough
+    # the leaderboard times forward plus backward, against eager autograd's
+    assert set(frame[frame["verdict"] == "PASS"]["baseline_us"]) == {300.0}
+    best = min(frame[frame["verdict"] == "PASS"]["median_us"])
+    assert t.best_median_us == best and best < 400.0  # never a big-block forward, fast as it is alone
+    assert "dx off by 2x" in t.history[int(failed.iloc[0]["experiment"])]["message"]  # the backward's own words
+    assert not [e for e in t.history if e.get("failed_stage") == "backward:shape_sweep" and e["decision"] == "KEEP"]

@@ -7,7 +7,8 @@ Per kernel type with winners:
 - winners of a torch op (route "op"): a matmul in a recorded nn.Linear is served by replacing that
   module's forward; any other op (x @ w, F.softmax, F.scaled_dot_product_attention...) by
   replacing the torch function for as long as the patch lasts, live only while one of the recorded
-  modules runs. A plan that recorded no module scopes them to the whole model.
+  modules runs. A plan that recorded no module scopes them to the whole model; a target the
+  profile found in a training step's loss (outside the model) serves for as long as the patch lasts.
 
 Modules are found by their recorded qualified name, else by class. Instance attributes shadow the
 class's forward (deleting them restores it); module globals and torch attributes are set back.
@@ -85,8 +86,15 @@ def _replace(router: Any, done: set, container: Any, name: str, winner: Any, own
     restore.append(undo[-1])
 
 
+def in_loss(modules: list[dict]) -> bool:
+    """Whether the profile recorded a target only in a training step's loss, outside the model."""
+    from autokernel.profile.attribution import LOSS
+    return bool(modules) and all(m.get("class") == LOSS for m in modules)
+
+
 def _bind_ops(router: Any, model: torch.nn.Module, named: dict, kernel_type: str, winners: list, undo: list) -> None:
     everywhere = any(not w.modules for w in winners)  # a plan that recorded no module: the whole model
+    loss = any(in_loss(w.modules) for w in winners)  # the loss runs outside every module of the model
     recorded = list({id(m): m for w in winners for m in _recorded(named, w.modules)}.values())
     unique = [model] if everywhere else recorded
     if kernel_type == "matmul":
@@ -96,9 +104,9 @@ def _bind_ops(router: Any, model: torch.nn.Module, named: dict, kernel_type: str
                 router.tally.sites.append(site)
                 _set(m, "forward", site.stand_in(), undo)
         unique = [m for m in unique if not _is_linear(m)]
-    if not unique or kernel_type not in KINDS.values():  # a form's type recorded as an op: nothing to replace
+    if not (unique or loss) or kernel_type not in KINDS.values():  # a form's type recorded as an op: nothing to replace
         return
-    scope = Scope()
+    scope = Scope(depth=1 if loss else 0)  # a loss's op: live wherever it runs while patched
     for m in unique:
         _set(m, "forward", scoped(scope, m.forward), undo)
     for owner, name in PLACES:
