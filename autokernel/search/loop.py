@@ -177,7 +177,7 @@ class TargetSearch:
                             history=t.recent(HISTORY_WINDOW), device=(self.best_verdict or {}).get("device", {}),
                             peaks=self.peaks, experiment=number, proposal_count=t.proposals,
                             strategy=t.strategy or "refine", parks=t.parks, ideas=list(t.ideas),
-                            visit_proposals=t.visit_proposals, training=self.settings.backward)
+                            visit_proposals=t.visit_proposals, training=self.ranks_training)
         self._choose_parent(ctx, number)
         return ctx
 

@@ -92,7 +92,8 @@ def device_section(ctx: "SearchContext") -> str:
 
 
 def best_section(ctx: "SearchContext") -> str:
-    verdict = ctx.best_verdict or {}
+    from autokernel.search.decision import ranked
+    verdict = (ranked(ctx.best_verdict) if ctx.training else ctx.best_verdict) or {}
     timing, roofline = verdict.get("timing") or {}, verdict.get("roofline") or {}
     if ctx.parent_source is not None:  # another elite, or the starter: the best is named, not shown
         what = "the starter" if ctx.parent_number == 0 else f"experiment {ctx.parent_number}"
@@ -101,7 +102,8 @@ def best_section(ctx: "SearchContext") -> str:
                 f"```python\n{ctx.parent_source.rstrip()}\n```\n")
     head = "## Current best kernel"
     if timing:
-        head += (f": median {_fmt(timing.get('median_us'), ' us')} (IQR {_fmt(timing.get('iqr_us'), ' us')}), "
+        both = " for one forward plus backward" if timing.get("step") == "forward_backward" else ""
+        head += (f": median {_fmt(timing.get('median_us'), ' us')}{both} (IQR {_fmt(timing.get('iqr_us'), ' us')}), "
                  f"{_fmt(timing.get('speedup_vs_eager'), 'x', 3)} vs PyTorch eager "
                  f"({_fmt(timing.get('baseline_median_us'), ' us')})")
     lines = [head]

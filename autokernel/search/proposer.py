@@ -119,7 +119,7 @@ class SearchContext:
     parks: int = 0  # plateaus of this target so far
     ideas: list[str] = field(default_factory=list)  # the "ideas first" strategy's ideas
     visit_proposals: int = 0  # proposals made in the current visit
-    training: bool = False  # a training run: the candidate's backward_fn is judged too
+    training: bool = False  # a training run on a target whose starter gives a backward: ranked by both
 
     @property
     def best_median_us(self) -> float | None:

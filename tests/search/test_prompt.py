@@ -188,3 +188,11 @@ def test_a_training_targets_prompt_asks_for_a_backward_and_an_inference_targets_
     assert "Recompute" in training or "recompute" in training  # the playbook's advice comes with it
     inference = prompt.render(prompt.build_messages(context()))
     assert "Training target" not in inference and "backward_fn(" not in inference
+
+
+def test_a_training_targets_prompt_times_the_best_by_forward_plus_backward():
+    back = {"verdict": "PASS", "stages": [], "timing": {"forward_backward": {
+        "median_us": 400.5, "iqr_us": 8.0, "reps": 20, "eager_median_us": 600.75, "speedup_vs_eager": 1.5}}}
+    user = prompt.build_messages(context(training=True, best_verdict={**BEST_VERDICT, "backward": back}))[1]["content"]
+    assert "median 400.5 us for one forward plus backward" in user and "(600.8 us)" in user
+    assert "median 123.5 us" not in user  # the forward alone is not what a training step pays
