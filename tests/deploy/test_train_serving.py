@@ -171,3 +171,6 @@ def test_a_winner_found_in_the_loss_serves_the_training_steps_loss_outside_the_m
     torch.testing.assert_close(model.weight.grad, expected)
     F.cross_entropy(model(x), y)
     assert calls == ["fwd", "bwd"]  # the patch is gone with its context
+    from autokernel.deploy.routing.binding import LOSS
+    from autokernel.profile.attribution import LOSS as PROFILED
+    assert LOSS == PROFILED  # the exported routing spells the profile's marker itself

@@ -86,9 +86,13 @@ def _replace(router: Any, done: set, container: Any, name: str, winner: Any, own
     restore.append(undo[-1])
 
 
+# the class the profile records for a training step's loss (autokernel.profile.attribution.LOSS),
+# spelled here: an exported package carries routing/ without the profiler
+LOSS = "loss"
+
+
 def in_loss(modules: list[dict]) -> bool:
     """Whether the profile recorded a target only in a training step's loss, outside the model."""
-    from autokernel.profile.attribution import LOSS
     return bool(modules) and all(m.get("class") == LOSS for m in modules)
 
 
