@@ -187,11 +187,11 @@ def _verdict(result: dict, dtype: str, not_run: dict, stand_ins: dict, reference
             failures.append(f"{target}: {k['guilty_reason']}")
         elif not k["not_run"] and k["calls_served"] == 0 and target in loss:
             trained = ((result.get("train") or {}).get("per_kernel") or {}).get(target)
-            if trained is not None and not trained.get("calls_served"):
+            served = (trained or {}).get("calls_served")
+            if trained is not None and not served:
                 failures.append(f"{target}: served no call of the training step's loss")
             k["not_served"] = ("in the training step's loss, which the model's forward does not run"
-                               + (f": served {trained['calls_served']} call(s) in verify --train" if trained
-                                  and trained.get("calls_served") else ""))
+                               + (f": served {served} call(s) in verify --train" if served else ""))
         elif not k["not_run"] and k["calls_served"] == 0:
             if k["fallbacks"] and only_for_speed(k.get("fallback_reasons") or {}):
                 # not wrong, only no faster here: PyTorch keeps every call, and verify says so

@@ -71,7 +71,8 @@ def backward_state(path: Path, kernel_type: str, verdict: dict) -> tuple[bool, s
     """(whether the file's backward_fn serves calls that need gradients, why not in words). Only a
     backward the judge passed serves: one that failed, or that no judge saw (a verdict from before
     backward gating), leaves its winner serving inference alone."""
-    if kernel_type == "module" or not re.search(r"^def backward_fn\(", path.read_text(encoding="utf-8"), re.M):
+    from autokernel.search.decision import has_backward
+    if kernel_type == "module" or not has_backward(path.read_text(encoding="utf-8")):
         return False, ""
     judged = verdict.get("backward")
     if not isinstance(judged, dict) or not judged.get("verdict"):
