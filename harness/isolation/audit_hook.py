@@ -5,8 +5,11 @@ candidate import. Python code cannot remove an audit hook once added.
 How it tells the candidate's code from the judge's: by the call stack at the moment of the event.
 - A frame is the candidate's when its code comes from a folder the candidate controls (its own
   file's folder, the scratch and cache folders it may write) or runs with a candidate module's
-  globals (code that dataclasses or Triton's interpreter generated for it). Code whose file name
-  is synthetic (`<string>`) and whose globals are no loaded module's counts as the candidate's too.
+  globals (code that dataclasses or Triton's interpreter generated for it).
+- Code generated at run time (a synthetic file name such as `<string>`) belongs to whoever
+  generated it: code that Triton or torch exec'd (Triton's argument binder, made on a kernel's first
+  launch) is theirs, marked as it is exec'd; other generated code is its module's where its globals
+  are a loaded module's, and otherwise the candidate's.
 - With no candidate frame on the stack, the event is the judge's own, or torch's and Triton's
   internals working for the judge: it passes untouched.
 - With one on the stack, the event happens on the candidate's behalf and the rules below apply.
@@ -14,12 +17,18 @@ How it tells the candidate's code from the judge's: by the call stack at the mom
   inside a candidate's call (a lazy import, Triton building its launcher and running ptxas on a
   GPU) keeps working, while the candidate calling the standard library directly (`inspect`,
   `pickle`, `socket`, reached through another module's attribute) stays the candidate.
+- A library's own mechanism is the library's: a frame that a library reads for itself (filelock's
+  bookkeeping of who holds a lock) beneath a call the candidate made to a compiler or loader the
+  judge relies on is not the candidate reading frames. What the candidate calls directly is held
+  to the rules.
 
 Refused while candidate code runs (each refusal raises JudgeRefusal and is reported to the judging
 process, which fails the verdict naming it even when the candidate swallows the exception):
 - frame introspection: sys._getframe, tb_frame, gi_frame, cr_frame, ag_frame, sys._current_frames,
   gc's referrer and object walks, settrace/setprofile and new audit hooks; except for the few
-  standard-library functions that read a caller's module name and hand out no frame;
+  standard-library functions that read a caller's module name and hand out no frame, and frame
+  reads (sys._getframe, tb_frame...) a library makes for itself beneath the candidate's call of a
+  compiler or loader the judge relies on (which hands no frame out);
 - pickle.find_class and marshal.loads (except importlib loading a module's bytecode);
 - imports the candidate itself asks for outside the static check's allowed list;
 - sockets of any kind; processes, os.system, os.exec*, environment changes and ctypes, unless the
@@ -50,6 +59,9 @@ CANDIDATE, TOOLCHAIN, STDLIB = "candidate", "toolchain", "stdlib"
 
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 FUNCTION_ATTRIBUTES = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+# frame reads a library may make for itself beneath an allowed call (never tracing, walks of every
+# object or thread, nor new audit hooks)
+LIBRARY_FRAME_EVENTS = frozenset({"sys._getframe", "object.__getattr__"})
 FRAME_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
                           "sys.addaudithook", "gc.get_referrers", "gc.get_referents", "gc.get_objects"})
 PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
@@ -105,6 +117,7 @@ class _Bound(NamedTuple):
     """Everything the installed hook uses, bound once: rebinding this module's names changes nothing."""
     policy: Policy
     candidate_globals: list
+    generated: dict  # id(code) -> code: code objects a toolchain library exec'd (its own)
     refusals: list
     local: threading.local
     modules: dict
@@ -126,7 +139,7 @@ def install(policy: Policy) -> Callable[[object], None]:
     first hook's registration function); returns `register(module)` for candidate modules."""
     if _registered:
         return _registered[0]
-    bound = _Bound(policy, [], [], threading.local(), sys.modules, sys._getframe, os.getcwd, os.path.join,
+    bound = _Bound(policy, [], {}, [], threading.local(), sys.modules, sys._getframe, os.getcwd, os.path.join,
                    os.path.normpath, os.path.basename, os.fspath, JudgeRefusal, threading.get_ident)
     hook = _private_copy()["_hook"]
 
@@ -174,11 +187,12 @@ def _kind(frame, b: _Bound) -> str:
     for c in b.candidate_globals:
         if g is c:
             return CANDIDATE
-    name = frame.f_code.co_filename
+    code = frame.f_code
+    name = code.co_filename
     if name.startswith("<frozen "):
         return STDLIB
     if name.startswith("<"):
-        return _synthetic_kind(g, b)
+        return TOOLCHAIN if b.generated.get(id(code)) is code else _synthetic_kind(g, b)
     return _file_kind(name, b.policy)
 
 
@@ -229,6 +243,8 @@ def _hook(event: str, args: tuple, b: _Bound) -> None:
         b.local.walking = False
     try:
         why = _foreign_thread(event, b) or _judge(event, args, frame, b)
+        if why is None and event == "exec":
+            _note_generated(args, frame, b)
     except Exception as e:  # a fault of this hook: fail closed only on the candidate's behalf
         why = None if _candidate_frame(frame, b) is None else \
             f"{event} (the hook could not judge it: {type(e).__name__})"
@@ -260,6 +276,8 @@ def _judge(event: str, args: tuple, frame, b: _Bound) -> str | None:
     actor, actor_kind = _actor(frame, b)
     if event in FRAME_EVENTS or event == "object.__getattr__":
         if _safe_frame_reader(frame) or _launch_monitor_reader(frame, b):
+            return None
+        if event in LIBRARY_FRAME_EVENTS and _libraries_own(frame, candidate, b):
             return None
         what = args[1] if event == "object.__getattr__" else event
         return f"frame introspection ({what}) at {where}: the judge's frames are not the candidate's to read"
@@ -302,6 +320,43 @@ def _judge(event: str, args: tuple, frame, b: _Bound) -> str | None:
             return None  # a library reopening a descriptor it holds (subprocess's pipes)
         return f"{event}({args[0]!r}) at {where}: outside the candidate's scratch folder and the paths a kernel reads"
     return None
+
+
+def _note_generated(args: tuple, frame, b: _Bound) -> None:
+    """Code that Triton or torch exec (Triton's argument binder, torch's generated graphs) is
+    theirs: its frames, whose file name is `<string>`, count as the library's, not the candidate's.
+    Marked only when the exec was allowed and its actor is such a library: a candidate cannot exec
+    code (refused), and Triton's binder is built from a kernel's parameter names and canonical type
+    names alone, never from text a kernel wrote."""
+    code = args[0] if args else None
+    if not hasattr(code, "co_consts"):
+        return
+    actor, kind = _actor(frame, b)
+    if kind != TOOLCHAIN or not _under(actor.f_code.co_filename, b.policy.code_makers):
+        return
+    pending = [code]
+    while pending:  # the functions it defines are generated code too
+        c = pending.pop()
+        b.generated[id(c)] = c
+        pending.extend(k for k in c.co_consts if hasattr(k, "co_consts"))
+
+
+def _libraries_own(frame, candidate, b: _Bound) -> bool:
+    """Whether a frame read is a library's own mechanism: the candidate called a compiler or loader
+    the judge relies on (Triton, torch's extension builder, the project's CUDA loaders: the policy's
+    builders), which hands out no frame, and the read happened beneath that call, in a library's
+    code (filelock noting who holds the lock of the CUDA build cache). A library the candidate calls
+    directly, or one that reads frames for whoever calls it, is held to the rules."""
+    actor, kind = _actor(frame, b)
+    if kind != TOOLCHAIN:
+        return False
+    callee, f = None, frame
+    while f is not None and f is not candidate:
+        if _kind(f, b) != STDLIB:
+            callee = f  # the outermost frame outside the standard library inside the candidate's call
+        f = f.f_back
+    return (callee is not None and actor is not callee and _kind(callee, b) == TOOLCHAIN
+            and _under(callee.f_code.co_filename, b.policy.builders))
 
 
 def _importing(frame, candidate) -> bool:

@@ -71,31 +71,59 @@ PROBES = {
     # Triton's launcher build on a GPU: platform.architecture() runs `file`, whose subprocess opens
     # os.devnull, with the candidate's launch on the stack
     "toolchain_tool_devnull": lambda: (PLATFORM_KEY.cache_clear(), PLATFORM_KEY())[1],
+    # a library's own mechanism beneath a loader the judge relies on: filelock reads frames while the
+    # CUDA build cache's lock is taken (TOOLS stands in for harness/cuda_launcher.py, a builder)
+    "lock_beneath_a_builder": lambda: TOOLS.build_locked(SCRATCH + "/build.lock"),
+    # code a code maker generated (Triton's argument binder) is the maker's: its imports are its own
+    "generated_by_a_maker": lambda: TOOLS.make_importer("colorsys")(),
+    # refused: the same library called directly, and generated code running with the candidate's globals
+    "lock_called_directly": lambda: TOOLS.FileLock(SCRATCH + "/direct.lock").acquire(),
+    "generated_with_candidate_globals": lambda: TOOLS.make_importer("netrc", globals())(),
 }
+'''
+
+# A builder and code maker of the test's own (a policy may name more of either): filelock taken as
+# the CUDA build cache's lock is, and code generated the way Triton makes its argument binder.
+TOOLS = '''
+from filelock import FileLock
+
+def build_locked(path):
+    with FileLock(path):
+        return "built"
+
+def make_importer(module, namespace=None):
+    namespace = {} if namespace is None else namespace
+    exec(f"def importer():\\n    import {module}\\n    return 'imported'\\n", namespace)
+    return namespace["importer"]
 '''
 
 CHILD = r'''
 import json, sys, threading, types
-folder, scratch, readable, secret = sys.argv[1:5]
+folder, scratch, readable, secret, tools = sys.argv[1:6]
 from harness.isolation import audit_hook, audit_policy
 from triton.runtime.build import platform_key
+sys.path.insert(0, tools)
+import tools as tools_module
 reports = []
-register = audit_hook.install(audit_policy.standard_policy(
+policy = audit_policy.standard_policy(
     untrusted=[folder], reads=[folder, readable, *sys.path[1:]], writes=[scratch],
     allowed_imports=("torch", "math", "functools", "typing", "dataclasses", "enum"), report=reports.append,
-    judge_thread=threading.get_ident()))
+    builders=[tools], judge_thread=threading.get_ident())
+policy = policy._replace(code_makers=policy.code_makers + audit_policy._roots([tools]))
+register = audit_hook.install(policy)
 import importlib.util
 spec = importlib.util.spec_from_file_location("cand", folder + "/cand.py")
 module = importlib.util.module_from_spec(spec)
 module.SECRET, module.READABLE, module.SCRATCH = secret, readable, scratch
 module.setattr_ = object.__setattr__
 module.PLATFORM_KEY = platform_key
+module.TOOLS = tools_module
 def judge_fn():
     return "judge"
 module.JUDGE_FN = judge_fn
 register(module)
 spec.loader.exec_module(module)
-if sys.argv[5] == "rebind":  # names of the hook's module rebound: the installed hook must not care
+if sys.argv[6] == "rebind":  # names of the hook's module rebound: the installed hook must not care
     audit_hook._judge = lambda *a: None
     audit_hook.WATCHED = frozenset()
     audit_hook._hook = lambda *a: None
@@ -118,9 +146,11 @@ REFUSED = {"getframe": "frame introspection (sys._getframe)", "tb_frame": "frame
            "gi_frame": "frame introspection (gi_frame)", "pickle_socket": "pickle.find_class",
            "importlib_wave": "import wave", "subprocess": "os.system", "socket": "socket.__new__",
            "read_outside": "open(", "write_outside": "open(", "rewrite_judge_code": "rewriting judge_fn.__code__",
-           "putenv": "os.putenv"}
+           "putenv": "os.putenv", "lock_called_directly": "frame introspection (sys._getframe)",
+           "generated_with_candidate_globals": "import netrc"}
 ALLOWED = ("dataclass", "namedtuple", "enum", "math", "read_inside", "write_scratch", "format_traceback",
-           "torch_compute", "toolchain_tool_devnull", "judge_getframe", "judge_pickle")
+           "torch_compute", "toolchain_tool_devnull", "lock_beneath_a_builder", "generated_by_a_maker",
+           "judge_getframe", "judge_pickle")
 
 
 def _run(tmp_path: Path, mode: str) -> dict:
@@ -128,10 +158,14 @@ def _run(tmp_path: Path, mode: str) -> dict:
     for f in (folder, scratch, readable):
         f.mkdir()
     (folder / "cand.py").write_text(textwrap.dedent(CANDIDATE))
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "tools.py").write_text(TOOLS)
     (readable / "data.txt").write_text("data")
     secret = tmp_path / "secret.txt"
     secret.write_text("secret")
-    out = subprocess.run([sys.executable, "-c", CHILD, str(folder), str(scratch), str(readable), str(secret), mode],
+    out = subprocess.run([sys.executable, "-c", CHILD, str(folder), str(scratch), str(readable), str(secret),
+                          str(tools), mode],
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"})
     assert out.returncode == 0, out.stderr[-3000:]
