@@ -118,7 +118,7 @@ def read_roots(extra=()) -> list[str]:
     roots = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              *(v for k, v in sysconfig.get_paths().items() if k != "data"), *site.getsitepackages()]
     roots += _package_roots()
-    roots += [*SYSTEM_READS, *PROC_READS, "/dev", *_cuda_roots(), *_compiler_roots(), *extra]
+    roots += [*SYSTEM_READS, *PROC_READS, "/dev", *_cuda_roots(), *_driver_roots(), *_compiler_roots(), *extra]
     real = {os.path.realpath(p) if not p.startswith("/proc/") else p for p in roots if p and os.path.exists(p)}
     # one rule per folder: what lies beneath another root is readable already
     return sorted(p for p in real if not any(p.startswith(other.rstrip("/") + "/") for other in real if other != p))
@@ -154,6 +154,18 @@ def _compiler_roots() -> list[str]:
         if prefix not in ("/", "") and prefix not in out:
             out.append(prefix)
     return out
+
+
+def _driver_roots() -> list[str]:
+    """The folders of the CUDA driver library where it lies outside the system folders, found the
+    way Triton finds it (TRITON_LIBCUDA_PATH, else the folders of LD_LIBRARY_PATH that hold
+    libcuda.so.1): Triton links its launcher support against it and loads it lazily, at the first
+    launch, under the rules (a container's driver often lies in /usr/local/nvidia/lib64 or /opt)."""
+    named = os.environ.get("TRITON_LIBCUDA_PATH")
+    if named:
+        return [named]
+    folders = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    return [p for p in folders if os.path.exists(os.path.join(p, "libcuda.so.1"))]
 
 
 def _cuda_roots() -> list[str]:
