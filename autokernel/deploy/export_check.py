@@ -52,7 +52,11 @@ def selftest_confined(package_parent: str | Path, device: str | None = None, san
     return result
 
 
-def _child(ns: argparse.Namespace) -> int:
+def confine(ns: argparse.Namespace) -> tuple[object, str | None, dict]:
+    """Everything the child does before a kernel is imported, in order: a fresh network namespace
+    (first: one thread only), the package's own code, Triton, the OS sandbox, the audit hook over the
+    package's kernels/. Returns the package (or None), why it failed to import (or None), and what
+    the sandbox enforces. (tests/rehearsal runs a first real launch behind exactly this.)"""
     from harness.isolation import audit_policy, namespace, sandbox
     from harness.isolation.sandbox import caches_for_worker
     network = None if ns.no_sandbox else namespace.isolate_for(ns.device)  # first: one thread only
@@ -73,6 +77,11 @@ def _child(ns: argparse.Namespace) -> int:
     audit_policy.install_for_winners(untrusted=[str(Path(package, "kernels"))], report=report,
                                      reads=[*(state.get("reads") or sandbox.read_roots()), package],
                                      writes=[tempfile.gettempdir(), *ns.sandbox_write, *map(str, caches_for_worker())])
+    return loaded, failure, state
+
+
+def _child(ns: argparse.Namespace) -> int:
+    loaded, failure, state = confine(ns)
     result: dict = {"sandbox": state}
     try:
         if failure is not None:

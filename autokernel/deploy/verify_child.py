@@ -70,28 +70,39 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _child(ns: argparse.Namespace) -> int:
-    """The confined side: verify the copy, write its verify.json (with the sandbox in force, and the
-    audit hook watching the winners, whose code is what lives in the copy of the run)."""
+def confine(ns: argparse.Namespace) -> dict:
+    """Everything the child does before a winner is imported, in order: a fresh network namespace
+    (first: one thread only), Triton's mode for the device, Triton imported, the OS sandbox, the audit
+    hook over the copy of the run. Returns what the sandbox enforces; raises UserError for a device
+    this machine lacks. (tests/rehearsal runs a first real launch behind exactly this.)"""
     from harness.isolation import audit_policy, namespace, sandbox
     from harness.isolation.sandbox import caches_for_worker
     network = None if ns.no_sandbox else namespace.isolate_for(ns.device)  # first: one thread only
     from autokernel.deploy import verify as verifier
     from autokernel.search.run import RunDir
     model_folder = _model_folder(Path(ns.run))  # the model imports its neighbours
-    try:
-        verifier.choose_device(RunDir(ns.run), ns.device)  # Triton's mode, then Triton, before the rules
-    except UserError as e:
-        return _refused(e)
+    verifier.choose_device(RunDir(ns.run), ns.device)  # Triton's mode, then Triton, before the rules
     sandbox.import_triton()
     state = sandbox.not_requested() if ns.no_sandbox else sandbox.confine(
         ns.sandbox_write, readable=[model_folder] if model_folder else [], namespace=network)
     sandbox.warn_if_open(state, "autokernel verify")
     reads = [*(state.get("reads") or sandbox.read_roots()), ns.run, *([model_folder] if model_folder else [])]
     caches = [p for p in ns.sandbox_write if not (ns.run + "/").startswith(os.path.realpath(p) + "/")]
-    from autokernel.deploy.routing import KernelRefused, refusals
+    from autokernel.deploy.routing import refusals
     audit_policy.install_for_winners(untrusted=[ns.run], reads=reads, report=refusals.report,
                                      writes=[tempfile.gettempdir(), *caches, *map(str, caches_for_worker())])
+    return state
+
+
+def _child(ns: argparse.Namespace) -> int:
+    """The confined side: verify the copy, write its verify.json (with the sandbox in force, and the
+    audit hook watching the winners, whose code is what lives in the copy of the run)."""
+    try:
+        state = confine(ns)
+    except UserError as e:
+        return _refused(e)
+    from autokernel.deploy import verify as verifier
+    from autokernel.deploy.routing import KernelRefused
     try:
         verifier.verify(Path(ns.run), device=ns.device, compile_baseline=ns.compile,
                         log=lambda m: print(m, file=sys.stderr, flush=True), train=ns.train, steps=ns.steps)

@@ -265,6 +265,21 @@ def install_audit_hook(a, state: dict) -> None:
         allowed=allowed_imports(model=True), report=a.report.refused if a.report else None, extensions=True)
 
 
+def prepare(a, network: dict | None = None) -> tuple[dict, IdentityGuard]:
+    """Everything between the child's own imports and the solution's import, in order: the launch
+    monitor, the OS sandbox (recorded beside the result, kept if the solution crashes), the watch on
+    text reads, the identity snapshot, the audit hook. (tests/rehearsal runs a first real launch
+    behind exactly this.)"""
+    launches.install()  # the one launch monitor, before the sandbox, the identity snapshot and the import
+    state = enter_sandbox(a, network)
+    (a.out / "sandbox.json").write_text(json.dumps(state))
+    from harness.correctness.integrity import watch_text_reads
+    watch_text_reads()  # a tensor's repr counts as a host read while recorded
+    guard = IdentityGuard(("__main__",))  # before the solution is imported
+    install_audit_hook(a, state)
+    return state, guard
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.kernelbench.kb_worker")
     p.add_argument("mode", choices=sorted(MODES))
@@ -294,13 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         # built before the sandbox: a module target's Model reads its weights beside the problem
         a.model = bench.build(bench.Model) if a.solution else None
         if a.solution:
-            launches.install()  # the one launch monitor, before the sandbox, the identity snapshot and the import
-            sandbox_state = enter_sandbox(a, network)
-            (a.out / "sandbox.json").write_text(json.dumps(sandbox_state))  # kept if the solution crashes
-            from harness.correctness.integrity import watch_text_reads
-            watch_text_reads()  # a tensor's repr counts as a host read while recorded
-            guard = IdentityGuard(("__main__",))  # before the solution is imported
-            install_audit_hook(a, sandbox_state)
+            sandbox_state, guard = prepare(a, network)
         result = MODES[a.mode](a, bench, a.out, tensors)
         if guard is not None:
             result["identity"] = {"where": f"after {a.mode}", "replaced": guard.replaced()}

@@ -331,11 +331,7 @@ def run_stages(w: Worker, ns, network: dict | None = None) -> None:
     if not w.compile_only:
         w.calibration = measurement.calibration(plan.timing, w.device, w.report)
         w.log.event(event="calibration", **w.calibration)
-    state = enter_sandbox(ns, network)
-    w.log.event(event="sandbox", **state)
-    watch_text_reads()  # a tensor's repr counts as a host read: before the snapshot holds the wrappers
-    w.guard = IdentityGuard(("__main__",))  # after every judge module is loaded, before the candidate
-    install_audit_hook(ns, w, state)
+    prepare(w, ns, network)
     if not w.compile(plan) or not w.untouched("after compile"):
         return
     steps = [(s, lambda s=s: w.correctness_stage(s, plan.stages[s])) for s in ("smoke", "shape_sweep", "stability")]
@@ -353,6 +349,18 @@ def run_stages(w: Worker, ns, network: dict | None = None) -> None:
     if w.has_backward and timing is not None:  # gated apart: only a forward that passed here
         from harness.workers import backward_stages
         backward_stages.run(w, plan)
+
+
+def prepare(w: Worker, ns, network: dict | None = None) -> dict:
+    """Everything between the worker's own imports and the candidate's import, in order: the OS
+    sandbox, the watch on text reads, the identity snapshot, the audit hook. What the sandbox
+    enforces is recorded and returned. (tests/rehearsal runs a first real launch behind exactly this.)"""
+    state = enter_sandbox(ns, network)
+    w.log.event(event="sandbox", **state)
+    watch_text_reads()  # a tensor's repr counts as a host read: before the snapshot holds the wrappers
+    w.guard = IdentityGuard(("__main__",))  # after every judge module is loaded, before the candidate
+    install_audit_hook(ns, w, state)
+    return state
 
 
 def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | None = None):
