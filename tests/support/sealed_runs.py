@@ -9,12 +9,13 @@ from autokernel.search.run import RunDir, RunState, TargetState
 from autokernel.search.seal import source_sha256, write_source
 
 
-def record_baseline(run: RunDir, target: TargetState, source: str, median_us: float = 100.0) -> None:
+def record_baseline(run: RunDir, target: TargetState, source: str, median_us: float = 100.0,
+                    device: str = "cpu") -> None:
     """Record `source` as `target`'s passing baseline (experiment 0) and its best kernel."""
     path = run.experiment_file(target, 0)
     write_source(path, source)
     write_source(run.best_file(target), source)
-    verdict = {"verdict": "PASS", "failed_stage": None, "timing": {"median_us": median_us}, "device": {"type": "cpu"}}
+    verdict = {"verdict": "PASS", "failed_stage": None, "timing": {"median_us": median_us}, "device": {"type": device}}
     row = make_row(experiment=0, target=target.name, kernel_type=target.kernel_type, agent="tune",
                    decision="BASELINE", verdict=verdict, candidate=run.relative(path),
                    source_sha256=source_sha256(source))
@@ -37,13 +38,14 @@ def write_run(root, spec, targets, name: str = "run", dtype: str = "float32", ve
                         kwargs=kwargs, status="done", best_experiment=0, best_median_us=100.0,
                         baseline_median_us=100.0, eager_median_us=50.0)
         state.targets.append(t)
-        record_baseline(run, t, source)
+        record_baseline(run, t, source, device=spec.device or "cpu")
         recorded = verdict(t) if verdict is not None else None
         if recorded is not None:
             run.write_json(run.experiment_file(t, 0, ".json"), recorded)
         entries.append({"rank": rank, "kernel_type": kernel_type, "target": target, "route": route, "modules": modules})
-    run.write_json(run.config_path, {"run_id": run.run_id, "model": spec.to_json(), "device": {"type": "cpu"}})
-    run.write_json(run.plan_path, {"device": "cpu", "entries": entries})
+    device = spec.device or "cpu"
+    run.write_json(run.config_path, {"run_id": run.run_id, "model": spec.to_json(), "device": {"type": device}})
+    run.write_json(run.plan_path, {"device": device, "entries": entries})
     run.save_state(state)
     return run
 

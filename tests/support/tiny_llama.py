@@ -57,15 +57,15 @@ def llama():
 
 
 def make_run(root: Path, targets=TARGETS, dtype: str = "float32", model_dtype=None, name: str = "run-starters",
-             exact: tuple = ()) -> Path:
+             exact: tuple = (), device: str = "cpu") -> Path:
     """A finished run on the tiny LLaMA whose winners are the Triton starters at its shapes (the
-    targets' dtype `dtype`; the model cast to `model_dtype` when given). Each winner's verdict says
-    the judge proved it at the shapes around its target, except those named in `exact`: records from
-    before serving ranges, their target alone."""
+    targets' dtype `dtype`; the model cast to `model_dtype` when given; on `device`). Each winner's
+    verdict says the judge proved it at the shapes around its target, except those named in `exact`:
+    records from before serving ranges, their target alone."""
     from autokernel.profile.modelfile import ModelSpec
     from starter_kernels import starter_path
     spec = ModelSpec(path=str(LLAMA), class_name="LlamaTiny", input_shape=[1, 8], input_dtype="tokens",
-                     vocab_size=64, init_args=LLAMA_ARGS, device="cpu", dtype=model_dtype)
+                     vocab_size=64, init_args=LLAMA_ARGS, device=device, dtype=model_dtype)
     sources = [(target, kernel_type, dims, kwargs, route, modules, starter_path(kernel_type).read_text())
                for target, kernel_type, dims, kwargs, route, modules, _ in targets]
     return write_run(root, spec, sources, name, dtype,
