@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # One prepared check of the GPU path, for a machine with a CUDA device, in one call of at most
-# 8 minutes. Run from anywhere:  bash benchmarks/gpu_check.sh
+# 9 minutes. Run from anywhere:  bash benchmarks/gpu_check.sh
+#
+# First, on a fresh device, the smoke (at most 120 s):  STEPS=smoke bash benchmarks/gpu_check.sh
+#   what the CPU rehearsal of a first launch assumes (tests/support/standin_gpu.py) beside this
+#   machine's answers (a difference goes into the rehearsal), one honest starter per backend judged
+#   in fp16 and bf16, a tiny model served by an exported package's patch() in a plain process, and
+#   one verify (benchmarks/gpu_smoke.py). If it fails, fix it and run the smoke again before the rest.
 #
 # Steps, most important first, each under its own `timeout` and all under one deadline (TOTAL_S,
-# default 460 s), so the script ends in time whatever hangs; a step with no time left is named as
+# default 540 s), so the script ends in time whatever hangs; a step with no time left is named as
 # skipped. Every line is printed as it comes and copied into one summary file,
 # benchmarks/results/gpu-check-<date>-<device>.md (commit it).
 #   1. compute-bound starters vs cuBLAS / SDPA / eager, met or short per row (compute_bound.py)
@@ -28,7 +34,7 @@
 # plugin is needed: the GPU tests run in one process (-p no:xdist, whatever is installed). The
 # repository goes on PYTHONPATH.
 #   DRY_RUN=1   the same steps on the CPU with tiny shapes and budgets (proves the script; no GPU)
-#   TOTAL_S     the overall deadline in seconds (default 460)
+#   TOTAL_S     the overall deadline in seconds (default 540; the smoke 120)
 #   STEPS       which steps to run, in order, e.g. "1 3" (default "1 2 6 3 7 5 4": the LLaMA run takes
 #               the time that is left, its tuner budget 3 minutes at most)
 # shellcheck disable=SC2054  # the commas below are inside arguments (comma lists), not separators
@@ -39,7 +45,6 @@ cd "$ROOT" || exit 2
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python}"
 DRY_RUN="${DRY_RUN:-0}"
-TOTAL_S="${TOTAL_S:-460}"
 STEPS="${STEPS:-1 2 6 3 7 5 4}"
 START="${GPU_CHECK_START:-$(date +%s)}"
 WORK="${GPU_CHECK_WORK:-$(mktemp -d /tmp/gpu_check.XXXXXX)}"
@@ -53,10 +58,12 @@ else
   DEVICE_NAME="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
   DEVICE_NAME="${DEVICE_NAME:-unknown-gpu}"
 fi
+if [ "$STEPS" = smoke ]; then TOTAL_S="${TOTAL_S:-$(( 120 * SCALE ))}"; else TOTAL_S="${TOTAL_S:-540}"; fi
 if [ "$DRY_RUN" = 1 ]; then
   DEV=(--device cpu)
   SUITE_TYPES=(--types reduce,matmul)
   SUITE_DTYPES="float32"
+  SMOKE_DTYPES="float32"
   LLAMA=(examples/llama_tiny.py --class-name LlamaTiny --input-dtype tokens --vocab-size 2048
          --input-shape 1,8 --init-args '[2048, 64, 4, 4, 128]' --dtype bfloat16 --device cpu
          --agent tune --max-experiments 1 --top 1 --plain)
@@ -67,6 +74,7 @@ else
   DEV=(--device cuda)
   SUITE_TYPES=(--types matmul,fused_mlp,flash_attention,rmsnorm,layernorm,softmax,cross_entropy,reduce,rotary_embedding)
   SUITE_DTYPES="float16 bfloat16"
+  SMOKE_DTYPES="float16 bfloat16"
   LLAMA=(examples/llama_tiny.py --class-name LlamaTiny --input-dtype tokens --vocab-size 32000
          --input-shape 4,512 --init-args '[32000, 2048, 2, 16, 5632]' --dtype bfloat16 --device cuda
          --agent tune --plain)
@@ -85,6 +93,27 @@ suite() {  # the starters suite for one backend, every dtype, rows streamed into
     "$PY" -m autokernel bench --suite starters "${DEV[@]}" --backend "$backend" --dtype "$dtype" \
       "${SUITE_TYPES[@]}" --jsonl "$WORK/suite-$backend.jsonl" --json > /dev/null
   done
+}
+
+smoke_judges() {  # one honest starter per backend, judged in each dtype a GPU serves; exit 1 unless all PASS
+  local rc=0 backend
+  for backend in triton cuda; do
+    for dtype in $SMOKE_DTYPES; do
+      "$PY" -m autokernel bench --suite starters "${DEV[@]}" --backend "$backend" --dtype "$dtype" \
+        --types softmax --jsonl - --json > "$WORK/smoke-$backend-$dtype.jsonl" 2> "$WORK/smoke-$backend-$dtype.err"
+      "$PY" -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and "verdict" in l]
+for v in rows:
+    print(v.get("target") or v.get("kernel_file"), v.get("backend"), v["verdict"], v.get("failed_stage") or "",
+          (v.get("timing") or {}).get("median_us"), "us")
+    if v["verdict"] not in ("PASS", "COMPILE_ONLY"):
+        print([s for s in v.get("stages", []) if s.get("status") == "fail"][:1])
+sys.exit(0 if rows and all(v["verdict"] in ("PASS", "COMPILE_ONLY") for v in rows) else 1)
+' "$WORK/smoke-$backend-$dtype.jsonl" || { rc=1; tail -n 20 "$WORK/smoke-$backend-$dtype.err"; }
+    done
+  done
+  return $rc
 }
 
 sandboxes() {  # which sandbox the verdicts ran in, where they say
@@ -211,9 +240,13 @@ say "$("$PY" -c 'import sys, torch, triton; print(f"python {sys.version.split()[
 
 for s in $STEPS; do
   case "$s" in
+    smoke) step "What the CPU rehearsal assumes, and this machine" 15 "$PY" benchmarks/gpu_smoke.py machine
+           step "One honest starter per backend, judged in each GPU dtype" 60 smoke_judges
+           step "A tiny model served by an exported package's patch(), then verify" 45 \
+             "$PY" benchmarks/gpu_smoke.py serve "${DEV[@]}" ;;
     1) step "Compute-bound starters vs cuBLAS, SDPA and eager" 110 \
          "$PY" benchmarks/compute_bound.py "${COMPUTE[@]}" ;;
-    2) step "GPU-marked tests" 40 "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist tests \
+    2) step "GPU-marked tests" 150 "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist tests \
          --deselect tests/attacks/test_gpu_timing.py ;;
     3) step "Starters suite, Triton" 60 suite triton
        step "Starters suite, CUDA C++" 25 suite cuda
@@ -222,7 +255,7 @@ for s in $STEPS; do
     5) step "KernelBench level 1, three problems, tuner" 45 kernelbench ;;
     7) step "Training: starters forward+backward vs eager, torch.compile and Liger, with memory" 90 \
          "$PY" benchmarks/train_starters.py "${TRAIN[@]}" ;;
-    6) step "Timing attacks only a GPU can run, beside the honest starters" 100 \
+    6) step "Timing attacks only a GPU can run, beside the honest starters" 120 \
          "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist tests/attacks/test_gpu_timing.py ;;
     *) say "unknown step $s" ;;
   esac
