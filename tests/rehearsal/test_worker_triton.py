@@ -28,9 +28,11 @@ def test_a_gcc_outside_usr_builds_tritons_launcher_support_inside_the_sandbox(dr
 
 
 TRITON36 = os.environ.get("AUTOKERNEL_TRITON36")
+NO_TRITON36 = ("no Triton 3.6 named by AUTOKERNEL_TRITON36 (.ci/run installs one: "
+               "pip install --no-deps --target DIR triton==3.6.0)")
 
 
-@pytest.mark.skipif(not TRITON36, reason="no Triton 3.6 named by AUTOKERNEL_TRITON36 (.ci/run installs one)")
+@pytest.mark.skipif(not TRITON36, reason=NO_TRITON36)
 @pytest.mark.parametrize("kernel_type", starters("triton"))
 def test_every_triton_starter_first_launches_under_triton_3_6(driver, tmp_path, kernel_type):
     """Triton 3.6, a GPU image's today: it also builds a launcher per kernel with gcc, at the first
