@@ -1,7 +1,8 @@
 """The other places a kernel first launches, rehearsed behind the stand-in driver
 (tests/rehearsal/conftest.py): its winners served by verify's child, `export --selftest`'s child and
 the exported package in a user's process, and a KernelBench solution in the KernelBench child. The
-winners are the Triton starters of a finished run on the tiny LLaMA."""
+winners are Triton starters, of a finished run on the tiny LLaMA (and for patch(), on a model
+whose served calls each read its input)."""
 from __future__ import annotations
 
 import shutil
@@ -11,7 +12,8 @@ import pytest
 
 import standin_gpu
 from rehearsal import REFUSED, assert_launched, rehearse, scratch
-from paths import KERNELBENCH
+from paths import DATA, KERNELBENCH
+from tiny_llama import proven_around
 from starter_kernels import starter_path
 
 
@@ -29,16 +31,28 @@ def package(starters_run, tmp_path_factory) -> Path:
     return parent
 
 
+# winners of the model in tests/data/branches.py, each reading the model's input
+BRANCHES = [("rmsnorm[8x32:float32]", "rmsnorm", {"M": 8, "N": 32}, {}, "module", [{"name": "norm", "class": "RMSNorm"}]),
+            ("fused_mlp[8x32x64:float32]", "fused_mlp", {"M": 8, "D": 32, "F": 64}, {}, "module",
+             [{"name": "mlp", "class": "MLP"}]),
+            ("matmul[8x32x32:float32]", "matmul", {"M": 8, "K": 32, "N": 32}, {}, "op", [{"name": "proj", "class": "Linear"}])]
+
+
 @pytest.fixture(scope="module")
 def patching_package(tmp_path_factory) -> Path:
-    """The same winners but matmul: the stand-in computes nothing, so a served projection's output
-    is garbage, and the MLP module's bind-time check (its forward against the fused_mlp reference)
-    would fall back on it; without it every winner serves the patched model."""
+    """An exported package of Triton starters for a model none of whose served calls reads another's
+    output: the stand-in computes nothing, and a served call's uninitialised output fed to the next
+    (a module route's bind-time check, say) would make the next fall back by chance."""
     from autokernel.deploy.export import export
-    from tiny_llama import TARGETS, make_run
-    run = make_run(tmp_path_factory.mktemp("rehearsed-run-patch"), [t for t in TARGETS if t[1] != "matmul"])
+    from autokernel.profile.modelfile import ModelSpec
+    from sealed_runs import write_run
+    spec = ModelSpec(path=str(DATA / "branches.py"), class_name="Branches", input_shape=[1, 8, 32],
+                     input_dtype="float32", init_args=[], device="cpu")
+    sources = [(*t, starter_path(t[1]).read_text()) for t in BRANCHES]
+    run = write_run(tmp_path_factory.mktemp("rehearsed-run-patch"), spec, sources, "run-branches", "float32",
+                    verdict=proven_around)
     parent = tmp_path_factory.mktemp("rehearsed-package-patch")
-    export(run, parent)
+    export(run.path, parent)
     return parent
 
 
@@ -69,12 +83,11 @@ def test_every_kernel_first_launches_in_the_export_selftests_child(driver, packa
 def test_the_exported_packages_patch_serves_first_launches_in_a_users_process(driver, patching_package, tmp_path):
     """A plain user process: no judge, the package's own audit hook on (AUTOKERNEL_KERNEL_AUDIT's
     default), the unmodified model patched; every winner serves its calls through the real backend."""
-    from tiny_llama import LLAMA
     _, base = scratch(tmp_path)
     env = standin_gpu.environment({**base, "AUTOKERNEL_KERNEL_AUDIT": "on"}, driver)
-    result, launched, stderr = rehearse("package", [patching_package, LLAMA], env, tmp_path)
+    result, launched, stderr = rehearse("package", [patching_package, DATA / "branches.py"], env, tmp_path)
     assert result["guard"] == ["on"], result
-    assert_every_winner_launched(result, launched, stderr, winners=4)
+    assert_every_winner_launched(result, launched, stderr, winners=len(BRANCHES))
     assert all(call["served"] > 0 for call in result["calls"]), result["calls"]
 
 

@@ -138,20 +138,19 @@ def _package_calls(package) -> list[dict]:
 
 
 def package(parent: Path, model_file: Path) -> dict:
-    """The exported package in a plain user process, its audit hook on: the unmodified tiny LLaMA
-    patched and run once, every call its winners serve a first launch."""
+    """The exported package in a plain user process, its audit hook on: the unmodified model of
+    tests/data/branches.py patched and run once, every call its winners serve a first launch."""
     import importlib.util
     sys.path.insert(0, str(parent))
     import autokernel_kernels as ak
     spec = importlib.util.spec_from_file_location("user_model", model_file)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    user = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(user)
     torch.manual_seed(0)
-    model = example.LlamaTiny(64, 32, 1, 2, 64).eval()
-    tokens = torch.randint(0, 64, (1, 8))
+    model = user.Branches().eval()
     try:
         with torch.inference_mode(), ak.patch(model) as router:
-            model(tokens)
+            model(torch.randn(1, 8, 32))
     except BaseException as e:  # noqa: BLE001 - a refused event in a served call raises KernelRefused
         return {"sandbox": "none (a user's process)", "calls": [{"name": "patch", "error": _error(e)}]}
     tally = router.tally.to_json()["per_kernel"]
