@@ -93,15 +93,22 @@ def test_a_wrong_backward_fails_verify_train_naming_the_winner(tmp_path):
     assert not result["guilty"]  # its forward is right: it still serves inference
 
 
-def test_a_forward_only_winner_falls_back_in_training_with_its_reason(tmp_path):
-    failed = {**PASSED, "backward": {"verdict": "FAIL", "failed_stage": "gradients"}}
-    run = make_run(tmp_path, KERNEL.read_text(), backward=failed)
+@pytest.mark.parametrize("backward, why", [
+    ({"verdict": "FAIL", "failed_stage": "gradients"}, "inference only: the backward failed gradients"),
+    # a verdict of the forward alone (an inference target's, or from before backward gating): the
+    # file's backward_fn was never judged, so it serves no call that needs gradients
+    (None, "inference only: the backward was not judged"),
+])
+def test_a_forward_only_winner_falls_back_in_training_with_its_reason(tmp_path, backward, why):
+    verdict = {**PASSED, "backward": backward} if backward else {k: v for k, v in PASSED.items() if k != "backward"}
+    run = make_run(tmp_path, KERNEL.read_text(), backward=verdict)
     result = verifier.verify(run.path, device="cpu", steps=2)
     kernel = result["train"]["per_kernel"][TARGET[0]]
     assert kernel["calls_served"] == 0 and kernel["fallback_reasons"] == {
-        "autograd: inference only: the backward failed gradients (run under torch.no_grad)": 4}
+        f"autograd: {why} (run under torch.no_grad)": 4}
     assert result["train"]["match"] and result["train"]["served_under_autograd"] == []
-    assert result["per_kernel"][TARGET[0]]["inference_only"] == "inference only: the backward failed gradients"
+    assert result["per_kernel"][TARGET[0]]["inference_only"] == why
+    assert result["per_kernel"][TARGET[0]]["backward"] is False
 
 
 @pytest.mark.parametrize("body, words", [
