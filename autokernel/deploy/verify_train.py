@@ -76,8 +76,8 @@ def compare(eager: Trajectory, patched: Trajectory, model_dtype: str,
     """Losses, first gradients and parameter changes (those in `what`) of `patched` against `eager`,
     each parameter's within the tolerance of its dtype (tolerance_for); `problems` says in words
     what differs beyond them (empty: the same run). What eager itself made NaN or infinite (pure
-    fp16 AdamW: its eps of 1e-8 underflows to 0) has no true value to compare with: it is left out
-    and named in `not_compared`."""
+    fp16 AdamW: its second moment and eps underflow to 0) has no true value to compare with: it is
+    left out and named in `not_compared`."""
     problems, not_compared = [], []
     if patched.error:
         problems.append(f"the run raised {patched.error}")
