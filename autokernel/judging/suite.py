@@ -124,7 +124,7 @@ def run_suite(suite: str, *, json_out: bool, timeout_s: float | None, device: st
     if json_out:
         print(json.dumps(verdicts))
     elif jsonl != "-":
-        render_suite(verdicts, Console(width=max(Console().width, 170)))
+        render_suite(verdicts, Console(width=max(Console().width, 220)))  # 17 columns, none folded
     return suite_status(verdicts)
 
 
