@@ -146,6 +146,29 @@ def test_a_bf16_model_trains_in_bf16_with_bf16_tolerances(tmp_path):
     assert TOLERANCES["float32"]["grad"] < worst["rel_err"] <= worst["tolerance"] == TOLERANCES["bfloat16"]["grad"]
 
 
+def test_each_parameter_is_held_to_its_own_dtype_or_the_model_s_where_that_is_wider():
+    """An fp32 norm weight in a bf16 model gets its gradient from bf16 activations: bf16's tolerance;
+    a bf16 parameter in an fp32 model, bf16's too; and what eager itself made NaN is not compared."""
+    import torch
+    from autokernel.deploy.fine_tune import Trajectory
+    from autokernel.deploy.verify_train import compare
+    ones = torch.ones(8, dtype=torch.float64)
+    eager = Trajectory(losses=[1.0, float("nan")], grads={"w": ones, "norm": ones, "lost": ones * float("nan")},
+                       dtypes={"w": "bfloat16", "norm": "float32", "lost": "float32"})
+    off = 1 + 5e-3  # beyond fp32's 1e-4, inside bf16's 1e-1
+    patched = Trajectory(losses=[1.0, 1.0], grads={"w": ones * off, "norm": ones * off, "lost": ones},
+                         dtypes=eager.dtypes)
+    mixed = compare(eager, patched, "bfloat16", ("loss", "grad"))
+    assert mixed["match"], mixed["problems"]
+    assert {n: r["grad_tolerance"] for n, r in mixed["per_parameter"].items() if "grad_tolerance" in r} == {
+        "w": TOLERANCES["bfloat16"]["grad"], "norm": TOLERANCES["bfloat16"]["grad"]}
+    assert mixed["not_compared"] == ["the loss from step 2 (eager's own is not finite)",
+                                     "the gradient of lost after the first backward (eager's own is not finite)"]
+    plain = compare(eager, patched, "float32", ("loss", "grad"))
+    assert plain["per_parameter"]["w"]["grad_tolerance"] == TOLERANCES["bfloat16"]["grad"]  # its own dtype's
+    assert not plain["match"] and "the gradient of norm" in plain["problems"][0] and "float32" in plain["problems"][0]
+
+
 def test_the_guilty_search_runs_each_winner_alone_on_the_workload_that_differed(monkeypatch):
     """Two winners served under autograd, one wrong: each is run alone, so only the wrong one is
     named (run together, both would differ); a winner that served nothing is not run."""
