@@ -154,8 +154,8 @@ def train_summary(train: dict) -> str:
     padded = f"{second['padded_labels']} padded labels, " if second.get("padded_labels") else ""
     zeroed = ", ".join(second.get("zeroed_norm_weights") or []) or "no norm weight in the model"
     return text + (f". Second workload, one step at {second['name']} ({padded}zeroed: {zeroed}): "
-                   f"{'matches' if second['match'] else 'DIFFERS FROM'} eager; loss {_g(second.get('worst_loss_rel_err'))}, "
-                   f"gradients {_worst_words(second.get('worst_grad_rel_err'))}")
+                   f"{'matches' if second['match'] else 'DIFFERS FROM'} eager; loss "
+                   f"{_g(second.get('worst_loss_rel_err'))}, gradients {_worst_words(second.get('worst_grad_rel_err'))}")
 
 
 def _worst_words(worst: Any) -> str:
