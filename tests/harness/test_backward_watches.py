@@ -50,7 +50,7 @@ def verdicts(tmp_path_factory):
     folder = tmp_path_factory.mktemp("watched")
     paths = {}
     for name, (text, *_rest) in WATCHED.items():
-        assert text.count("\n") > HONEST.count("\n") or name == "float64_weight_gradient", name  # each edit took
+        assert text != HONEST and text.count("_calls") in (0, 3), name  # each edit took, whole
         paths[name] = folder / f"{name}.py"
         paths[name].write_text(text)
     return judge_batch(paths, None, static_check=False, backward=True)
