@@ -65,13 +65,15 @@ def bench(
                                                               "to this file as it finishes ('-': stdout)."),
     types: Optional[str] = typer.Option(None, "--types", help="With --suite: comma-separated kernel types."),
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Judge without the OS sandbox (the verdict says so)."),
+    no_backward: bool = typer.Option(False, "--no-backward", help="Judge the forward alone, even where the file "
+                                                                  "gives a backward_fn (quicker; serves inference)."),
 ) -> None:
-    """Judge a kernel file: correctness stages, integrity checks, then timing."""
+    """Judge a kernel file: correctness stages, integrity checks, then timing; its backward too, where it has one."""
     from autokernel.judging import bench as bench_cmd
     code = bench_cmd.run(file, json_out=json_out, timeout_s=timeout, device=device, arch=arch, suite=suite,
                          backend=backend, dtype=dtype, jsonl=jsonl,
                          types=None if types is None else [t.strip() for t in types.split(",") if t.strip()],
-                         sandbox=not no_sandbox)
+                         sandbox=not no_sandbox, backward=not no_backward)
     raise typer.Exit(code)
 # ---- end bench ------------------------------------------------------------------------------
 

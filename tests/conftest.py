@@ -56,6 +56,8 @@ SHARED_WORK_FILES = {
     # Inductor's first compile into the session's kept baseline cache probes the CPU's vector ISAs
     # and precompiles its C++ headers (about 10 s); the second compiles in a third of the time
     "tests/harness/timing/test_baseline_cache.py": "tests/judging/test_suite.py",
+    # the torch.compile of the backward's joint graph, the training baselines, likewise
+    "tests/harness/test_backward_watches.py": "tests/harness/test_backward_judge.py",
 }
 
 

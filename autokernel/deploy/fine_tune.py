@@ -3,16 +3,29 @@ verify --train compares (verify_train.py) and times (train_figures.py).
 
 `steps` optimizer steps of the model file's training step (autokernel/profile/training.py), step i
 on the inputs of seed i, from the model's weights as found, under RNG seed 0, with a fresh
-optimizer; the model is left as it was found. Kept per run: the loss per step, every parameter's
-gradient after the first backward, every parameter's change over the run, each step's wall time,
-peak memory on a GPU, and what the winners served (the router's tally).
+optimizer; the model is left as it was found. A `Workload` may give other inputs, its own loss and
+weights set before the first step (verify --train's second workload: train_workload.py). Kept per
+run: the loss per step, every parameter's gradient after the first backward and its dtype, every
+parameter's change over the run, each step's wall time, peak memory on a GPU, and what the
+winners served (the router's tally).
 """
 from __future__ import annotations
 
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+
+@dataclass
+class Workload:
+    """What a run steps on, where it is not the model file's own step at its profiled inputs."""
+
+    name: str
+    inputs: Callable[[int], list]  # seed -> the inputs of that step
+    loss: Optional[Callable[[Any, list], Any]] = None  # (model, inputs) -> the scalar loss; None: the file's step
+    how: str = ""  # the loss in words, when it is the workload's own
+    prepare: Optional[Callable[[Any], None]] = None  # sets weights before the first step (the model is restored after)
 
 
 @dataclass
@@ -22,6 +35,7 @@ class Trajectory:
 
     losses: list = field(default_factory=list)
     grads: dict = field(default_factory=dict)
+    dtypes: dict = field(default_factory=dict)  # parameter name -> its dtype's name
     change: dict = field(default_factory=dict)  # parameter name -> end minus start
     step_s: list = field(default_factory=list)
     peak_bytes: Optional[int] = None
@@ -32,21 +46,29 @@ class Trajectory:
 
 
 def fine_tune(loaded: Any, winners: Optional[list], steps: int, compiled: bool = False,
-              catch: bool = False) -> Trajectory:
-    """`steps` training steps of `loaded` (with `winners` patched in, when given); the model is left
-    as it was found. `catch`: an error becomes Trajectory.error (a winner's) instead of raising."""
+              catch: bool = False, workload: Optional[Workload] = None) -> Trajectory:
+    """`steps` training steps of `loaded` (with `winners` patched in, when given; on `workload`, when
+    given); the model is left as it was found. `catch`: an error becomes Trajectory.error (a
+    winner's) instead of raising."""
     import torch
     from autokernel.deploy import routing
     from autokernel.profile.training import training
-    batches = [loaded.make_inputs(seed) for seed in range(steps)]
+    batches = [(workload.inputs if workload else loaded.make_inputs)(seed) for seed in range(steps)]
     router = routing.Router(winners) if winners is not None else None
     run = Trajectory()
     on_gpu = loaded.spec.device.startswith("cuda")
     with torch.random.fork_rng(devices=[torch.device(loaded.spec.device)] if on_gpu else []):
         torch.manual_seed(0)  # dropout and anything random in the step: the same in every run
         with training(loaded, batches[0]) as step:
+            if workload is not None and workload.loss is not None:
+                own = workload.loss
+                step.loss, step.how = (lambda xs: own(loaded.model, xs)), workload.how
+            if workload is not None and workload.prepare is not None:
+                with torch.no_grad():
+                    workload.prepare(loaded.model)
             run.how, run.optimizer = step.how, step.optimizer_name
             start = {n: p.detach().clone() for n, p in loaded.model.named_parameters() if p.requires_grad}
+            run.dtypes = {n: str(p.dtype).replace("torch.", "") for n, p in loaded.model.named_parameters()}
             try:
                 with router.patched(loaded.model) if router else contextlib.nullcontext():
                     with _compiled(loaded, step, batches[0], compiled):

@@ -205,7 +205,7 @@ def _training(train: dict) -> list[str]:
         out += ["", f"Timings: {figures['note']}."]
     losses = train["losses"]
     out += [""] + _table(["step", "eager loss", "loss with the winners", "relative difference"],
-                         [[str(i + 1), f"{e:.6g}", f"{p:.6g}", f"{d:.2g}"] for i, (e, p, d) in
+                         [[str(i + 1), f"{e:.6g}", f"{p:.6g}", "-" if d is None else f"{d:.2g}"] for i, (e, p, d) in
                           enumerate(zip(losses["eager"], losses["patched"], train["loss_rel_err"]))])
     return out + [""] + _table(["run", "step ms", figures["unit"], "peak MB", "vs eager", "not timed because"],
                                [[_cell(c) for c in row] for row in train_rows(train)])

@@ -136,14 +136,33 @@ RUN_NAMES = {"eager": "eager", "patched": "with the winners", "compile": "torch.
 
 
 def train_summary(train: dict) -> str:
-    """verify --train's comparison in one sentence."""
-    worst = lambda key: (train.get(key) or {}).get("rel_err")  # noqa: E731
+    """verify --train's comparison in a few sentences: the fine-tuning run, then the second workload."""
     tol = train["tolerances"]
-    return (f"{train['steps']} {train['optimizer']} steps ({train['step']}): training with the winners "
+    text = (f"{train['steps']} {train['optimizer']} steps ({train['step']}): training with the winners "
             f"{'matches' if train['match'] else 'DIFFERS FROM'} eager; largest relative difference: loss "
-            f"{_g(train.get('worst_loss_rel_err'))} (tolerance {tol['loss']:g}), first gradients {_g(worst('worst_grad_rel_err'))} "
-            f"({tol['grad']:g}), parameter changes {_g(worst('worst_param_change_rel_err'))} ({tol['param_change']:g}); "
-            f"served under autograd: {', '.join(train['served_under_autograd']) or 'none (no winner has a judged backward)'}")
+            f"{_g(train.get('worst_loss_rel_err'))} (tolerance {tol['loss']:g}), first gradients "
+            f"{_worst_words(train.get('worst_grad_rel_err'))}, parameter changes "
+            f"{_worst_words(train.get('worst_param_change_rel_err'))}; served under autograd: "
+            f"{', '.join(train['served_under_autograd']) or 'none (no winner has a judged backward)'}")
+    if train.get("not_compared"):
+        text += f"; not compared: {', '.join(train['not_compared'])}"
+    second = train.get("second_workload")
+    if not second:
+        return text
+    if second.get("skipped"):
+        return text + f". Second workload left out: {second['skipped']}"
+    padded = f"{second['padded_labels']} padded labels, " if second.get("padded_labels") else ""
+    zeroed = ", ".join(second.get("zeroed_norm_weights") or []) or "no norm weight in the model"
+    return text + (f". Second workload, one step at {second['name']} ({padded}zeroed: {zeroed}): "
+                   f"{'matches' if second['match'] else 'DIFFERS FROM'} eager; loss "
+                   f"{_g(second.get('worst_loss_rel_err'))}, gradients {_worst_words(second.get('worst_grad_rel_err'))}")
+
+
+def _worst_words(worst: Any) -> str:
+    """'3e-07 (norm.weight; tolerance 0.0001)' for a comparison's worst parameter."""
+    if not worst:
+        return "-"
+    return f"{_g(worst.get('rel_err'))} ({worst['parameter']}; tolerance {worst.get('tolerance', 0):g})"
 
 
 def _g(value: Any) -> str:

@@ -88,7 +88,7 @@ def _inputs_of(item: Any, loaded: Any) -> tuple[str, list]:
 
 # ---------------------------------------------------------------- the profiled inputs, varied
 def _varied(loaded: Any) -> list[InputSet]:
-    first = _leading(loaded.make_inputs(0))
+    first = leading(loaded.make_inputs(0))
     if first is None:
         return []
     x, sequence = first
@@ -99,11 +99,11 @@ def _varied(loaded: Any) -> list[InputSet]:
     else:
         (b,) = dims
         shapes = [(half_odd(b),), (2 * b,), (1,)]
-    return [InputSet("x".join(map(str, shape)), lambda seed, shape=shape: _resized(loaded, seed, shape), OTHER_SEEDS)
+    return [InputSet("x".join(map(str, shape)), lambda seed, shape=shape: resized(loaded, seed, shape), OTHER_SEEDS)
             for shape in shapes if list(shape) != dims]
 
 
-def _leading(inputs: list) -> tuple[Any, bool] | None:
+def leading(inputs: list) -> tuple[Any, bool] | None:
     """The first tensor input, and whether its dim 1 is a sequence: token ids [B, S], or an
     activation with three dims or more ([B, S, D])."""
     import torch
@@ -113,12 +113,12 @@ def _leading(inputs: list) -> tuple[Any, bool] | None:
     return x, x.dim() >= 3 or (x.dim() == 2 and not x.is_floating_point())
 
 
-def _resized(loaded: Any, seed: int, shape: tuple) -> list:
+def resized(loaded: Any, seed: int, shape: tuple) -> list:
     """The profiled inputs of `seed` with their leading dims made `shape`: cut, or extended with
     the same input of further seeds."""
     import torch
     base = loaded.make_inputs(seed)
-    x, _ = _leading(base)
+    x, _ = leading(base)
     lead = tuple(x.shape[:len(shape)])
     extra: list[list] = []
 
@@ -157,7 +157,7 @@ def _fit(t: Any, dim: int, size: int) -> Any:
 
 def _name(inputs: list) -> str:
     """An input set's name: its first tensor's leading dims, 1x128."""
-    first = _leading(inputs)
+    first = leading(inputs)
     if first is None:
         return "inputs"
     x, sequence = first

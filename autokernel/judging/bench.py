@@ -22,12 +22,14 @@ def exit_status(verdict: dict) -> int:
 
 def run(file: Path | None, *, json_out: bool, timeout_s: float | None, device: str | None,
         arch: str, suite: str | None, backend: str = "both", dtype: str | None = None,
-        jsonl: str | None = None, types: list[str] | None = None, sandbox: bool = True) -> int:
+        jsonl: str | None = None, types: list[str] | None = None, sandbox: bool = True,
+        backward: bool = True) -> int:
+    """`backward`: judge a file's backward_fn too, where it gives one (--no-backward: the forward alone)."""
     from harness.judge import JudgeUsageError, judge
     if suite is not None:
         from autokernel.judging.suite import run_suite
         return run_suite(suite, json_out=json_out, timeout_s=timeout_s, device=device, arch=arch,
-                         types=types, backend=backend, dtype=dtype, jsonl=jsonl)
+                         types=types, backend=backend, dtype=dtype, jsonl=jsonl, backward=backward)
     if jsonl is not None or dtype is not None or types is not None or backend != "both":
         raise UsageError("--jsonl, --dtype, --types and --backend apply to --suite only",
                          "autokernel bench --suite starters --backend triton --dtype bfloat16")
@@ -35,9 +37,12 @@ def run(file: Path | None, *, json_out: bool, timeout_s: float | None, device: s
         raise UsageError("no kernel file given", "autokernel bench path/to/kernel.py, or --suite starters")
     try:
         # a file benched on its own is judged whole: its backward too, where it has one
-        verdict = judge(file, device=device, arch=arch, timeout_s=timeout_s, sandbox=sandbox, backward=True)
+        verdict = judge(file, device=device, arch=arch, timeout_s=timeout_s, sandbox=sandbox, backward=backward)
     except JudgeUsageError as e:
         raise UsageError(str(e), "check the path, or pass --device cpu on a machine without a GPU") from None
+    if not backward:
+        from autokernel.judging.suite import mark_not_judged
+        verdict = mark_not_judged(verdict, file)
     if json_out:
         print(json.dumps(verdict))
     else:
@@ -98,5 +103,7 @@ def render_backward(verdict: dict, console: Console) -> None:
             console.print("memory (forward+backward): " + (
                 f"peak {memory['peak_bytes'] / 2**20:.1f} MiB, eager {memory['eager_peak_bytes'] / 2**20:.1f} MiB"
                 if memory.get("measured") and memory.get("eager_peak_bytes") else memory.get("detail", "measured")))
+    elif verdict.get("backward_skipped"):
+        console.print(f"backward: {verdict['backward_skipped']}")
     if verdict.get("serves"):
         console.print(f"serves: {verdict['serves']}")

@@ -123,7 +123,7 @@ def _loss(loaded: Any, inputs: list) -> tuple[Callable[[list], Any], str]:
     loss_fn = getattr(module, LOSS_FN, None)
     if callable(loss_fn):
         return (lambda xs: loss_fn(model(*xs), xs)), f"{LOSS_FN}(output, inputs) from the model file"
-    out = _tensor_of(loaded.forward(inputs))
+    out = tensor_of(loaded.forward(inputs))
     ids = inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None
     if out is None or not out.is_floating_point():
         raise UserError(f"{loaded.spec.path}: no default loss fits the model's output "
@@ -131,9 +131,9 @@ def _loss(loaded: Any, inputs: list) -> tuple[Callable[[list], Any], str]:
                         f"define {LOSS_FN}(output, inputs) or {TRAIN_STEP}(model, inputs) in the model file")
     if (ids is not None and not ids.is_floating_point() and not ids.is_complex() and ids.dim() >= 1
             and ids.shape[-1] >= 2 and tuple(out.shape[:-1]) == tuple(ids.shape)):
-        return (lambda xs: next_token_loss(_tensor_of(model(*xs)), xs[0]),
+        return (lambda xs: next_token_loss(tensor_of(model(*xs)), xs[0]),
                 "default: cross-entropy of the logits against the inputs shifted by one (next-token prediction)")
-    return (lambda xs: _tensor_of(model(*xs)).pow(2).mean()), "default: the mean square of the output"
+    return (lambda xs: tensor_of(model(*xs)).pow(2).mean()), "default: the mean square of the output"
 
 
 def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -143,7 +143,7 @@ def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits[..., :-1, :].reshape(-1, vocab), ids[..., 1:].reshape(-1))
 
 
-def _tensor_of(output: Any) -> Any:
+def tensor_of(output: Any) -> Any:
     """The tensor a loss is taken of: the output itself, its `.logits` (transformers' outputs),
     or the first of a tuple, list or dict."""
     if isinstance(output, torch.Tensor) or output is None:
@@ -153,7 +153,7 @@ def _tensor_of(output: Any) -> Any:
     if isinstance(output, dict):
         output = list(output.values())
     if isinstance(output, (list, tuple)) and output:
-        return _tensor_of(output[0])
+        return tensor_of(output[0])
     return None
 
 

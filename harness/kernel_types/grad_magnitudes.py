@@ -56,8 +56,10 @@ def layernorm(x, weight, bias, g, eps=1e-5):
 
 def cross_entropy(logits, targets, g, **_):
     p = torch.softmax(logits, -1)
-    onehot = torch.zeros_like(p).scatter_(-1, targets.view(-1, 1), 1.0)
-    return [(p + onehot) * g.abs() / logits.shape[0]]
+    # a padded row (ignore_index, -100) has no gradient and the mean is over the rows kept
+    kept = (targets != -100).to(p.dtype).view(-1, 1)
+    onehot = torch.zeros_like(p).scatter_(-1, targets.clamp_min(0).view(-1, 1), 1.0)
+    return [(p + onehot) * kept * g.abs() / max(float(kept.sum()), 1.0)]
 
 
 def flash_attention(q, k, v, g, causal=False, sm_scale=None):

@@ -135,7 +135,12 @@ def test_a_backward_with_the_wrong_gradients_raises_naming_what_it_must_return()
     for backward, words in ((lambda g, out, x, w, eps=1e-6: module.backward_fn(g, out, x, w, eps)[:1],
                              "returned 1 gradient(s); a rmsnorm backward returns 2, for x, weight"),
                             (lambda g, out, x, w, eps=1e-6: (module.backward_fn(g, out, x, w, eps)[0], x[:1]),
-                             "the gradient for weight is (1, 32)")):
+                             "the gradient for weight is (1, 32)"),
+                            # autograd's engine would cast a float64 gradient back without a word
+                            (lambda g, out, x, w, eps=1e-6: (module.backward_fn(g, out, x, w, eps)[0],
+                                                             module.backward_fn(g, out, x, w, eps)[1].double()),
+                             "the gradient for weight is (32,) torch.float64; it must be shaped like weight: "
+                             "(32,) torch.float32")):
         op = routing.Winner(TARGET, "rmsnorm", {"M": 16, "N": 32}, "float32", module.kernel_fn,
                             backward_fn=backward).registered()
         try:

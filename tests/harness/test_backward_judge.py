@@ -62,6 +62,10 @@ def test_a_passing_backward_is_timed_three_ways_against_eager_and_the_compiled_j
         assert t["median_us"] > 0 and t["reps"] >= 5
         assert t["eager_median_us"] > 0, t  # timed in the clean baseline worker
         assert t["compiled_median_us"] > 0 or t.get("compiled_error"), t
+        # a speedup is the baseline's time over the kernel's: above 1 when the kernel is faster
+        assert t["speedup_vs_eager"] == pytest.approx(t["eager_median_us"] / t["median_us"])
+        if t["compiled_median_us"]:
+            assert t["speedup_vs_compiled"] == pytest.approx(t["compiled_median_us"] / t["median_us"])
     assert back["memory"] == {"measured": False, "detail": back["memory"]["detail"]}
     assert "not measured on the CPU" in back["memory"]["detail"]
     assert next(s for s in back["stages"] if s["name"] == "timing")["status"] == "pass"

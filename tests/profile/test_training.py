@@ -233,3 +233,46 @@ def test_optimize_train_reaches_the_run_s_plan(tmp_path):
     (matmul,) = targets(plan["entries"], "matmul")
     assert matmul["bwd_ms"] > 0 and matmul["time_ms"] == pytest.approx(matmul["fwd_ms"] + matmul["bwd_ms"])
     assert json.loads(run.config_path.read_text())["model"]["train"] is True
+
+
+def test_the_default_next_token_loss_scores_each_position_against_the_token_after_it():
+    """Logits that put all their mass on the token after each position cost nothing; the same
+    logits scored against the token before (a shift the wrong way, the same shape) cost a lot."""
+    from autokernel.profile.training import next_token_loss
+    ids = torch.tensor([[3, 1, 4, 1, 5], [2, 6, 0, 6, 2]])
+    following = torch.cat([ids[:, 1:], ids[:, :1]], dim=1)  # the last position predicts nothing scored
+    logits = torch.nn.functional.one_hot(following, 7).float() * 50.0
+    assert next_token_loss(logits, ids).item() < 1e-6
+    shifted_back = torch.cat([ids[:, -1:], ids[:, :-1]], dim=1)
+    assert next_token_loss(torch.nn.functional.one_hot(shifted_back, 7).float() * 50.0, ids).item() > 10.0
+
+
+def test_a_model_file_s_get_optimizer_is_the_one_that_steps(tmp_path):
+    """The optimizer is the file's own, not a default AdamW: its class and its settings step the model."""
+    from autokernel.profile.training import training
+    path = write(tmp_path, MLP + """
+    def loss_fn(output, inputs):
+        return output.pow(2).mean()
+    def get_optimizer(model):
+        return torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.0)
+    """)
+    loaded = load_model(spec_from_options(path, device="cpu"))
+    inputs = loaded.make_inputs(0)
+    with training(loaded, inputs) as step:
+        assert step.optimizer_name == "SGD" and step.optimizer.param_groups[0]["lr"] == 0.5
+        before = loaded.model.fc.weight.detach().clone()
+        loss = step.loss(inputs)
+        loss.backward()
+        expected = before - 0.5 * loaded.model.fc.weight.grad
+        step.optimizer.step()
+        assert torch.allclose(loaded.model.fc.weight.detach(), expected)  # plain SGD's update, lr 0.5
+    # the same file with AdamW of its own settings: its lr, not the default's
+    path = write(tmp_path, MLP + """
+    def loss_fn(output, inputs):
+        return output.pow(2).mean()
+    def get_optimizer(model):
+        return torch.optim.AdamW(model.parameters(), lr=0.0123)
+    """, name="adamw.py")
+    loaded = load_model(spec_from_options(path, device="cpu"))
+    with training(loaded, loaded.make_inputs(0)) as step:
+        assert step.optimizer_name == "AdamW" and step.optimizer.param_groups[0]["lr"] == 0.0123

@@ -431,3 +431,39 @@ def test_a_training_run_keeps_by_forward_plus_backward_and_never_a_kernel_whose_
     assert t.best_median_us == best and best < 400.0  # never a big-block forward, fast as it is alone
     assert "dx off by 2x" in t.history[int(failed.iloc[0]["experiment"])]["message"]  # the backward's own words
     assert not [e for e in t.history if e.get("failed_stage") == "backward:shape_sweep" and e["decision"] == "KEEP"]
+
+
+def test_a_training_run_never_ranks_a_kernel_that_gives_no_backward_by_its_forward():
+    """A passing forward with no backward at all (the file gives no backward_fn) serves inference
+    only: a training target whose starter has a backward sees it fail, untimed, never faster."""
+    forward_only = {"verdict": "PASS", "failed_stage": None, "stages": [], "backward": None,
+                    "timing": {"median_us": 1.0, "iqr_us": 0.0, "reps": 20, "baseline_median_us": 100.0}}
+    view = decision.ranked(forward_only)
+    assert (view["verdict"], view["failed_stage"], view["timing"]) == ("FAIL", "backward:missing", None)
+    assert "gives no backward_fn" in view["stages"][-1]["detail"]
+    assert decision.decide(view, softmax_target(best_median_us=100.0, best_iqr_us=0.0, best_reps=20)) == "REVERT"
+    assert forward_only["verdict"] == "PASS"  # the judge's own verdict is left as it was
+
+
+def test_a_training_run_ranks_a_target_whose_starter_has_no_backward_by_its_forward(tmp_path):
+    """Where the starter gives no backward (a CUDA C++ starter, a module), a training run has no
+    forward plus backward to rank by: its target is tuned on the forward alone, as in inference,
+    and the prompt asks for no backward."""
+    from starter_kernels import starter_path
+    starter = starter_path("softmax").read_text().split("\ndef backward_fn")[0] + "\n"
+    assert not decision.has_backward(starter)
+    run, state, settings = new_run(tmp_path, [softmax_target(share=1.0)], max_experiments=6, plateau=100)
+    settings.backward = True
+    t = state.targets[0]
+    forward_judge = config_judge(lambda c: 10.0 if c["BLOCK_N"] != 4096 else 50.0)  # the starter's: 4096
+    run_search.search_all(run, state, settings, run_search.proposer_factory("tune", seed=0, training=True),
+                          starter_source=lambda t: starter,
+                          judge=lambda path, **options: forward_judge(path, **{k: v for k, v in options.items()
+                                                                               if k != "backward"}))
+    frame = board.read(run.leaderboard_path)
+    assert list(frame["verdict"]) == ["PASS"] * 7  # forward-only verdicts, none failed for a missing backward
+    assert list(frame["failed_stage"].fillna("")) == [""] * 7
+    assert t.best_median_us == min(frame["median_us"]) and (frame["decision"] == "KEEP").any()
+    search_ = loop.TargetSearch(run, state, t, run_search.proposer_factory("tune", seed=0, training=True)(t, starter),
+                                settings, starter_source=starter, judge=forward_judge)
+    assert search_.ranks_training is False and search_.context(99).training is False
