@@ -100,7 +100,7 @@ smoke_judges() {  # one honest starter per backend, judged in each dtype a GPU s
   for backend in triton cuda; do
     for dtype in $SMOKE_DTYPES; do
       "$PY" -m autokernel bench --suite starters "${DEV[@]}" --backend "$backend" --dtype "$dtype" \
-        --types softmax --jsonl - --json > "$WORK/smoke-$backend-$dtype.jsonl" 2> "$WORK/smoke-$backend-$dtype.err"
+        --types softmax --no-backward --jsonl - --json > "$WORK/smoke-$backend-$dtype.jsonl" 2> "$WORK/smoke-$backend-$dtype.err"
       "$PY" -c '
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and "verdict" in l]
