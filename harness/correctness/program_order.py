@@ -6,22 +6,25 @@ programs read what other programs of the same launch wrote (a running sum carrie
 program, a flag program 0 sets) is right under the interpreter and wrong on a GPU. So in the
 judge's worker (`ProgramOrders`, set on the launch monitor before the candidate is imported):
 
-- every interpreted launch runs its programs in a secret order: reversed, or shuffled, chosen per
+- every interpreted launch runs its programs in a secret order: reversed, or shuffled, drawn per
   launch by a generator seeded from a secret the worker drew before the import, held here where no
-  kernel can reach it;
-- a checked call's launches (`compared()`: the stages' calls, never the timed ones, which run once)
-  run twice from the same memory: in the secret order, then, every byte the launch was handed put
-  back as it was, in id order. Every byte of every tensor passed to the launch must come out the
-  same; any difference is a dependence between the launch's programs, recorded with the launch,
-  the argument and the element it showed in (the worker fails the case with it).
+  kernel can reach it (the timed calls too, which run once);
+- a checked call's launch (`compared()`: the stages' calls) runs in its secret order with every
+  memory access recorded (harness/correctness/shared_accesses.py). Where some program touches an
+  address another program of the launch writes, the launch runs again, every byte it was handed put
+  back as it was, in id order, and every byte of every tensor passed to it must come out the same;
+  a difference is a dependence between its programs, recorded with the launch, the argument, the
+  byte and the shared address (the worker fails the case with it). Where no program touches what
+  another writes, no program can see another's work: the two orders would agree by construction,
+  and the second run is not made.
 
-The comparison is bitwise, atomics included: a float atomic_add summed in another order gives
-other bits, as it does from one GPU run to the next (which the determinism stage refuses too); an
-integer atomic, a max or a min, a counter, give the same bits in any order and pass. Memory a launch
-reaches only through an address passed as an integer is not put back between the two runs.
-Cost: a checked launch runs twice (the timed calls are not affected), plus two copies of its
-arguments' storages. Outside the judge (verify, an exported package) no orders are set and the
-interpreter runs in id order as before.
+The comparison is bitwise, atomics included: a float atomic_add summed in another order gives other
+bits, as it does from one GPU run to the next (which the determinism stage refuses too); integer
+atomics, a max or a min, a counter whose last holder sums in a fixed order, give the same bits in
+any order and pass. Memory a launch reaches only through an address passed as an integer is not put
+back between the two runs. Cost: the record of a checked launch's accesses; a second run only where
+programs share memory. Outside the judge (verify, an exported package) no orders are set and the
+interpreter runs in id order, recording nothing.
 """
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ from contextlib import contextmanager
 from typing import Any, Callable
 
 import numpy as np
+
+from .shared_accesses import SharedAccesses
 
 MAX_FINDINGS = 8  # a call's findings kept: the first names the launch; the rest are the same story
 
@@ -45,6 +50,7 @@ class ProgramOrders:
         self._permutation: np.ndarray | None = None
         self._dims = (1, 1, 1)
         self.last_order = "id order"
+        self.accesses: SharedAccesses | None = None  # a compared launch's memory accesses, while it runs
 
     @contextmanager
     def compared(self):
@@ -101,11 +107,15 @@ class ProgramOrders:
                 return launch()
         buffers = _storages(_arg_names(kernel, args, kwargs))
         before = [b.clone() for _, b in buffers]
-        self.atomics = 0
-        with self._order("secret"):
-            result = launch()
+        self.atomics, self.accesses = 0, SharedAccesses()
+        try:
+            with self._order("secret"):
+                result = launch()
+            shared = self.accesses.first_shared()
+        finally:
+            accesses, self.accesses = self.accesses, None
         other, atomics = self.last_order, self.atomics
-        if other == "id order":  # one program: no order to compare
+        if other == "id order" or shared is None:  # one program, or none reads what another writes
             return result
         after = [b.clone() for _, b in buffers]
         for (_, b), saved in zip(buffers, before):
@@ -115,9 +125,13 @@ class ProgramOrders:
         for (names, b), theirs in zip(buffers, after):
             found = _first_difference(b, theirs)
             if found is not None and len(self.findings) < MAX_FINDINGS:
-                self.findings.append(_describe(kernel, names, found, other, atomics))
+                self.findings.append(_describe(kernel, names, found, other, atomics, shared, buffers))
                 break
         return result
+
+    def program_started(self, place: int) -> None:
+        if self.accesses is not None:
+            self.accesses.program = place
 
 
 def install_hooks(monitor) -> None:
@@ -129,6 +143,7 @@ def install_hooks(monitor) -> None:
     if getattr(builder.set_grid_idx, "program_order", False):
         return
     set_dim, set_idx = builder.set_grid_dim, builder.set_grid_idx
+    load, store = builder.create_masked_load, builder.create_masked_store
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
     def set_grid_dim(self, nx, ny, nz):
@@ -139,20 +154,38 @@ def install_hooks(monitor) -> None:
 
     def set_grid_idx(self, x, y, z):
         orders = monitor.orders
-        return set_idx(self, *(orders.program(x, y, z) if orders is not None else (x, y, z)))
+        if orders is None:
+            return set_idx(self, x, y, z)
+        orders.program_started((x * self.grid_dim[1] + y) * self.grid_dim[2] + z)
+        return set_idx(self, *orders.program(x, y, z))
 
-    def create_atomic_rmw(self, *args, **kwargs):
-        if monitor.orders is not None:
-            monitor.orders.atomics += 1
-        return rmw(self, *args, **kwargs)
+    def _seen(ptrs, mask, write: bool, atomic: bool = False) -> None:
+        orders = monitor.orders
+        if orders is None:
+            return
+        orders.atomics += atomic
+        if orders.accesses is not None:
+            orders.accesses.access(ptrs, mask, write)
 
-    def create_atomic_cas(self, *args, **kwargs):
-        if monitor.orders is not None:
-            monitor.orders.atomics += 1
-        return cas(self, *args, **kwargs)
+    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        _seen(ptrs, mask, False)
+        return load(self, ptrs, mask, other, cache_policy, is_volatile)
+
+    def create_masked_store(self, ptrs, value, mask, cache_policy):
+        _seen(ptrs, mask, True)
+        return store(self, ptrs, value, mask, cache_policy)
+
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+        _seen(ptr, mask, True, atomic=True)
+        return rmw(self, rmwOp, ptr, val, mask, sem, scope)
+
+    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
+        _seen(ptr, None, True, atomic=True)
+        return cas(self, ptr, cmp, val, sem, scope)
 
     set_grid_idx.program_order = True
     builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx
+    builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
     builder.create_atomic_rmw, builder.create_atomic_cas = create_atomic_rmw, create_atomic_cas
 
 
@@ -197,14 +230,25 @@ def _first_difference(now, theirs) -> int | None:
     return int(np.flatnonzero(a != b)[0])
 
 
-def _describe(kernel, names: list[str], offset: int, other: str, atomics: int) -> str:
+def _describe(kernel, names: list[str], offset: int, other: str, atomics: int, shared, buffers) -> str:
     name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "?")
+    address, writer, other_program = shared
     text = (f"program order: the launch of {name} wrote different bytes when its programs ran in {other} "
-            f"than in id order (in {', '.join(names[:3])}, byte {offset} of its storage): its programs "
-            "depend on each other, which a GPU, running them concurrently in no promised order, does not "
-            "allow; one launch's programs may not read what another program of it writes")
+            f"than in id order (in {', '.join(names[:3])}, byte {offset} of its storage; "
+            f"{_where(address, buffers)} is written by one of its programs and read or written by another): "
+            "its programs depend on each other, which a GPU, running them concurrently in no promised order, "
+            "does not allow; one launch's programs may not read what another program of it writes")
     if atomics:
         text += (f" (it ran {atomics} atomic operation(s): a float atomic_add sums in whatever order programs "
                  "run, so its bits change from run to run on a GPU too; reduce in a fixed order, e.g. partial "
                  "sums per program and a second kernel)")
     return text
+
+
+def _where(address: int, buffers) -> str:
+    """An address in words: the argument whose storage holds it, and the byte there."""
+    for names, b in buffers:
+        start = b.data_ptr()
+        if start <= address < start + b.numel():
+            return f"byte {address - start} of {names[0].split(' ')[0]}"
+    return "an address outside the launch's arguments"
