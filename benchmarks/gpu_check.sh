@@ -16,6 +16,8 @@
 #   7. training: each starter's forward, backward and forward+backward against eager autograd,
 #      torch.compile's joint graph and Liger Kernel where installed, with peak memory
 #      (train_starters.py)
+#   8. compute-sanitizer memcheck and racecheck over every starter (clean) and the attack suite's
+#      out-of-bounds and race kernels (caught), then the judge's own sanitizer path (sanitize_check.py)
 #   4. the bf16 LLaMA: autokernel optimize with the tuner (budget: 3 minutes, or what the deadline
 #      leaves less two minutes for profiling and verify: its workload and torch.compile of the model
 #      unmodified and patched), then its verify (verify.json)
@@ -29,7 +31,7 @@
 # repository goes on PYTHONPATH.
 #   DRY_RUN=1   the same steps on the CPU with tiny shapes and budgets (proves the script; no GPU)
 #   TOTAL_S     the overall deadline in seconds (default 460)
-#   STEPS       which steps to run, in order, e.g. "1 3" (default "1 2 6 3 7 5 4": the LLaMA run takes
+#   STEPS       which steps to run, in order, e.g. "1 3" (default "1 2 6 3 7 5 8 4": the LLaMA run takes
 #               the time that is left, its tuner budget 3 minutes at most)
 # shellcheck disable=SC2054  # the commas below are inside arguments (comma lists), not separators
 set -uo pipefail
@@ -40,7 +42,7 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python}"
 DRY_RUN="${DRY_RUN:-0}"
 TOTAL_S="${TOTAL_S:-460}"
-STEPS="${STEPS:-1 2 6 3 7 5 4}"
+STEPS="${STEPS:-1 2 6 3 7 5 8 4}"
 START="${GPU_CHECK_START:-$(date +%s)}"
 WORK="${GPU_CHECK_WORK:-$(mktemp -d /tmp/gpu_check.XXXXXX)}"
 export GPU_CHECK_WORK="$WORK" GPU_CHECK_START="${GPU_CHECK_START:-$START}"
@@ -224,6 +226,8 @@ for s in $STEPS; do
          "$PY" benchmarks/train_starters.py "${TRAIN[@]}" ;;
     6) step "Timing attacks only a GPU can run, beside the honest starters" 100 \
          "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist tests/attacks/test_gpu_timing.py ;;
+    8) step "compute-sanitizer: the starters clean, the attacks' race and out-of-bounds kernels caught" 120 \
+         "$PY" benchmarks/sanitize_check.py --work "$WORK/sanitize" $([ "$DRY_RUN" = 1 ] && echo --dry-run) ;;
     *) say "unknown step $s" ;;
   esac
 done

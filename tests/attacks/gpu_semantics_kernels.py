@@ -18,8 +18,15 @@ them (tests/attacks/test_gpu_semantics.py). Each lie passes the static check: it
   it may PASS; on the CPU it is faster than one program per row, and must not be kept for that.
 - stores_past_the_end (softmax): its last program stores one element past the output (a GPU's
   compute-sanitizer memcheck names it; benchmarks/gpu_check.sh runs it).
+- racy_block_sum (reduce, CUDA C++): the CUDA starter without the barrier between the warps'
+  shared-memory writes and warp 0's reads (compute-sanitizer racecheck names it; on the CPU it is
+  compiled only).
 """
 from __future__ import annotations
+
+from pathlib import Path
+
+STARTERS = Path(__file__).resolve().parents[2] / "starter_kernels"
 
 HEAD = '''import torch
 import triton
@@ -199,6 +206,15 @@ ONE_PROGRAM_SOFTMAX = (HEAD.format(kernel_type="softmax") + SOFTMAX_ROW).replace
 STORES_PAST_THE_END = (HEAD.format(kernel_type="softmax") + SOFTMAX_ROW).replace(
     "range(first_row, n_rows, STEP)", "range(tl.program_id(0), tl.program_id(0) + 1)").replace(
     "LIMIT", "n_cols + (row == n_rows - 1)").replace("GRID", "(x2.shape[0],)").replace("FIRST_ROW", "0")
+
+
+def racy_block_sum() -> str:
+    """The CUDA C++ reduce starter with the barrier of its block sum taken out."""
+    text = (STARTERS / "cuda" / "reduce.py").read_text(encoding="utf-8")
+    barrier = "  if (lane == 0) warp_parts[warp] = v;\n  __syncthreads();\n"
+    if barrier not in text:
+        raise AssertionError("the reduce starter's block sum changed: update racy_block_sum")
+    return text.replace(barrier, "  if (lane == 0) warp_parts[warp] = v;\n")
 
 
 def sources() -> dict[str, str]:
