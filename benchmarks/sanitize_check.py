@@ -3,7 +3,7 @@
     python benchmarks/sanitize_check.py [--work DIR] [--dry-run]
 
 On a GPU with compute-sanitizer (benchmarks/gpu_check.sh's step 8), one child per tool and batch
-(harness/device/sanitizer.py), the attacks first since they matter most:
+(harness/verdict/sanitizer.py), the attacks first since they matter most:
 - memcheck on tests/attacks' stores_past_the_end softmax: must be a finding;
 - racecheck on its racy_block_sum (the CUDA C++ reduce starter without its barrier): must be a finding;
 - memcheck, then racecheck, on every Triton starter in one child each, then every CUDA C++ starter:
@@ -29,7 +29,7 @@ for extra in (ROOT, ROOT / "tests" / "attacks"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
-from harness.device import sanitizer  # noqa: E402
+from harness.verdict import sanitizer  # noqa: E402
 from harness.kernel_types import registry  # noqa: E402
 from harness.kernel_types.registry import Case  # noqa: E402
 

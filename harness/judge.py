@@ -211,7 +211,7 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     verdict["judge_seconds"] = {**wall_time_split(events, spawned, child.seconds, checks_s), "baselines": baseline_s,
                                 "worker": started_by}
     if device == "cuda" and around is not None and verdict["verdict"] == "PASS":  # about to be kept
-        from harness.device import sanitizer
+        from harness.verdict import sanitizer
         env = {**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp), **private_caches(tmp)}
         verdict = sanitizer.judged(verdict, path, plan.timing, env, timeout_s, tmp, sandbox)
     return verdict

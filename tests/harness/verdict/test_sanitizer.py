@@ -1,4 +1,4 @@
-"""compute-sanitizer's output read as the judge reads it (harness/device/sanitizer.py): a clean run,
+"""compute-sanitizer's output read as the judge reads it (harness/verdict/sanitizer.py): a clean run,
 a memcheck out-of-bounds store, a racecheck hazard, warnings alone, a tool that did not finish; the
 command it builds; skipped cleanly where the tool is missing; and on a GPU the real tool catching
 the attack suite's out-of-bounds store while the softmax starter is clean."""
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness.device import sanitizer
+from harness.verdict import sanitizer
 from harness.kernel_types.registry import Case
 from paths import ROOT
 
@@ -103,7 +103,7 @@ def test_the_command_runs_the_child_under_the_tool_with_the_allocator_off():
     cmd = sanitizer.command("/opt/cuda/bin/compute-sanitizer", "racecheck", ["k.py", "{}"], python="py")
     assert cmd[:3] == ["/opt/cuda/bin/compute-sanitizer", "--tool", "racecheck"]
     assert cmd[cmd.index("--error-exitcode") + 1] == str(sanitizer.ERROR_EXIT)
-    assert cmd[-5:] == ["py", "-m", "harness.device.sanitize_child", "k.py", "{}"]
+    assert cmd[-5:] == ["py", "-m", "harness.workers.sanitize_child", "k.py", "{}"]
     assert sanitizer.child_env({"A": "1"}) == {"A": "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
     with pytest.raises(ValueError, match="use one of memcheck, racecheck"):
         sanitizer.command("cs", "leakcheck", [])
@@ -144,13 +144,13 @@ def test_the_child_runs_each_kernel_once_confined_and_says_it_returned(tmp_path)
     starter = scratch / "src" / "softmax.py"  # the judge's own copy, in its scratch folder, as judged
     starter.parent.mkdir()
     starter.write_text((ROOT / "starter_kernels" / "triton" / "softmax.py").read_text())
-    proc = subprocess.run([sys.executable, "-m", "harness.device.sanitize_child", str(starter), case, "--device", "cpu",
+    proc = subprocess.run([sys.executable, "-m", "harness.workers.sanitize_child", str(starter), case, "--device", "cpu",
                            "--sandbox-write", str(scratch)], env={**child_env("cpu"), "TMPDIR": str(scratch)},
                           cwd=scratch / "cwd", capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sanitizer.parse(proc.stdout + "========= ERROR SUMMARY: 0 errors\n", "memcheck").returned == ["softmax.py"]
     # confined: the project's own folder is not readable from it
-    outside = subprocess.run([sys.executable, "-m", "harness.device.sanitize_child",
+    outside = subprocess.run([sys.executable, "-m", "harness.workers.sanitize_child",
                               str(ROOT / "starter_kernels" / "triton" / "softmax.py"), case, "--device", "cpu",
                               "--sandbox-write", str(scratch)], env={**child_env("cpu"), "TMPDIR": str(scratch)},
                              cwd=scratch / "cwd", capture_output=True, text=True, timeout=300)

@@ -1,7 +1,7 @@
-"""The child compute-sanitizer watches (harness/device/sanitizer.py): each kernel file's kernel_fn
+"""The child compute-sanitizer watches (harness/verdict/sanitizer.py): each kernel file's kernel_fn
 called once at its case on the GPU, synchronized, and a line saying it returned.
 
-    python -m harness.device.sanitize_child KERNEL_FILE CASE_JSON [...] [--sandbox-write DIR]
+    python -m harness.workers.sanitize_child KERNEL_FILE CASE_JSON [...] [--sandbox-write DIR]
 
 With --sandbox-write (the judge's path: a candidate) the child is confined as the judge's worker is
 before it imports anything (harness/workers/worker.py's enter_sandbox: Landlock, the socket filter)
@@ -16,11 +16,11 @@ import json
 import sys
 from pathlib import Path
 
-RETURNED = "sanitize: returned "  # harness/device/sanitizer.py reads these lines
+RETURNED = "sanitize: returned "  # harness/verdict/sanitizer.py reads these lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.device.sanitize_child")
+    p = argparse.ArgumentParser(prog="python -m harness.workers.sanitize_child")
     p.add_argument("pairs", nargs="+", help="KERNEL_FILE CASE_JSON, repeated")
     p.add_argument("--sandbox-write", action="append", default=[], help="confine the child as the judge's worker")
     p.add_argument("--device", default="cuda", help="cuda; cpu (the Triton interpreter) only to test this child")

@@ -5,16 +5,16 @@ element past an output), racecheck a shared-memory hazard between the threads of
 reduction missing its barrier). Both see what a correct-looking output hides. On a GPU, a kernel the
 search is about to keep (judged with the shapes around its target: `judge(..., time_around=True)`)
 runs once more under each tool, at the target shape, in a child of its own
-(harness/device/sanitize_child.py: the same sandbox and audit hook as the judge's worker, the
+(harness/workers/sanitize_child.py: the same sandbox and audit hook as the judge's worker, the
 caching allocator off so that every tensor is an allocation of its own and a store past one is
 outside it); a finding fails the verdict at `integrity` with the tool's own words. Where the tool
 or a GPU is missing the check is skipped and the verdict says so.
 
-    python -m harness.device.sanitizer --tool memcheck KERNEL_FILE CASE_JSON [KERNEL_FILE CASE_JSON ...]
+    python -m harness.verdict.sanitizer --tool memcheck KERNEL_FILE CASE_JSON [KERNEL_FILE CASE_JSON ...]
 
 runs several kernels in one child (benchmarks/gpu_check.sh: every starter, and the attack suite's
 race and out-of-bounds kernels) and prints the report as JSON. The parsing below is tested on the
-tool's own output text (tests/harness/device/test_sanitizer.py); nothing here needs a GPU but the run.
+tool's own output text (tests/harness/verdict/test_sanitizer.py); nothing here needs a GPU but the run.
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def command(exe: str, tool: str, child_args: list[str], python: str = sys.execut
             "--report-api-errors", "no"]
     if tool == "racecheck":
         args += ["--racecheck-report", "analysis"]
-    return args + [python, "-m", "harness.device.sanitize_child", *child_args]
+    return args + [python, "-m", "harness.workers.sanitize_child", *child_args]
 
 
 def child_env(env: dict[str, str]) -> dict[str, str]:
@@ -183,7 +183,7 @@ def judged(verdict: dict, path: Path, case, env: dict[str, str], timeout_s: floa
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m harness.device.sanitizer", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m harness.verdict.sanitizer", description=__doc__.splitlines()[0])
     p.add_argument("--tool", choices=TOOLS, required=True)
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("pairs", nargs="+", help="KERNEL_FILE CASE_JSON, repeated")
