@@ -78,11 +78,12 @@ def decide(verdict: dict | None, target: TargetState) -> str:
 def fills_target(timing: dict) -> bool:
     """Whether a timing may choose a kernel for the target GPU: always on a GPU; on the CPU (the
     interpreter's times) only where its heaviest launch has the programs to fill that GPU at the
-    target shape (the judge's timing["grid"], harness/verdict/grid_fill.py). A CPU timing without
-    that record says nothing of the grid, and is not kept for speed either."""
-    if timing.get("representative_of_gpu") is not False:
+    target shape (the judge's timing["grid"], harness/verdict/grid_fill.py). A KernelBench module's
+    timing has no grid (a ModelNew launches what it likes): the rule does not reach it."""
+    grid = timing.get("grid")
+    if timing.get("representative_of_gpu") is not False or grid is None:
         return True
-    return bool((timing.get("grid") or {}).get("fills_target"))
+    return bool(grid.get("fills_target"))
 
 
 def left_to_win(target: TargetState) -> float:
