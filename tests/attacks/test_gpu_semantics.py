@@ -98,3 +98,57 @@ def test_a_grid_that_would_leave_the_gpu_idle_passes_and_is_not_kept_for_speed(j
                          dtype="float32", best_median_us=one["timing"]["median_us"] * 100, best_iqr_us=0.0, best_reps=50)
     assert decide(one, target) == "REVERT"
     assert decide({**rows, "timing": {**rows["timing"], "median_us": one["timing"]["median_us"]}}, target) == "KEEP"
+
+
+CHAINED_RELU = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, done_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    ready = tl.load(done_ptr + pid - 1, mask=pid > 0, other=1.0)  # 1.0 once program pid - 1 has run
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0) * ready, mask=mask)
+    tl.store(done_ptr + pid, 1.0)
+
+
+def relu(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    n = x.numel()
+    done = torch.zeros(triton.cdiv(n, 1024), device=x.device)
+    relu_kernel[(triton.cdiv(n, 1024),)](x, y, done, n, BLOCK=1024)
+    return y
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return relu(x)
+'''
+
+
+def test_a_kernelbench_model_new_whose_programs_wait_on_each_other_fails_for_it(tmp_path):
+    """KernelBench eval runs the same orders: a ReLU whose programs read a flag the previous program
+    wrote is right in id order only; the honest one passes beside it."""
+    from autokernel.judging.kb_evaluate import EvalOptions, RefCache, evaluate
+    from harness.workers.judge_session import judge_session
+    from paths import KERNELBENCH
+    relu = KERNELBENCH / "level1" / "19_ReLU.py"
+    chained = tmp_path / "19_ReLU_chained.py"
+    chained.write_text(CHAINED_RELU)
+    opts = EvalOptions(device="cpu", reps=4, warmup=1, timeout_s=300, compile_baseline=False)
+    cache = RefCache()
+    with judge_session():
+        lying = evaluate(relu, chained, opts, cache)
+        honest = evaluate(relu, KERNELBENCH / "solutions" / "19_ReLU_correct.py", opts, cache)
+    assert (lying["verdict"], lying["failed_stage"]) == ("FAIL", "correctness"), lying.get("reason", "")[:2000]
+    assert "program order: the launch of relu_kernel" in lying["reason"]
+    assert honest["verdict"] == "PASS", honest.get("reason", "")[:2000]
