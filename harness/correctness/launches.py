@@ -17,6 +17,14 @@ callable, a launch hook, a helper an interpreted body calls), and PyTorch comput
 the candidate's. While `recording` (the judge, from the first call on), every distinct Triton
 specialization launched is kept once (`LaunchRecord`, its tensors replaced by small stand-ins of
 the same dtype and alignment), for compile-for-target (harness/compiling/target_compile.py).
+
+Under the Triton interpreter, install() also makes the interpreter run a kernel as a GPU does:
+tl.dot computed as tensor cores compute it (TF32 where asked, bf16 emulated:
+harness/correctness/interpreter_numerics.py), and the grid routed through the monitor
+(harness/correctness/program_order.py): `grid_dims` is each launch's grid (`grids`, while a list,
+collects (kernel, programs, seconds) of each launch: the verdict's grid, harness/verdict/grid_fill.py),
+and where the judge's worker sets `orders`, every launch runs its programs in a secret order, a
+checked one in two where its programs share memory.
 """
 from __future__ import annotations
 
@@ -36,6 +44,9 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_f
 MAX_SPECIALIZATIONS = 256
 ALIGNMENT = 16  # bytes: Triton specializes pointers and integers on divisibility by 16
 _perf_counter = time.perf_counter  # bound at import, before any kernel file: the judge's own clock
+# the interpreter's builder methods install() replaces (interpreter_numerics.py, program_order.py)
+INTERPRETER_HOOKS = ("create_dot", "set_grid_dim", "set_grid_idx", "create_masked_load", "create_masked_store",
+                     "create_atomic_rmw", "create_atomic_cas")
 
 
 @dataclass
@@ -239,6 +250,9 @@ def entry_points() -> dict[str, object]:
     interpreter = sys.modules.get("triton.runtime.interpreter")
     if interpreter is not None:
         out["triton.runtime.interpreter.InterpretedFunction.run"] = interpreter.InterpretedFunction.run
+        # the interpreter made to run as a GPU does: its dot, its grid's order, its memory accesses
+        for name in INTERPRETER_HOOKS:
+            out[f"triton.runtime.interpreter.InterpreterBuilder.{name}"] = getattr(interpreter.InterpreterBuilder, name)
     from torch.utils import cpp_extension
     out.update({f"torch.utils.cpp_extension.{n}": getattr(cpp_extension, n) for n in ("load_inline", "load")})
     launcher = sys.modules.get("harness.cuda_launcher")

@@ -153,11 +153,11 @@ def test_a_winner_only_slower_on_this_gpu_is_not_a_failure_but_one_not_proven_is
                   "fallbacks": sum(reasons.values()), "fallback_reasons": reasons}
         return {"per_kernel": {"rmsnorm[128x384:float32]": kernel}, "per_op": {}, "outputs_match": True, "guilty": []}
     slower = result({"rows 128: slower here": 9, "1 row: not measured": 9})
-    verdict = verifier._verdict(slower, "float32", {}, {}, "float64")
+    verdict = verifier._verdict(slower, "float32", {}, "float64")
     assert verdict["status"] == "ok" and verdict["failures"] == []
     assert slower["per_kernel"]["rmsnorm[128x384:float32]"]["not_served"] == "no call served: rows 128: slower here"
     unproven = result({"rows 300: not proven (judged at rows 1 to 256)": 9, "rows 128: slower here": 9})
-    verdict = verifier._verdict(unproven, "float32", {}, {}, "float64")
+    verdict = verifier._verdict(unproven, "float32", {}, "float64")
     assert verdict["status"] == "failed" and "served no call of the model" in verdict["failures"][0]
 
 
@@ -175,12 +175,12 @@ def test_a_winner_found_in_the_loss_is_judged_by_the_training_steps_it_serves():
         return out
     for trained, status in ((None, "ok"), (20, "ok"), (0, "failed")):
         r = result(trained)
-        verdict = verifier._verdict(r, "float32", {}, {}, "float64", loss={target})
+        verdict = verifier._verdict(r, "float32", {}, "float64", loss={target})
         assert verdict["status"] == status, (trained, verdict)
         assert r["per_kernel"][target]["not_served"].startswith("in the training step's loss")
     assert verdict["failures"] == [f"{target}: served no call of the training step's loss"]
     served = result(20)
-    verifier._verdict(served, "float32", {}, {}, "float64", loss={target})
+    verifier._verdict(served, "float32", {}, "float64", loss={target})
     assert served["per_kernel"][target]["not_served"].endswith("served 20 call(s) in verify --train")
     # not in the loss: the same zero calls fail the inference check, as before
-    assert verifier._verdict(result(None), "float32", {}, {}, "float64")["status"] == "failed"
+    assert verifier._verdict(result(None), "float32", {}, "float64")["status"] == "failed"
