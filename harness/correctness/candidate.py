@@ -142,7 +142,8 @@ def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor) -> CallR
     result = CallResult()
     launches_before, tf32_before = monitor.launches, getattr(monitor, "tf32_dots", 0)
     recorder = ComputeRecorder(monitor)
-    # the judge's worker: each launch's programs run in two orders, compared (program_order.py)
+    # the judge's worker: each launch in its secret program order, and again in id order where its
+    # programs share memory, the two compared (program_order.py)
     orders = getattr(monitor, "orders", None)
     start = time.perf_counter()
     try:
