@@ -43,7 +43,7 @@ class ProgramOrders:
 
     def __init__(self, seed: int):
         self._rng = np.random.default_rng(seed)
-        self.compare = False  # set by compared(): a checked call's launches run in two orders
+        self.compare = False  # set by compared(): a checked call's launches, compared across orders
         self.findings: list[str] = []
         self.atomics = 0  # atomic operations run in the launch in progress (its finding says so)
         self._mode = "id"
@@ -54,7 +54,8 @@ class ProgramOrders:
 
     @contextmanager
     def compared(self):
-        """Within: every interpreted launch runs in two orders, its outputs compared bitwise."""
+        """Within: every interpreted launch runs in its secret order and, where its programs share
+        memory, again in id order, the two compared bitwise."""
         was, self.compare = self.compare, True
         try:
             yield self
@@ -113,7 +114,7 @@ class ProgramOrders:
                 result = launch()
             shared = self.accesses.first_shared()
         finally:
-            accesses, self.accesses = self.accesses, None
+            self.accesses = None
         other, atomics = self.last_order, self.atomics
         if other == "id order" or shared is None:  # one program, or none reads what another writes
             return result
