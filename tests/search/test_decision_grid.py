@@ -54,3 +54,13 @@ def test_the_heaviest_launch_decides_not_a_cheap_one_beside_it():
     grids = [("_row_loss", 16, 0.30), ("_mean", 1, 0.01), ("_row_loss", 16, 0.29), ("_mean", 1, 0.01)]
     assert grid_fill.heaviest(grids) == {"kernel": "_row_loss", "programs": 16, "launches": 2, "seconds": 0.59}
     assert grid_fill.heaviest([]) is None
+
+
+def test_a_pass_not_kept_for_its_grid_tells_the_proposer_why():
+    from autokernel.search.proposer import Candidate, Experiment
+    experiment = Experiment.from_verdict(3, Candidate(source="", description="one program"), _cpu(10.0, programs=1),
+                                         "REVERT", best_median_us=100.0)
+    assert experiment.message.startswith("not kept for its CPU time: _rows ran 1 program(s) per launch")
+    assert "min(132 multiprocessors of sm_90, 16 units of work" in experiment.message
+    kept = Experiment.from_verdict(4, Candidate(source="", description="rows"), _cpu(10.0, programs=16), "KEEP")
+    assert not kept.message
