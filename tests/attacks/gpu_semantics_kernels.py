@@ -14,8 +14,9 @@ them (tests/attacks/test_gpu_semantics.py). Each lie passes the static check: it
 - bf16_drops_tail (matmul): its bf16 path walks K in steps of 16 and drops the last K % 16 columns;
   the interpreter could not run a bf16 dot, so bf16 was "skipped".
 - ieee_matmul (matmul), honest: the same tiles with input_precision="ieee" and every K column.
-- one_program_softmax (softmax), honest and slow on a GPU: one program walks every row. Correct, so
-  it may PASS; on the CPU it is faster than one program per row, and must not be kept for that.
+- one_program_softmax (softmax), honest and slow on a GPU: one program over every row, a block of
+  rows at a time. Correct, so it may PASS; on the CPU it is much faster than one program per row (a
+  few numpy calls), and must not be kept for that.
 - stores_past_the_end (softmax): its last program stores one element past the output (a GPU's
   compute-sanitizer memcheck names it; benchmarks/gpu_check.sh runs it).
 - racy_block_sum (reduce, CUDA C++): the CUDA starter without the barrier between the warps'
@@ -199,9 +200,34 @@ def kernel_fn(x):
                         BLOCK=triton.next_power_of_2(x2.shape[1]))
     return y.view(shape)
 '''
-# one program walks every row
-ONE_PROGRAM_SOFTMAX = (HEAD.format(kernel_type="softmax") + SOFTMAX_ROW).replace("STEP", "1").replace(
-    "LIMIT", "n_cols").replace("GRID", "(1,)").replace("FIRST_ROW", "0")
+# one program over every row, a block of rows at a time: a few numpy calls in the interpreter
+ONE_PROGRAM_SOFTMAX = HEAD.format(kernel_type="softmax") + '''
+
+@triton.jit
+def _softmax_all_rows(y_ptr, x_ptr, n_rows, n_cols, x_stride, y_stride, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr):
+    cols = tl.arange(0, BLOCK_N)
+    for start in range(0, n_rows, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+        x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32)
+        e = tl.exp(x - tl.max(x, 1)[:, None])
+        y = e / tl.sum(e, 1)[:, None]
+        tl.store(y_ptr + rows[:, None] * y_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def kernel_fn(x):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1]).contiguous()
+    y = torch.empty_like(x2)
+    if y.numel() == 0:
+        return y.view(shape)
+    block_n = triton.next_power_of_2(x2.shape[1])
+    block_m = max(1, min(triton.next_power_of_2(x2.shape[0]), 16384 // block_n))
+    _softmax_all_rows[(1,)](y, x2, x2.shape[0], x2.shape[1], x2.stride(0), y.stride(0), BLOCK_M=block_m,
+                            BLOCK_N=block_n)
+    return y.view(shape)
+'''
 # one program per row; the last row's program stores one element past the row, which is past the end
 STORES_PAST_THE_END = (HEAD.format(kernel_type="softmax") + SOFTMAX_ROW).replace(
     "range(first_row, n_rows, STEP)", "range(tl.program_id(0), tl.program_id(0) + 1)").replace(
