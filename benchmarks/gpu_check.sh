@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared check of the GPU path, for a machine with a CUDA device, in one call of at most
-# 9 minutes. Run from anywhere:  bash benchmarks/gpu_check.sh
+# 10 minutes. Run from anywhere:  bash benchmarks/gpu_check.sh
 #
 # First, on a fresh device, the smoke (at most 120 s):  STEPS=smoke bash benchmarks/gpu_check.sh
 #   what the CPU rehearsal of a first launch assumes (tests/support/standin_gpu.py) beside this
@@ -9,19 +9,21 @@
 #   one verify (benchmarks/gpu_smoke.py). If it fails, fix it and run the smoke again before the rest.
 #
 # Steps, most important first, each under its own `timeout` and all under one deadline (TOTAL_S,
-# default 540 s), so the script ends in time whatever hangs; a step with no time left is named as
+# default 600 s), so the script ends in time whatever hangs; a step with no time left is named as
 # skipped. Every line is printed as it comes and copied into one summary file,
 # benchmarks/results/gpu-check-<date>-<device>.md (commit it).
-#   1. compute-bound starters vs cuBLAS / SDPA / eager, met or short per row (compute_bound.py)
 #   2. GPU-marked tests (pytest -m gpu), but for step 6's
 #   6. the timing attacks only a GPU can run (tests/attacks/test_gpu_timing.py: CUDA graph replay,
 #      an allocator block holding an earlier answer, a side stream, CUDA C++ that calls PyTorch or
 #      remembers inputs when timed), each of which must end in FAIL, beside the honest starters
+#   8. compute-sanitizer memcheck and racecheck over every starter (clean) and the attack suite's
+#      out-of-bounds and race kernels (caught), then the judge's own sanitizer path (sanitize_check.py)
 #   3. the starters suite, Triton then CUDA C++, fp16 and bf16, one row per verdict as it finishes
-#   5. three KernelBench level-1 problems with the tuner
+#   1. compute-bound starters vs cuBLAS / SDPA / eager, met or short per row (compute_bound.py)
 #   7. training: each starter's forward, backward and forward+backward against eager autograd,
 #      torch.compile's joint graph and Liger Kernel where installed, with peak memory
 #      (train_starters.py)
+#   5. three KernelBench level-1 problems with the tuner
 #   4. the bf16 LLaMA: autokernel optimize with the tuner (budget: 3 minutes, or what the deadline
 #      leaves less two minutes for profiling and verify: its workload and torch.compile of the model
 #      unmodified and patched), then its verify (verify.json)
@@ -34,8 +36,8 @@
 # plugin is needed: the GPU tests run in one process (-p no:xdist, whatever is installed). The
 # repository goes on PYTHONPATH.
 #   DRY_RUN=1   the same steps on the CPU with tiny shapes and budgets (proves the script; no GPU)
-#   TOTAL_S     the overall deadline in seconds (default 540; the smoke 120)
-#   STEPS       which steps to run, in order, e.g. "1 3" (default "1 2 6 3 7 5 4": the LLaMA run takes
+#   TOTAL_S     the overall deadline in seconds (default 600; the smoke 120)
+#   STEPS       which steps to run, in order, e.g. "1 3" (default "2 6 8 3 1 7 5 4": the LLaMA run takes
 #               the time that is left, its tuner budget 3 minutes at most)
 # shellcheck disable=SC2054  # the commas below are inside arguments (comma lists), not separators
 set -uo pipefail
@@ -45,7 +47,7 @@ cd "$ROOT" || exit 2
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python}"
 DRY_RUN="${DRY_RUN:-0}"
-STEPS="${STEPS:-1 2 6 3 7 5 4}"
+STEPS="${STEPS:-2 6 8 3 1 7 5 4}"
 START="${GPU_CHECK_START:-$(date +%s)}"
 WORK="${GPU_CHECK_WORK:-$(mktemp -d /tmp/gpu_check.XXXXXX)}"
 export GPU_CHECK_WORK="$WORK" GPU_CHECK_START="${GPU_CHECK_START:-$START}"
@@ -58,7 +60,7 @@ else
   DEVICE_NAME="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
   DEVICE_NAME="${DEVICE_NAME:-unknown-gpu}"
 fi
-if [ "$STEPS" = smoke ]; then TOTAL_S="${TOTAL_S:-$(( 120 * SCALE ))}"; else TOTAL_S="${TOTAL_S:-540}"; fi
+if [ "$STEPS" = smoke ]; then TOTAL_S="${TOTAL_S:-$(( 120 * SCALE ))}"; else TOTAL_S="${TOTAL_S:-600}"; fi
 if [ "$DRY_RUN" = 1 ]; then
   DEV=(--device cpu)
   SUITE_TYPES=(--types reduce,matmul)
@@ -257,6 +259,8 @@ for s in $STEPS; do
          "$PY" benchmarks/train_starters.py "${TRAIN[@]}" ;;
     6) step "Timing attacks only a GPU can run, beside the honest starters" 120 \
          "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:xdist tests/attacks/test_gpu_timing.py ;;
+    8) step "compute-sanitizer: the starters clean, the attacks' race and out-of-bounds kernels caught" 120 \
+         "$PY" benchmarks/sanitize_check.py --work "$WORK/sanitize" $([ "$DRY_RUN" = 1 ] && echo --dry-run) ;;
     *) say "unknown step $s" ;;
   esac
 done

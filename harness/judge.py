@@ -37,7 +37,7 @@ from harness.correctness.cases import CORRECTNESS_STAGES, STAGES, Capabilities, 
 from harness.isolation.process import ChildResult, child_env, scrubbed_env
 from harness.kernel_types.registry import Case
 from harness.isolation.static_check import check_source, describe
-from harness.verdict import backward_checks
+from harness.verdict import backward_checks, grid_fill
 from harness.verdict.verdict_checks import Assessment, assess
 from harness.device.versions import versions
 from harness.timing.witness import Witness
@@ -206,8 +206,14 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
         verdict["timing_around"] = shapes_around if verdict["verdict"] == "PASS" else None
     if verdict["timing"]:
         verdict["timing"].update(base.record())
+        if device == "cpu":  # CPU timings do not choose for a GPU: the grid it would need there
+            verdict["timing"]["grid"] = grid_fill.assess(plan.timing, grid_fill.recorded(events), arch)
     verdict["judge_seconds"] = {**wall_time_split(events, spawned, child.seconds, checks_s), "baselines": baseline_s,
                                 "worker": started_by}
+    if device == "cuda" and around is not None and verdict["verdict"] == "PASS":  # about to be kept
+        from harness.verdict import sanitizer
+        env = {**child_env(device, visible_devices), "TMPDIR": str(scratch_tmp), **private_caches(tmp)}
+        verdict = sanitizer.judged(verdict, path, plan.timing, env, timeout_s, tmp, sandbox)
     return verdict
 
 

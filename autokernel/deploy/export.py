@@ -44,7 +44,8 @@ SURFACE = ("__init__.py", "static_check.py", "kernel_surface.py", "tensor_flow.p
 # The audit hook that watches the winners in the user's process (kernel_package.py's _guard)
 GUARD = ("audit_hook.py", "audit_policy.py")
 # ... and the judge's one launch monitor and op recorder, around every served call (served.py)
-MONITOR = ("launches.py", "integrity.py", "served.py")
+MONITOR = ("launches.py", "integrity.py", "served.py", "interpreter_numerics.py", "program_order.py",
+           "shared_accesses.py")
 GUARD_INIT = ('"""The judge\'s audit hook, launch monitor and op recorder, copied verbatim: what a served winner '
               'may not do (see ../__init__.py)."""\n')
 VENDOR_INIT = '"""The files of autokernel\'s judge a winner needs (its static check; a CUDA C++ winner\'s launcher), copied verbatim."""\n'
@@ -184,6 +185,8 @@ def leave_out_reason(f: WinnerFile, verified: dict) -> str:
     if f.target in verified.get("guilty", []):
         why = verified.get("per_kernel", {}).get(f.target, {}).get("guilty_reason") or "its outputs differ"
         return f"guilty in verify.json: {why}"
+    if f.unrun_dtype:  # a PASS that rests on a dtype the judge did not run serves nothing
+        return f.unrun_dtype
     source = f.path.read_text(encoding="utf-8")
     try:
         tree = syntax.parse(source)

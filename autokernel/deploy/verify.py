@@ -20,12 +20,12 @@ served. The profiled set's speedup is reported beside the Amdahl projection.
 verify fails (status "failed", exit 1, each reason named) when the outputs are not accepted, when a
 winner serves no call of the model (unless every call fell back because, on a GPU, it was slower
 there), or when a target's dtype is not the model's. A winner this machine cannot run (CUDA C++
-without a GPU) is not run: verify.json names it and why under "not_run". A bf16 winner with dot
-products, which the Triton interpreter cannot run in bf16, runs with fp16 standing in, as the
-judge ran it (named under "stand_ins"), so it still serves the model and is still judged against
-the truth. Either makes the status "partial" (exit 0, `ok` false: nothing is claimed about the
-winner's own dtype path). "ok" means every winner ran in its own dtype, served calls of the model,
-and the outputs were accepted.
+without a GPU), or whose verdict ran another dtype in place of its own (it is served nowhere: the
+judge never ran its own dtype), is not run: verify.json names it and why under "not_run", and the
+status is "partial" (exit 0, `ok` false: nothing is claimed about it). A bf16 winner runs in bf16,
+in the Triton interpreter too, whose bf16 dot products the judge's launch monitor computes as tensor
+cores do (harness/correctness/interpreter_numerics.py). "ok" means every winner ran in its own
+dtype, served calls of the model, and the outputs were accepted.
 
 On the CPU the kernels run in the Triton interpreter (TRITON_INTERPRET=1 is set here, before any
 kernel file is imported); every time is then a CPU-interpreter figure and labelled so.
@@ -40,10 +40,9 @@ from typing import Any, Callable, Optional
 
 from autokernel.errors import UserError
 from autokernel.search.run import RunDir, write_json_atomic
-from autokernel.deploy.winners import STAND_IN, WinnerFile, load_winners, not_runnable, stand_in, winner_files
+from autokernel.deploy.winners import WinnerFile, load_winners, not_runnable, winner_files
 
-__all__ = ["FILENAME", "STAND_IN", "WinnerFile", "load_winners", "not_runnable", "run_folder", "stand_in", "verify",
-           "winner_files"]
+__all__ = ["FILENAME", "WinnerFile", "load_winners", "not_runnable", "run_folder", "verify", "winner_files"]
 
 FILENAME = "verify.json"
 SEEDS = (0, 1, 2)
@@ -97,14 +96,12 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
     files = winner_files(run)
     loaded = load_model(spec)
     not_run = {f.target: why for f in files if (why := not_runnable(f, spec.device))}
-    stand_ins = {f.target: why for f in files if (why := stand_in(f, spec.device))}
-    winners, failed = load_winners([f for f in files if f.target not in not_run], stand_ins)
+    winners, failed = load_winners([f for f in files if f.target not in not_run])
     input_sets, source, skipped = workload.input_sets(loaded, seeds)
     sets, reference_dtype = verify_workload.prepare(loaded, input_sets)
     log(f"verify: {len(winners)} winner(s) inside {Path(spec.path).name} on {spec.device}, over "
         f"{len(sets)} input set(s) ({', '.join(s.name for s in sets)}), judged against the model in {reference_dtype}"
-        + (f"; {len(not_run)} not run here" if not_run else "")
-        + (f"; {len(stand_ins)} with fp16 standing in for bf16" if stand_ins else ""))
+        + (f"; {len(not_run)} not run here" if not_run else ""))
     for name, why in skipped.items():
         log(f"verify: input set {name} left out: {why}")
     full, rest, guilty, clean = judge_winners(loaded, winners, failed, sets, log)
@@ -119,7 +116,7 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
                                        model_dtype(loaded))
     from autokernel.deploy.routing.binding import in_loss
     loss = {f.target for f in files if in_loss(f.modules)}
-    result.update(_verdict(result, model_dtype(loaded), not_run, stand_ins, reference_dtype, loss))
+    result.update(_verdict(result, model_dtype(loaded), not_run, reference_dtype, loss))
     write_json_atomic(run.path / FILENAME, result)
     return result
 
@@ -169,7 +166,7 @@ def model_dtype(loaded: Any) -> str:
     return loaded.spec.dtype or "float32"
 
 
-def _verdict(result: dict, dtype: str, not_run: dict, stand_ins: dict, reference_dtype: str,
+def _verdict(result: dict, dtype: str, not_run: dict, reference_dtype: str,
              loss: set = frozenset()) -> dict:
     """What failed, per winner and in words; the status; `ok` only when every winner was checked in
     its own dtype. `loss`: the targets of a training step's loss, which the model's forward never
@@ -179,7 +176,6 @@ def _verdict(result: dict, dtype: str, not_run: dict, stand_ins: dict, reference
     failures = []
     for target, k in result["per_kernel"].items():
         k["not_run"] = not_run.get(target)
-        k["stand_in"] = stand_ins.get(target)
         k["dtype_matches_model"] = k["dtype"] == dtype
         if k["dtype"] != dtype:
             failures.append(f"{target}: the target's dtype {k['dtype'] or '(none)'} is not the model's {dtype}")
@@ -201,9 +197,8 @@ def _verdict(result: dict, dtype: str, not_run: dict, stand_ins: dict, reference
     if not result["outputs_match"] and not result["guilty"]:
         failures.append("the patched model's outputs were not accepted")
     failures += [f"training: {why}" for why in (result.get("train") or {}).get("failures", [])]
-    status = "failed" if failures else "partial" if (not_run or stand_ins) else "ok"
+    status = "failed" if failures else "partial" if not_run else "ok"
     return {"status": status, "ok": status == "ok", "failures": failures, "not_run": dict(not_run),
-            "stand_ins": dict(stand_ins),
             "model_dtype": dtype, "acceptance": {**rule(), "reference_dtype": reference_dtype}}
 
 

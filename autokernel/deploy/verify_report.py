@@ -44,12 +44,9 @@ def render(result: dict, folder: Path, *, print_table: Callable[[Any], None], lo
         raise UserError("verify failed: " + "; ".join(result["failures"]),
                         "`autokernel export` leaves the guilty kernels out; a winner that serves nothing or has "
                         "another dtype than the model's was searched at the wrong target: see verify.json")
-    for target, why in result.get("stand_ins", {}).items():
-        log(f"{target}: served with {why}; verify it in bf16 on a GPU")
     if result["status"] == "partial":
-        log(f"verify: partial: {len(result['not_run'])} winner(s) not run and {len(result.get('stand_ins', {}))} "
-            "run in a stand-in dtype on this machine, the rest ok (verify.json: \"ok\" is false; \"not_run\" "
-            "and \"stand_ins\" say why)")
+        log(f"verify: partial: {len(result['not_run'])} winner(s) not run on this machine, the rest ok "
+            "(verify.json: \"ok\" is false; \"not_run\" says why)")
 
 
 def _kernel_verdict(k: dict) -> str:
@@ -63,7 +60,7 @@ def _kernel_verdict(k: dict) -> str:
         return "[yellow]not faster here: not served[/]"
     if k["calls_served"] == 0:
         return "[red]SERVED NOTHING[/]"
-    return "[yellow]ok (fp16 stand-in)[/]" if k.get("stand_in") else "[green]ok[/]"
+    return "[green]ok[/]"
 
 
 def _inputs_judged(result: dict) -> str:

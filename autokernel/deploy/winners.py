@@ -13,11 +13,10 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from autokernel.search.run import RunDir, target_slug
 
-STAND_IN = "fp16 stood in for bf16: the Triton interpreter cannot run bf16 dot products"
 OLD_RECORD = "a record from before serving ranges: the target's shape alone"
 
 
@@ -39,6 +38,7 @@ class WinnerFile:
     serving: Optional[dict] = None  # ServingRange.to_json(); None for a module target
     backward: bool = False  # its backward_fn passed the judge: it serves calls that need gradients
     inference_only: str = ""  # why a backward_fn the file gives does not serve ('' when it does, or has none)
+    unrun_dtype: str = ""  # why its own dtype was never run by the judge ('' when it was)
 
     @property
     def module_name(self) -> str:
@@ -63,8 +63,19 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
                                 modules=list(entry.get("modules", [])), share=t.share,
                                 speedup_vs_eager=t.speedup_vs_eager, experiment=t.best_experiment,
                                 serving=serving_range(t, verdict), backward=backward,
-                                inference_only=inference_only))
+                                inference_only=inference_only, unrun_dtype=unrun_dtype(verdict)))
     return found
+
+
+def unrun_dtype(verdict: dict) -> str:
+    """Why a winner may not serve its own dtype: its verdict judged another dtype in its place (a
+    verdict from before the judge ran bf16 dot products in the interpreter, or from a GPU without
+    bf16), so a PASS would rest on a dtype that was never run ('' when its own dtype was run)."""
+    stood_in = verdict.get("stand_in_for")
+    if not stood_in:
+        return ""
+    return (f"not served: its verdict ran {verdict.get('judged_dtype') or 'another dtype'} in place of {stood_in}, "
+            f"so its {stood_in} path was never judged; judge it again (the judge now runs {stood_in} itself)")
 
 
 def backward_state(path: Path, kernel_type: str, verdict: dict) -> tuple[bool, str]:
@@ -141,46 +152,20 @@ def _read_json(path: Path) -> dict:
 
 # ---------------------------------------------------------------- what this machine can run
 def not_runnable(f: WinnerFile, device: str) -> str:
-    """Why this machine cannot run a winner at all ('' when it can)."""
+    """Why this machine does not run a winner at all ('' when it does): one whose own dtype the judge
+    never ran serves nowhere, as export leaves it out."""
+    if f.unrun_dtype:
+        return f.unrun_dtype
     if device.startswith("cuda"):
         return ""
     source = f.path.read_text(encoding="utf-8")
     if re.search(r"""^BACKEND\s*=\s*["']cuda["']""", source, re.M):
         return "not run: a CUDA C++ kernel needs a GPU"
-    if f.kernel_type == "module" and f.dtype == "bfloat16" and "tl.dot" in source:
-        return "not run: the Triton interpreter cannot run bf16 dot products"  # no stand-in for a whole module
     return ""
 
 
-def stand_in(f: WinnerFile, device: str) -> str:
-    """Why a winner runs here in another dtype than its own ('' when it runs in its own), as the
-    judge ran it: bf16 dot products in the Triton interpreter run in fp16 (same exponent rules for
-    these magnitudes, more mantissa), the result rounded back to bf16."""
-    if device.startswith("cuda") or f.dtype != "bfloat16" or f.kernel_type == "module":
-        return ""
-    return STAND_IN if "tl.dot" in f.path.read_text(encoding="utf-8") else ""
-
-
-def fp16_for_bf16(kernel_fn: Callable) -> Callable:
-    """kernel_fn (or backward_fn) with its bf16 tensors given as fp16 and its fp16 output (each of
-    its gradients) returned as bf16."""
-    import torch
-
-    def cast(value: Any, to: Any, what: Any) -> Any:
-        return value.to(to) if isinstance(value, torch.Tensor) and value.dtype == what else value
-
-    def standing_in(*args: Any, **kwargs: Any) -> Any:
-        out = kernel_fn(*[cast(a, torch.float16, torch.bfloat16) for a in args],
-                        **{k: cast(v, torch.float16, torch.bfloat16) for k, v in kwargs.items()})
-        if isinstance(out, (tuple, list)):
-            return tuple(cast(o, torch.bfloat16, torch.float16) for o in out)
-        return cast(out, torch.bfloat16, torch.float16)
-    return standing_in
-
-
-def load_winners(files: list[WinnerFile], stand_ins: Optional[dict[str, str]] = None) -> tuple[list, dict[str, str]]:
-    """The kernels imported in this process, and why any failed to import (it is then guilty).
-    A winner in `stand_ins` runs in the dtype that stood in for its own (see stand_in)."""
+def load_winners(files: list[WinnerFile]) -> tuple[list, dict[str, str]]:
+    """The kernels imported in this process, and why any failed to import (it is then guilty)."""
     from autokernel.deploy import routing
     from autokernel.deploy.routing import refusals
     from autokernel.deploy.routing.serving import ServingRange
@@ -198,9 +183,6 @@ def load_winners(files: list[WinnerFile], stand_ins: Optional[dict[str, str]] = 
         backward_fn = getattr(module, "backward_fn", None) if f.backward else None
         if f.kernel_type == "module":  # a module winner is its ModelNew class, built per recorded instance
             kernel_fn = module.ModelNew
-        elif (stand_ins or {}).get(f.target):
-            kernel_fn = fp16_for_bf16(module.kernel_fn)
-            backward_fn = fp16_for_bf16(backward_fn) if backward_fn else None
         else:
             kernel_fn = module.kernel_fn
         winners.append(routing.Winner(target=f.target, kernel_type=f.kernel_type, dims=f.dims, dtype=f.dtype,

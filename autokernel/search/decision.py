@@ -67,10 +67,23 @@ def decide(verdict: dict | None, target: TargetState) -> str:
         return "REVERT"
     if verdict["timing"].get("spread_ok") is False:  # a median its reps' spread makes meaningless
         return "REVERT"
+    if not fills_target(verdict["timing"]):  # a CPU time won by a grid a GPU would leave idle
+        return "REVERT"
     if target.best_median_us is None:
         return "KEEP"
     return "KEEP" if faster_beyond_noise(verdict["timing"], target.best_median_us, target.best_iqr_us,
                                          target.best_reps) else "REVERT"
+
+
+def fills_target(timing: dict) -> bool:
+    """Whether a timing may choose a kernel for the target GPU: always on a GPU; on the CPU (the
+    interpreter's times) only where its heaviest launch has the programs to fill that GPU at the
+    target shape (the judge's timing["grid"], harness/verdict/grid_fill.py). A KernelBench module's
+    timing has no grid (a ModelNew launches what it likes): the rule does not reach it."""
+    grid = timing.get("grid")
+    if timing.get("representative_of_gpu") is not False or grid is None:
+        return True
+    return bool(grid.get("fills_target"))
 
 
 def left_to_win(target: TargetState) -> float:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from autokernel.errors import BudgetExhausted, NothingUsable, Plateau, Switch, TargetDone, UserError
 from autokernel.search import population
-from autokernel.search.decision import decide, has_backward, ranked
+from autokernel.search.decision import decide, fills_target, has_backward, ranked
 from autokernel.search.guard import RecordGuard
 from autokernel.search.leaderboard import Leaderboard, make_row
 from autokernel.search.proposer import (HISTORY_WINDOW, NO_CODE_MESSAGE, TRUNCATED_MESSAGE, Candidate, Experiment,
@@ -310,7 +310,8 @@ class TargetSearch:
         if decision == "KEEP" or (decision == "BASELINE" and verdict and verdict.get("verdict") == "PASS"
                                   and timing.get("median_us")):
             self._new_best(number, candidate, verdict)
-        if verdict and verdict.get("verdict") == "PASS" and timing.get("median_us") and timing.get("spread_ok", True):
+        if verdict and verdict.get("verdict") == "PASS" and timing.get("median_us") and timing.get("spread_ok", True) \
+                and fills_target(timing):  # an elite by a time the interpreter alone rewards is no parent
             t.elites = population.admit(t.elites, population.entry_of(number, timing, source_sha256(candidate.source),
                                                                       candidate.description))
         self._note_reply(number, candidate, verdict, experiment)

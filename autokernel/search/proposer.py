@@ -81,6 +81,8 @@ class Experiment:
         message = failure_message(verdict)
         if not message and timing.get("spread_ok") is False:  # right, but its time means nothing: never kept
             message = f"its time was not trusted: {timing.get('spread_note') or 'the reps spread too widely'}"
+        if not message and (timing.get("grid") or {}).get("fills_target") is False:  # the interpreter's speed
+            message = f"not kept for its CPU time: {timing['grid'].get('detail')} ({timing['grid'].get('rule')})"
         return Experiment(number, candidate.description, decision, verdict.get("verdict", "FAIL"),
                           verdict.get("failed_stage"), message, median_us,
                           timing.get("iqr_us"), speedup, candidate.config)

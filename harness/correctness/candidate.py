@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -111,12 +112,15 @@ class CallResult:
     plain: bool = True
     device: str = ""
     seconds: float = 0.0
+    program_order: list[str] = field(default_factory=list)  # launches whose programs depend on each other
+    tf32_dots: int = 0  # tl.dot calls whose fp32 operands ran as TF32, as on a GPU
 
     def observations(self) -> dict:
         return {"launches": self.launches, "forbidden": sorted(set(self.forbidden)),
                 "device_to_host": self.device_to_host, "host_reads": sorted(set(self.host_reads)),
                 "mutated": self.mutated,
-                "aliased": self.aliased, "plain": self.plain, "device": self.device}
+                "aliased": self.aliased, "plain": self.plain, "device": self.device,
+                "program_order": self.program_order, "tf32_dots": self.tf32_dots}
 
 
 def _device_fault(exc: BaseException) -> bool:
@@ -136,11 +140,14 @@ def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor) -> CallR
     import time
     snapshots = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
     result = CallResult()
-    launches_before = monitor.launches
+    launches_before, tf32_before = monitor.launches, getattr(monitor, "tf32_dots", 0)
     recorder = ComputeRecorder(monitor)
+    # the judge's worker: each launch in its secret program order, and again in id order where its
+    # programs share memory, the two compared (program_order.py)
+    orders = getattr(monitor, "orders", None)
     start = time.perf_counter()
     try:
-        with recorder:
+        with recorder, (orders.compared() if orders is not None else contextlib.nullcontext()):
             out = fn(*args, **kwargs)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
@@ -153,6 +160,10 @@ def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor) -> CallR
             os._exit(3)
         result.error = error_text(exc)
         return result
+    finally:
+        if orders is not None:
+            result.program_order = orders.take_findings()
+        result.tf32_dots = getattr(monitor, "tf32_dots", 0) - tf32_before
     result.seconds = time.perf_counter() - start
     return observe(result, out, args, snapshots, recorder, monitor.launches - launches_before)
 

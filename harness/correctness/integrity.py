@@ -137,6 +137,9 @@ def observation_problem(label: str, obs: dict, device: str) -> str | None:
     if obs.get("device_to_host"):
         # computing on the host behind a GPU kernel's back
         return f"{label}: kernel_fn copied device data to the host"
+    if obs.get("program_order"):
+        # programs that read what others of their launch wrote: right in the interpreter's id order only
+        return f"{label}: {obs['program_order'][0]}"
     if obs.get("launches", 0) < 1:
         # no kernel at all: the answer came from somewhere else
         return f"{label}: no Triton or CUDA kernel was launched"

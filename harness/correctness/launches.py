@@ -17,13 +17,23 @@ callable, a launch hook, a helper an interpreted body calls), and PyTorch comput
 the candidate's. While `recording` (the judge, from the first call on), every distinct Triton
 specialization launched is kept once (`LaunchRecord`, its tensors replaced by small stand-ins of
 the same dtype and alignment), for compile-for-target (harness/compiling/target_compile.py).
+
+Under the Triton interpreter, install() also makes the interpreter run a kernel as a GPU does:
+tl.dot computed as tensor cores compute it (TF32 where asked, bf16 emulated:
+harness/correctness/interpreter_numerics.py), and the grid routed through the monitor
+(harness/correctness/program_order.py): `grid_dims` is each launch's grid (`grids`, while a list,
+collects (kernel, programs, seconds) of each launch: the verdict's grid, harness/verdict/grid_fill.py),
+and where the judge's worker sets `orders`, every launch runs its programs in a secret order, a
+checked one in two where its programs share memory.
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import math
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -33,6 +43,10 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_f
 # this the judge cannot compile them all for the target, and says so
 MAX_SPECIALIZATIONS = 256
 ALIGNMENT = 16  # bytes: Triton specializes pointers and integers on divisibility by 16
+_perf_counter = time.perf_counter  # bound at import, before any kernel file: the judge's own clock
+# the interpreter's builder methods install() replaces (interpreter_numerics.py, program_order.py)
+INTERPRETER_HOOKS = ("create_dot", "set_grid_dim", "set_grid_idx", "create_masked_load", "create_masked_store",
+                     "create_atomic_rmw", "create_atomic_cas")
 
 
 @dataclass
@@ -141,6 +155,13 @@ class LaunchMonitor:
         self._keys: set = set()
         self._signatures: dict = {}
         self.installed = False
+        # the judge's program orders (harness/correctness/program_order.py), set by its worker before
+        # the candidate is imported; None elsewhere: the interpreter runs programs in id order
+        self.orders = None
+        # while `grids` is a list, each interpreted launch appends (kernel name, programs, seconds)
+        self.grids: list | None = None
+        self.grid_dims: tuple | None = None  # the interpreter's grid of the launch in progress
+        self.tf32_dots = 0  # interpreted dots whose fp32 operands were rounded to TF32, as a GPU rounds them
 
     @property
     def launches(self) -> int:
@@ -196,9 +217,14 @@ def install() -> LaunchMonitor:
     _wrap_run(monitor, jit.JITFunction)
     try:
         from triton.runtime import interpreter
-        _wrap_run(monitor, interpreter.InterpretedFunction)
     except ImportError:
-        pass
+        interpreter = None
+    if interpreter is not None:
+        _wrap_run(monitor, interpreter.InterpretedFunction, interpreted=True)
+        # relative: an exported kernel package carries this file beside launches.py in its guard/
+        from . import interpreter_numerics, program_order
+        interpreter_numerics.install(monitor)  # tl.dot computed as a GPU's tensor cores compute it
+        program_order.install_hooks(monitor)  # the grid seen, and run in the judge's orders
     from torch.utils import cpp_extension
     for name in ("load_inline", "load"):
         _wrap_loader(monitor, cpp_extension, name)
@@ -224,6 +250,9 @@ def entry_points() -> dict[str, object]:
     interpreter = sys.modules.get("triton.runtime.interpreter")
     if interpreter is not None:
         out["triton.runtime.interpreter.InterpretedFunction.run"] = interpreter.InterpretedFunction.run
+        # the interpreter made to run as a GPU does: its dot, its grid's order, its memory accesses
+        for name in INTERPRETER_HOOKS:
+            out[f"triton.runtime.interpreter.InterpreterBuilder.{name}"] = getattr(interpreter.InterpreterBuilder, name)
     from torch.utils import cpp_extension
     out.update({f"torch.utils.cpp_extension.{n}": getattr(cpp_extension, n) for n in ("load_inline", "load")})
     launcher = sys.modules.get("harness.cuda_launcher")
@@ -232,7 +261,7 @@ def entry_points() -> dict[str, object]:
     return out
 
 
-def _wrap_run(monitor: LaunchMonitor, cls: type) -> None:
+def _wrap_run(monitor: LaunchMonitor, cls: type, interpreted: bool = False) -> None:
     original = cls.run
 
     @functools.wraps(original)
@@ -248,11 +277,18 @@ def _wrap_run(monitor: LaunchMonitor, cls: type) -> None:
         was = monitor.paused
         monitor.paused = True
         monitor.in_triton += 1
+        start, monitor.grid_dims = _perf_counter(), None
         try:
+            if interpreted and monitor.orders is not None:
+                return monitor.orders.run(lambda: original(kernel, *args, grid=grid, warmup=warmup, **kwargs),
+                                          kernel, args, kwargs)
             return original(kernel, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
             monitor.in_triton -= 1
             monitor.paused = was
+            if monitor.grids is not None and monitor.grid_dims is not None:
+                monitor.grids.append((getattr(kernel, "__name__", "?"), math.prod(monitor.grid_dims),
+                                      _perf_counter() - start))
 
     cls.run = run
 

@@ -24,6 +24,7 @@ import faulthandler
 import json
 import os
 import platform
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ import torch
 from harness.timing.compile_cache import baseline_caches
 from harness.correctness import launches
 from harness.correctness.candidate import error_text, observed_call
+from harness.correctness.program_order import ProgramOrders
 from harness.device.versions import versions as judge_versions
 from harness.kernelbench.kb_protocol import (PRECISIONS, TIME_SEED, Bench, ProblemError, as_outputs, calibrate_overhead,
                                  fingerprint, forward, load_module, store, sync, time_model, trial_seeds)
@@ -270,7 +272,9 @@ def prepare(a, network: dict | None = None) -> tuple[dict, IdentityGuard]:
     monitor, the OS sandbox (recorded beside the result, kept if the solution crashes), the watch on
     text reads, the identity snapshot, the audit hook. (tests/rehearsal runs a first real launch
     behind exactly this.)"""
-    launches.install()  # the one launch monitor, before the sandbox, the identity snapshot and the import
+    # the one launch monitor, before the sandbox, the identity snapshot and the import; with the
+    # secret order of each launch's programs (harness/correctness/program_order.py)
+    launches.install().orders = ProgramOrders(secrets.randbits(64))
     state = enter_sandbox(a, network)
     (a.out / "sandbox.json").write_text(json.dumps(state))
     from harness.correctness.integrity import watch_text_reads

@@ -96,6 +96,9 @@ class _Checker:
         if rec.get("error"):
             return f"{case.label()}: kernel_fn raised\n{rec['error']}"
         self.observations.append((case.label(), rec.get("obs", {})))
+        # one launch's programs reading what others of it wrote: fails the stage where it showed
+        if (rec.get("obs") or {}).get("program_order"):
+            return f"{case.label()}: {rec['obs']['program_order'][0]}"
         out = self.load(rec.get("output"))
         if out is None:
             return f"{case.label()}: kernel_fn returned no tensor"
@@ -103,7 +106,7 @@ class _Checker:
         ref = references.reference(case, self.device, (args, kwargs))  # large cases: on the judged device
         cmp = compare(out, ref.value, case, args, trivial=trivial, ref_error=ref.error)
         if not cmp.ok:
-            return f"{case.label()}: {cmp.detail}"
+            return f"{case.label()}: {cmp.detail}" + _tf32_hint(case, rec.get("obs") or {})
         if cmp.trivial:
             # a case that zeros or a constant would pass proves nothing: not counted
             self.dropped.append(f"{case.label()} ({cmp.trivial} would pass)")
@@ -135,6 +138,8 @@ class _Checker:
                 return problem
             first = self.load(mine[0]["output"])
             for r in mine[1:]:
+                if (r.get("obs") or {}).get("program_order"):
+                    return f"{case.label()}: {r['obs']['program_order'][0]}"
                 # nondeterminism (racy atomics, unseeded randomness) makes every later result suspect
                 if not bitwise_equal(self.load(r["output"]), first):
                     return f"{case.label()}: repeated calls on identical inputs are not bitwise identical"
@@ -178,6 +183,15 @@ class _Checker:
         if self.counted == 0:
             return "no test case counted: a trivial output would pass every case run"
         return None
+
+
+def _tf32_hint(case: Case, obs: dict) -> str:
+    """Why an fp32 case that fails may have failed: its dots ran as TF32, as they would on a GPU."""
+    if case.dtype != "float32" or not obs.get("tf32_dots"):
+        return ""
+    return ("; its tl.dot multiplied fp32 operands as TF32 (10 mantissa bits), as every NVIDIA GPU since sm_80 "
+            "does by default: an fp32 target is computed in fp32, so pass input_precision=\"ieee\" "
+            "(or \"tf32x3\")")
 
 
 def assess(events: list[dict], out_dir: Path, plan: Plan, device: str, witnessed=None,

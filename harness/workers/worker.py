@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 
 import harness.cuda_launcher  # noqa: F401  (CUDA candidates' host side: in the identity snapshot)
-from harness.verdict import around
+from harness.verdict import around, grid_fill
 from harness.isolation import audit_policy, namespace
 from harness.timing import measurement
 from harness.kernel_types import registry
@@ -30,7 +31,7 @@ from harness.correctness.candidate import (CallResult, ContractError, check_head
                                import_candidate, observed_call, read_header)
 from harness.correctness.cases import DETERMINISM_CALLS, Capabilities, Plan, build_plan
 from harness.correctness.compare import bitwise_equal, compare
-from harness.correctness import launches
+from harness.correctness import launches, program_order
 from harness.correctness.integrity import watch_text_reads
 from harness.kernel_types.registry import Case
 from harness.isolation.static_check import check_source, describe
@@ -115,6 +116,8 @@ class Worker:
         self.calibration: dict = {}
         # drawn before the candidate is imported: the salt of the timed calls' fresh values
         self.noise = NoiseSecret()
+        # ... and the secret order each launch's programs run in (harness/correctness/program_order.py)
+        self.monitor.orders = program_order.ProgramOrders(secrets.randbits(64))
 
     def clocks_untouched(self, where: str) -> bool:
         """Right after a call of kernel_fn: its clocks and sync points are the originals. Recorded
@@ -255,6 +258,8 @@ class Worker:
         result = self.call(stage, "check", case, args, kwargs)
         if result.error:
             return False, f"{case.label()}: kernel_fn raised\n{result.error}"
+        if result.program_order:  # a launch's programs read what others of it wrote
+            return False, f"{case.label()}: {result.program_order[0]}"
         too_many = {name: w for name, w in self.monitor.most_warps.items() if w > MAX_WARPS}
         if too_many:
             # a GPU refuses the launch; the interpreter runs it whatever the warps
@@ -372,6 +377,8 @@ def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | 
     salt = w.noise.salt(stage)  # revealed in the stage's final record, after its last timed call
     key = w.noise.salt(f"{stage}:outputs")  # which outputs are saved, their checksums' key: revealed likewise
     target = stage == "timing"
+    # the target's timed launches, each (kernel, programs, seconds): the verdict's grid (grid_fill.py)
+    w.monitor.grids = [] if target and w.device == "cpu" else None
     try:
         run = measurement.time_kernel(
             w.module.kernel_fn, case, w.device, w.report, w.monitor, w.log, stage,
@@ -381,13 +388,16 @@ def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | 
     except Exception as e:
         w.log.end(stage, "fail", f"kernel_fn raised while being timed:\n{error_text(e)}")
         return None
+    finally:
+        grids, w.monitor.grids = w.monitor.grids, None
     problem = w.specializations_problem()
     if problem:
         w.log.end(stage, "fail", problem, noise_salt=salt)
         return None
     w.log.end(stage, "pass", "timed", case=case.to_json(), kernel=run.final.to_json(),
               rounds=[r.to_json() for r in run.rounds], second_look=run.second_look, noise_salt=salt,
-              output_key=key, held_outputs={str(rep): name for rep, name in run.held_outputs.items()})
+              output_key=key, held_outputs={str(rep): name for rep, name in run.held_outputs.items()},
+              **({"grid": grid_fill.heaviest(grids)} if grids is not None else {}))
     return run
 
 

@@ -1,7 +1,8 @@
 """verify's verdict: a winner that serves nothing, or has another dtype than the model's, fails it;
 a bf16 model is judged against the model in float64, so a kernel that rounds once is accepted and a
-wrong one is still guilty; a winner the interpreter cannot run is named, not judged; optimize exits
-with verify's status. Real Triton starters in the Triton interpreter, on the tiny LLaMA."""
+wrong one is still guilty; bf16 dot products run in bf16 in the interpreter, as judged; a winner
+whose verdict ran another dtype in place of its own is named, not run, and not exported; optimize
+exits with verify's status. Real Triton starters in the Triton interpreter, on the tiny LLaMA."""
 import dataclasses
 import json
 import shutil
@@ -69,25 +70,43 @@ def bf16_run(tmp_path_factory):
                     name="run-bf16")
 
 
-def test_a_bf16_kernel_that_rounds_once_is_accepted_and_a_dot_the_interpreter_cannot_run_has_a_stand_in(bf16_run):
+def test_a_bf16_kernel_that_rounds_once_is_accepted_and_a_bf16_dot_runs_in_bf16(bf16_run):
     result = verifier.verify(bf16_run, seeds=(0, 1))
     norm, matmul = result["per_kernel"]["rmsnorm[8x32:bfloat16]"], result["per_kernel"]["matmul[8x32x32:bfloat16]"]
     # 3 calls per forward: the profiled inputs twice, then 1x7, 2x8 and 1x1
     assert norm["calls_served"] == 5 * 3 and not norm["guilty"] and norm["not_run"] is None
-    assert norm["stand_in"] is None  # no dot: the interpreter runs it in bf16 itself
     assert result["outputs_match"] is True and result["acceptance"]["reference_dtype"] == "float64"
     assert result["max_rel_err"] > 0.02  # beyond the bf16 tolerance against eager that used to judge it
     assert result["patched_err_vs_reference"] <= accuracy.RMS_MARGIN * result["eager_err_vs_reference"] \
         + accuracy.RMS_FLOOR["bfloat16"]
-    # the bf16 matmul serves the model with fp16 standing in, as the judge ran it, and is still
-    # judged against the float64 model; the status says its own dtype was not checked here
-    assert matmul["stand_in"] == verifier.STAND_IN and matmul["not_run"] is None
-    assert not matmul["guilty"] and matmul["calls_served"] > 0
-    assert result["stand_ins"] == {"matmul[8x32x32:bfloat16]": verifier.STAND_IN} and result["not_run"] == {}
-    assert result["status"] == "partial" and result["ok"] is False and result["failures"] == []
+    # the bf16 matmul serves the model in bf16, its dots as the judge ran them (tensor cores' rounding)
+    assert matmul["not_run"] is None and not matmul["guilty"] and matmul["calls_served"] > 0
+    assert result["not_run"] == {} and "stand_ins" not in result
+    assert result["status"] == "ok" and result["ok"] is True and result["failures"] == []
     assert result["patched_targets"] == ["matmul[8x32x32:bfloat16]", "rmsnorm[8x32:bfloat16]"]
     cli = cli_verify(bf16_run)
     assert cli.exit_code == 0, cli.output
+
+
+def test_a_winner_whose_own_dtype_the_judge_never_ran_serves_nowhere(bf16_run, tmp_path):
+    """A verdict that ran fp16 in place of bf16 (a judge that could not run bf16 dots, a GPU without
+    bf16): its PASS rests on a dtype that was not run, so verify does not serve it and export leaves
+    it out, both saying why."""
+    from autokernel.deploy.export import collect
+    run = tmp_path / "run-bf16-stood-in"
+    shutil.copytree(bf16_run, run)
+    rd = RunDir(run)
+    target = next(t for t in rd.load_state().targets if t.name == "matmul[8x32x32:bfloat16]")
+    record = rd.experiment_file(target, target.best_experiment, ".json")
+    verdict = json.loads(record.read_text())
+    record.write_text(json.dumps({**verdict, "judged_dtype": "float16", "stand_in_for": "bfloat16"}))
+    result = verifier.verify(run, seeds=(0,))
+    why = result["not_run"]["matmul[8x32x32:bfloat16]"]
+    assert "ran float16 in place of bfloat16" in why and "never judged" in why
+    assert result["per_kernel"]["matmul[8x32x32:bfloat16]"]["calls_served"] == 0
+    assert result["status"] == "partial" and result["ok"] is False
+    left_out = {e["target"]: e["reason"] for e in collect(run).manifest["left_out"]}
+    assert left_out == {"matmul[8x32x32:bfloat16]": why}
 
 
 def test_a_wrong_bf16_kernel_is_still_guilty(bf16_run, tmp_path):
@@ -134,11 +153,11 @@ def test_a_winner_only_slower_on_this_gpu_is_not_a_failure_but_one_not_proven_is
                   "fallbacks": sum(reasons.values()), "fallback_reasons": reasons}
         return {"per_kernel": {"rmsnorm[128x384:float32]": kernel}, "per_op": {}, "outputs_match": True, "guilty": []}
     slower = result({"rows 128: slower here": 9, "1 row: not measured": 9})
-    verdict = verifier._verdict(slower, "float32", {}, {}, "float64")
+    verdict = verifier._verdict(slower, "float32", {}, "float64")
     assert verdict["status"] == "ok" and verdict["failures"] == []
     assert slower["per_kernel"]["rmsnorm[128x384:float32]"]["not_served"] == "no call served: rows 128: slower here"
     unproven = result({"rows 300: not proven (judged at rows 1 to 256)": 9, "rows 128: slower here": 9})
-    verdict = verifier._verdict(unproven, "float32", {}, {}, "float64")
+    verdict = verifier._verdict(unproven, "float32", {}, "float64")
     assert verdict["status"] == "failed" and "served no call of the model" in verdict["failures"][0]
 
 
@@ -156,12 +175,12 @@ def test_a_winner_found_in_the_loss_is_judged_by_the_training_steps_it_serves():
         return out
     for trained, status in ((None, "ok"), (20, "ok"), (0, "failed")):
         r = result(trained)
-        verdict = verifier._verdict(r, "float32", {}, {}, "float64", loss={target})
+        verdict = verifier._verdict(r, "float32", {}, "float64", loss={target})
         assert verdict["status"] == status, (trained, verdict)
         assert r["per_kernel"][target]["not_served"].startswith("in the training step's loss")
     assert verdict["failures"] == [f"{target}: served no call of the training step's loss"]
     served = result(20)
-    verifier._verdict(served, "float32", {}, {}, "float64", loss={target})
+    verifier._verdict(served, "float32", {}, "float64", loss={target})
     assert served["per_kernel"][target]["not_served"].endswith("served 20 call(s) in verify --train")
     # not in the loss: the same zero calls fail the inference check, as before
-    assert verifier._verdict(result(None), "float32", {}, {}, "float64")["status"] == "failed"
+    assert verifier._verdict(result(None), "float32", {}, "float64")["status"] == "failed"

@@ -186,7 +186,9 @@ def _extras(paths: dict[str, str]) -> dict:
 
 
 def _check_main(out: str, specs: list[str]) -> None:
+    from harness.correctness import launches
     from harness.correctness.cases import CORRECTNESS_STAGES, Capabilities, build_plan
+    launches.install()  # as in every judged process: tl.dot as a GPU computes it, bf16 included
     paths = dict(spec.split("=", 1) for spec in specs)
     found = {}
     for kernel_type, path in paths.items():

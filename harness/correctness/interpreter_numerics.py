@@ -1,0 +1,91 @@
+"""The Triton interpreter's tl.dot made to compute what a GPU's tensor cores compute.
+
+The interpreter multiplies tl.dot's operands with numpy as they are stored, which differs from an
+NVIDIA GPU in two ways a kernel can hide behind:
+- fp32 operands: a GPU (sm_80 and later) multiplies them as TF32 unless the dot says otherwise
+  (`input_precision="ieee"`), since TF32 is Triton's default for fp32 dots. The interpreter ignores
+  `input_precision` and multiplies in fp32, so a matmul that would be TF32 on every GPU passed the
+  fp32 tolerance here. Now the operands are rounded to TF32 (10 mantissa bits, to nearest even)
+  where the dot asks for TF32, and split into three TF32 products where it asks for "tf32x3", as
+  the GPU does; "ieee" stays fp32.
+- bf16 operands: the interpreter stores bf16 as its 16 raw bits (uint16) and multiplied those
+  integers, so a bf16 dot product could not be judged at all. Now each operand is widened to fp32
+  (exact: bf16 is fp32's upper half) and the products accumulated in fp32, as tensor cores do.
+
+`install()` replaces InterpreterBuilder.create_dot once per process; it is called by the launch
+monitor's install (harness/correctness/launches.py), so the judge, verify's child and an exported
+package on the CPU all run a dot alike. Nothing happens at import.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+TF32_DROPPED_BITS = 13  # fp32 has 23 mantissa bits, TF32 keeps 10
+
+
+def round_to_tf32(values: np.ndarray) -> np.ndarray:
+    """fp32 values rounded to TF32's 10 mantissa bits, to nearest even; Inf and NaN as they are."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    special = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+    half = np.uint32((1 << (TF32_DROPPED_BITS - 1)) - 1) + ((bits >> np.uint32(TF32_DROPPED_BITS)) & np.uint32(1))
+    rounded = (bits + half) & np.uint32(~((1 << TF32_DROPPED_BITS) - 1) & 0xFFFFFFFF)
+    return np.where(special, bits, rounded).view(np.float32)
+
+
+def bf16_to_fp32(raw: np.ndarray) -> np.ndarray:
+    """bf16 values held as their raw uint16 bits, widened to fp32 exactly."""
+    return (np.asarray(raw).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def _precision_name(input_precision) -> str:
+    """'tf32', 'tf32x3', 'ieee', ... from Triton's INPUT_PRECISION enum value (or a string)."""
+    name = getattr(input_precision, "name", None) or str(input_precision)
+    return name.rsplit(".", 1)[-1].lower()
+
+
+def dot_operands(a_data: np.ndarray, b_data: np.ndarray, a_is_bf16: bool, b_is_bf16: bool,
+                 a_is_fp32: bool, precision: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The pairs of fp32 operands whose products a GPU sums for one dot, or [] to leave the dot to
+    the interpreter (fp16, int8, fp8, fp64 and IEEE fp32 it already computes as a GPU does)."""
+    if a_is_bf16 or b_is_bf16:
+        return [(bf16_to_fp32(a_data) if a_is_bf16 else a_data, bf16_to_fp32(b_data) if b_is_bf16 else b_data)]
+    if not a_is_fp32 or precision not in ("tf32", "tf32x3"):
+        return []
+    a_hi, b_hi = round_to_tf32(a_data), round_to_tf32(b_data)
+    if precision == "tf32":
+        return [(a_hi, b_hi)]
+    # 3xTF32: each operand split into a TF32 high part and a TF32 low part; the low x low product
+    # is dropped, as Triton's lowering drops it
+    a_lo, b_lo = round_to_tf32(a_data - a_hi), round_to_tf32(b_data - b_hi)
+    return [(a_lo, b_hi), (a_hi, b_lo), (a_hi, b_hi)]
+
+
+def install(monitor=None) -> None:
+    """Replace the interpreter's create_dot, once per process (a no-op without the interpreter);
+    each dot whose fp32 operands it rounds to TF32 counts in `monitor.tf32_dots`, so a failing fp32
+    case can say why."""
+    try:
+        from triton.runtime import interpreter
+        import triton.language as tl
+    except ImportError:
+        return
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_dot
+    if getattr(original, "gpu_numerics", False):
+        return
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        pairs = dot_operands(a.data, b.data, a.dtype.scalar == tl.bfloat16, b.dtype.scalar == tl.bfloat16,
+                             a.dtype.scalar == tl.float32, _precision_name(input_precision))
+        if not pairs:
+            return original(self, a, b, d, input_precision, max_num_imprecise_acc)
+        if len(pairs) == 1 and a.dtype.scalar == tl.float32 and monitor is not None:
+            monitor.tf32_dots += 1
+        acc = np.array(d.data, dtype=np.float32, copy=True)
+        for x, y in pairs:
+            acc = acc + np.matmul(x, y, dtype=np.float32)
+        return interpreter.TensorHandle(acc.astype(d.data.dtype, copy=False), d.dtype.scalar)
+
+    create_dot.gpu_numerics = True
+    create_dot.__wrapped__ = original
+    builder.create_dot = create_dot

@@ -1,0 +1,76 @@
+"""The interpreter's tl.dot as a GPU computes it (harness/correctness/interpreter_numerics.py): fp32
+operands as TF32 unless the dot says "ieee", 3xTF32 for "tf32x3", bf16 operands widened to fp32."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from harness.correctness import launches
+from harness.correctness.interpreter_numerics import round_to_tf32
+
+
+@triton.jit
+def _dot(c_ptr, a_ptr, b_ptr, M: tl.constexpr, K: tl.constexpr, N: tl.constexpr, PRECISION: tl.constexpr):
+    rm, rk, rn = tl.arange(0, M), tl.arange(0, K), tl.arange(0, N)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    if PRECISION == "default":
+        c = tl.dot(a, b)
+    else:
+        c = tl.dot(a, b, input_precision=PRECISION)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+
+
+def _run(a, b, precision):
+    launches.install()  # the launch monitor puts the GPU's dot in place, as in every judged process
+    c = torch.empty(a.shape[0], b.shape[1])
+    _dot[(1,)](c, a, b, M=a.shape[0], K=a.shape[1], N=b.shape[1], PRECISION=precision)
+    return c
+
+
+def test_rounding_to_tf32_keeps_ten_mantissa_bits_to_nearest_even():
+    one = 1.0
+    values = np.array([one + 2**-11, one + 2**-11 + 2**-20, one + 3 * 2**-11, -2.5, np.inf, -np.inf, np.nan],
+                      dtype=np.float32)
+    got = round_to_tf32(values)
+    assert got[0] == 1.0  # a tie goes to the even neighbour
+    assert got[1] == one + 2**-10 and got[2] == one + 2**-9  # past the tie rounds up; 3/2 ulp ties to even (up)
+    assert got[3] == -2.5 and np.isposinf(got[4]) and np.isneginf(got[5]) and np.isnan(got[6])
+    x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    assert np.all(round_to_tf32(x).view(np.uint32) & np.uint32(0x1FFF) == 0)
+    assert np.max(np.abs(round_to_tf32(x) - x) / np.abs(x)) <= 2**-11
+
+
+@pytest.fixture
+def operands():
+    gen = torch.Generator().manual_seed(3)
+    return torch.randn(16, 64, generator=gen), torch.randn(64, 16, generator=gen)
+
+
+@pytest.mark.parametrize("precision", ["default", "tf32"])
+def test_an_fp32_dot_at_the_default_precision_multiplies_tf32_operands(operands, precision):
+    a, b = operands
+    want = torch.from_numpy(round_to_tf32(a.numpy())) @ torch.from_numpy(round_to_tf32(b.numpy()))
+    got = _run(a, b, precision)
+    assert torch.allclose(got, want, rtol=1e-6, atol=1e-5)
+    exact = a.double() @ b.double()
+    # what the fp32 tolerance (1e-4 of the row's rms) refuses: a GPU's answer, not the interpreter's
+    assert (got.double() - exact).abs().max() > 1e-4 * exact.pow(2).mean().sqrt()
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32x3"])
+def test_ieee_and_3xtf32_stay_within_fp32(operands, precision):
+    a, b = operands
+    exact = a.double() @ b.double()
+    err = (_run(a, b, precision).double() - exact).abs().max() / exact.pow(2).mean().sqrt()
+    assert err < 1e-5
+
+
+def test_a_bf16_dot_widens_its_operands_and_sums_in_fp32(operands):
+    a, b = (t.to(torch.bfloat16) for t in operands)
+    got = _run(a, b, "default")
+    want = a.double() @ b.double()  # bf16 products are exact in fp32; the sums round in fp32
+    assert (got.double() - want).abs().max() < 1e-5 * want.abs().max()

@@ -1,0 +1,186 @@
+"""A launch's programs run in a secret order under the judge, and a checked launch in two orders
+compared bitwise (harness/correctness/program_order.py), in this process's interpreter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from harness.correctness import launches
+from harness.correctness.program_order import ProgramOrders
+
+
+@triton.jit
+def _chained(out_ptr, x_ptr):
+    """Each program adds its value to what program id - 1 stored: right in id order only."""
+    i = tl.program_id(0)
+    before = tl.load(out_ptr + i - 1, mask=i > 0, other=0.0)
+    tl.store(out_ptr + i, before + tl.load(x_ptr + i))
+
+
+@triton.jit
+def _independent(out_ptr, x_ptr):
+    i = tl.program_id(0)
+    tl.store(out_ptr + i, tl.load(x_ptr + i) * 2.0)
+
+
+@triton.jit
+def _ticket(order_ptr, counter_ptr):
+    """Each program writes the ticket it drew into its own slot: the order programs ran in."""
+    i = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+    tl.store(order_ptr + i, tl.atomic_add(counter_ptr, 1))
+
+
+@triton.jit
+def _float_sum(total_ptr, x_ptr):
+    tl.atomic_add(total_ptr, tl.load(x_ptr + tl.program_id(0)))
+
+
+@triton.jit
+def _int_sum(total_ptr, x_ptr):
+    tl.atomic_add(total_ptr, tl.load(x_ptr + tl.program_id(0)))
+
+
+@pytest.fixture
+def monitor():
+    """The process's launch monitor with the judge's orders on it for one test, then as it was."""
+    m = launches.install()
+    was, m.orders = m.orders, ProgramOrders(seed=1234)
+    try:
+        yield m
+    finally:
+        m.orders = was
+
+
+def test_a_chain_between_programs_is_found_and_named(monitor):
+    x = torch.arange(1.0, 33.0)
+    out = torch.empty(32)
+    with monitor.orders.compared():
+        _chained[(32,)](out, x)
+    found = monitor.orders.take_findings()
+    assert len(found) == 1 and "the launch of _chained" in found[0] and "out_ptr (float32)" in found[0]
+    assert "than in id order" in found[0] and "atomic" not in found[0]
+    # the id-order run is the one kept: what the interpreter always gave
+    assert torch.equal(out, torch.cumsum(x, 0))
+
+
+def test_independent_programs_agree_and_keep_their_result(monitor):
+    x = torch.randn(50)
+    out = torch.empty(50)
+    with monitor.orders.compared():
+        _independent[(50,)](out, x)
+    assert monitor.orders.take_findings() == []
+    assert torch.equal(out, x * 2)
+
+
+def test_outside_a_checked_call_programs_run_once_in_a_secret_order(monitor):
+    counter = torch.zeros(1, dtype=torch.int32)
+    seen = torch.empty(12, dtype=torch.int32)
+    _ticket[(4, 3)](seen, counter)
+    assert counter.item() == 12  # once: the timed calls are not run twice
+    ran = seen.tolist()
+    assert sorted(ran) == list(range(12)) and ran != list(range(12))
+    assert monitor.orders.take_findings() == []  # nothing is compared there
+
+
+def test_each_launch_draws_its_own_order_and_no_orders_means_id_order(monitor):
+    orders = []
+    for _ in range(6):
+        counter = torch.zeros(1, dtype=torch.int32)
+        seen = torch.empty(16, dtype=torch.int32)
+        _ticket[(16, 1)](seen, counter)
+        orders.append(tuple(seen.tolist()))
+    assert len(set(orders)) > 1 and tuple(range(16)) not in orders
+    monitor.orders = None
+    counter, seen = torch.zeros(1, dtype=torch.int32), torch.empty(16, dtype=torch.int32)
+    _ticket[(16, 1)](seen, counter)
+    assert seen.tolist() == list(range(16))  # verify and an exported package: the interpreter's own order
+
+
+def test_the_secret_decides_the_order():
+    def order(seed):
+        orders = ProgramOrders(seed)
+        orders._mode = "secret"
+        orders.grid_dims(8, 4, 1)
+        return [orders.program(x, y, 0) for x in range(8) for y in range(4)]
+    assert order(1) == order(1)
+    assert len({tuple(order(seed)) for seed in range(6)}) > 1
+    assert sorted(order(3)) == [(x, y, 0) for x in range(8) for y in range(4)]
+
+
+def test_a_float_atomic_sum_differs_by_order_and_says_atomics(monitor):
+    x = torch.tensor(np.random.default_rng(0).standard_normal(64) * np.logspace(0, 8, 64), dtype=torch.float32)
+    found = []
+    for _ in range(4):  # the secret order: most orders of these 64 terms round differently
+        total = torch.zeros(1)
+        with monitor.orders.compared():
+            _float_sum[(64,)](total, x)
+        found += monitor.orders.take_findings()
+    assert found and all("atomic operation(s)" in f and "_float_sum" in f for f in found)
+
+
+def test_an_integer_atomic_sum_is_the_same_in_any_order(monitor):
+    x = torch.arange(64, dtype=torch.int32)
+    total = torch.zeros(1, dtype=torch.int32)
+    with monitor.orders.compared():
+        _int_sum[(64,)](total, x)
+    assert monitor.orders.take_findings() == [] and total.item() == int(x.sum())
+
+
+def test_a_launch_runs_again_only_where_its_programs_share_memory(monitor):
+    """No program reading or writing what another writes: the orders agree by construction, so
+    the second run is not made (the check's cost is the record of accesses)."""
+    runs = []
+
+    class Counting(ProgramOrders):
+        def grid_dims(self, nx, ny, nz):  # once per run of a launch through the interpreter
+            runs.append((nx, ny, nz))
+            super().grid_dims(nx, ny, nz)
+    monitor.orders = Counting(seed=5)
+    x, out = torch.randn(40), torch.empty(40)
+    with monitor.orders.compared():
+        _independent[(40,)](out, x)
+        assert len(runs) == 1 and torch.equal(out, x * 2)
+        _chained[(40,)](torch.empty(40), x)
+        assert len(runs) == 3
+    assert len(monitor.orders.take_findings()) == 1
+
+
+class _Handle:
+    """The interpreter's TensorHandle, as the access record reads it."""
+
+    def __init__(self, data, bits=32):
+        self.data = np.asarray(data, dtype=np.uint64)
+        self.bits = bits
+
+    def get_element_ty(self):
+        return type("T", (), {"primitive_bitwidth": self.bits})()
+
+
+def test_shared_accesses_find_a_read_of_another_programs_write_and_nothing_else():
+    from harness.correctness.shared_accesses import SharedAccesses
+    log = SharedAccesses()
+    for program in range(4):  # each program reads its own row and writes its own output element
+        log.program = program
+        log.access(_Handle(1000 + 4 * np.arange(8) + 32 * program), None, write=False)
+        log.access(_Handle([5000 + 4 * program]), None, write=True)
+    assert log.first_shared() is None
+    log.program = 4
+    log.access(_Handle([5000 + 4 * 2]), None, write=False)  # reads program 2's output
+    assert log.first_shared() == (5008, 2, 4)
+
+
+def test_shared_accesses_see_a_masked_lane_as_no_access_and_a_wide_access_as_every_byte():
+    from harness.correctness.shared_accesses import SharedAccesses
+    log = SharedAccesses()
+    log.program = 0
+    log.access(_Handle([2000, 2002], bits=16), None, write=True)
+    log.program = 1
+    mask = type("M", (), {"data": np.array([False, True])})()
+    log.access(_Handle([2000, 3000], bits=16), mask, write=True)  # the shared lane is masked off
+    assert log.first_shared() is None
+    log.program = 2
+    log.access(_Handle([2000], bits=32), None, write=False)  # an fp32 read over program 0's two fp16
+    assert log.first_shared() in ((2000, 0, 2), (2002, 0, 2))
