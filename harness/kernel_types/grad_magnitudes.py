@@ -47,11 +47,19 @@ def rmsnorm(x, weight, g, eps=1e-6):
     return [rstd * (wg.abs() + xhat.abs() * c.abs()), _over_rows((g * xhat).abs())]
 
 
+# PyTorch's float64 layer_norm rounds x - mean at about 2^-52 of |x| + |mean|; where x - mean is
+# exactly 0 (a one-column row) the true weight gradient is 0 and the reference's is that rounding
+# times rstd (2.5e-14 at eps=1e-5): the reference's own error, held apart with room (2^-36)
+REFERENCE_ROUNDING = 2.0 ** -36
+
+
 def layernorm(x, weight, bias, g, eps=1e-5):
     xhat, rstd = _row_stats(x, eps, centred=True)
     wg = weight * g
     c1, c2 = wg.mean(-1, keepdim=True), (xhat * wg).mean(-1, keepdim=True)
-    return [rstd * (wg.abs() + c1.abs() + xhat.abs() * c2.abs()), _over_rows((g * xhat).abs()), _over_rows(g.abs())]
+    rounding = REFERENCE_ROUNDING * (x.abs() + x.mean(-1, keepdim=True).abs()) * rstd
+    return [rstd * (wg.abs() + c1.abs() + xhat.abs() * c2.abs()), _over_rows((g * (xhat.abs() + rounding)).abs()),
+            _over_rows(g.abs())]
 
 
 def cross_entropy(logits, targets, g, **_):
