@@ -63,9 +63,12 @@ def layernorm(x, weight, bias, g, eps=1e-5):
 
 
 def cross_entropy(logits, targets, g, **_):
+    # a target of -100 (ignore_index) takes no part: its row's gradient is exactly 0, and the mean
+    # is over the rows that count
+    counted = (targets != -100).unsqueeze(-1)
     p = torch.softmax(logits, -1)
-    onehot = torch.zeros_like(p).scatter_(-1, targets.view(-1, 1), 1.0)
-    return [(p + onehot) * g.abs() / logits.shape[0]]
+    onehot = torch.zeros_like(p).scatter_(-1, targets.clamp_min(0).view(-1, 1), 1.0)
+    return [(p + onehot) * counted * g.abs() / counted.sum().clamp_min(1)]
 
 
 def flash_attention(q, k, v, g, causal=False, sm_scale=None):
@@ -84,12 +87,14 @@ MAGNITUDES = {"softmax": softmax, "rmsnorm": rmsnorm, "layernorm": layernorm, "c
               "flash_attention": flash_attention}
 
 
-def magnitudes(kernel_type: str, args: list, kwargs: dict, grad_out: torch.Tensor) -> list[torch.Tensor] | None:
-    """Per differentiable parameter, the magnitude of its gradient's terms (float64, CPU), or None."""
+def magnitudes(kernel_type: str, args: list, kwargs: dict, grad_out: torch.Tensor,
+               device: str | torch.device = "cpu") -> list[torch.Tensor] | None:
+    """Per differentiable parameter, the magnitude of its gradient's terms (float64, on `device`), or None."""
     fn = MAGNITUDES.get(kernel_type)
     if fn is None:
         return None
-    a64 = [a.to("cpu", torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+    a64 = [a.to(device, torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point()
+           else a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
     with torch.no_grad():
         return [torch.nan_to_num(m.double(), nan=0.0, posinf=0.0, neginf=0.0)
-                for m in fn(*a64, grad_out.to("cpu", torch.float64), **kwargs)]
+                for m in fn(*a64, grad_out.to(device, torch.float64), **kwargs)]
