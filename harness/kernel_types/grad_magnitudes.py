@@ -76,7 +76,7 @@ def flash_attention(q, k, v, g, causal=False, sm_scale=None):
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
         n = s.shape[-1]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
     p = torch.softmax(s, -1)
     d = (g * (p @ v)).sum(-1, keepdim=True)
     ds = p * ((g.abs() @ v.abs().transpose(-1, -2)) + d.abs())  # |P| * (|dP| + |D|): dS's terms
