@@ -180,7 +180,7 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     events = read_events(out_dir)
     base.put_beside(events)  # the clean worker's figures: nothing the candidate's records say of a baseline
     checks_start = time.time()
-    bp = backward.build(plan, caps, _backward_around(events, plan, target, around)) \
+    bp = backward.build(plan, caps, backward_checks.around_cases(events, plan, target, around is not None)) \
         if header.get("has_backward_fn") else None
     with references.on_device(device, visible_devices), references.one_thread(device):  # the slot's own GPU
         shapes = _around_cases(plan, target) if around is not None else []
@@ -243,14 +243,6 @@ def serves(verdict: str, back: dict | None) -> str | None:
     if back["verdict"] == "PASS":
         return "training and inference"
     return f"inference only: the backward failed {back['failed_stage'] or 'to run'}"
-
-
-def _backward_around(events: list[dict], plan: Any, target: Case | None, around: dict | None) -> list[Case]:
-    """The shapes around the target where the backward is checked too: where the forward's were
-    (harness/workers/backward_stages.py skips them with the forward's, for a candidate not kept)."""
-    if around is None or target is None or any(e.get("event") == "around_skipped" for e in events):
-        return []
-    return _around_cases(plan, target)
 
 
 def _assess_around(events: list[dict], out_dir: Path, plan: Any, target: Case, device: str, witnessed) -> dict:

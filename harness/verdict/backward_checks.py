@@ -54,6 +54,15 @@ def planned(bp: BackwardPlan, events: list[dict] = (), device: str = "cpu") -> d
     return out
 
 
+def around_cases(events: list[dict], plan, target: Case | None, asked: bool) -> list[Case]:
+    """The shapes around the target where the backward is checked too: where the forward's were
+    (harness/workers/backward_stages.py skips them with the forward's, for a candidate not kept)."""
+    from harness.verdict import around
+    if not asked or target is None or any(e.get("event") == "around_skipped" for e in events):
+        return []
+    return around.cases(target, plan.timing.dtype)
+
+
 def not_run(why: str) -> dict:
     return {"verdict": "NOT_RUN", "failed_stage": None, "detail": why,
             "stages": [_skip(s, why) for s in STAGES], "timing": None, "memory": None}
