@@ -116,6 +116,9 @@ def test_grad_out_reaches_a_backward_uncopied_only_in_a_layout_the_judge_judged(
         return module.backward_fn(grad_out, out, x, weight, eps)
     for judged in (True, False):
         op = _winner(f"layout_{judged}", recording, judged_layouts=judged).registered()
-        x = torch.randn(16, 32, requires_grad=True)
-        op(x, torch.ones(32), eps=1e-6).backward(torch.randn(32).expand(16, 32))
-    assert seen == [(0, 1), (32, 1)]  # judged: as autograd hands it; else a dense copy
+        for grad in (torch.randn(32).expand(16, 32), torch.ones(()).expand(16, 32)):
+            x = torch.randn(16, 32, requires_grad=True)
+            op(x, torch.ones(32), eps=1e-6).backward(grad)
+    # judged: a row broadcast as autograd hands it, a scalar over every element (never judged) copied;
+    # a backward judged before layouts were: dense copies
+    assert seen == [(0, 1), (32, 1), (32, 1), (32, 1)]
