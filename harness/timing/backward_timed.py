@@ -83,9 +83,10 @@ class TimedStep:
     `key`: the step's secret (which outputs are saved, the checksums' key), held in closures."""
 
     def __init__(self, module, case, device: str, step: str, monitor, log, stage: str, salt: int, key: int,
-                 limits: dict):
+                 limits: dict, check=None):
         self.module, self.case, self.device, self.step = module, case, device, step
         self.monitor, self.log, self.stage = monitor, log, stage
+        self.check = check  # after every rep, outside the timed region: the clocks are still the judge's
         self.steps = Steps(case, device, salt)
         args, kwargs = self.steps.inputs.args, self.steps.inputs.kwargs
         self.policy = policy(case, args, kwargs, device, limits, step)
@@ -141,6 +142,8 @@ class TimedStep:
             return
         rep, snapshots, start = self._pending
         self._pending = None
+        if self.check is not None:
+            self.check()
         outputs = ([self._out] if self.step in FORWARD else []) + \
             (list(self._grads) if self.step in BACKWARD and isinstance(self._grads, (tuple, list)) else [])
         checksums = [self._checksum(t) for t in outputs]  # first, closest to the call

@@ -38,6 +38,9 @@ def assess(back: dict, events: list[dict], witnessed, device: str, baselines: di
         if figure is None:
             return replace_stage(back, "timing", "fail", f"the worker timed {step} without reporting its reps "
                                                          "to the judge as they ended")
+        if not figure["agrees"]:
+            # a clock swapped for the timed calls: the judge's own clock disagrees, as for the forward
+            return replace_stage(back, "timing", "fail", f"{step.replace('_', '+')}: {figure['disagreement']}")
         timing["method"] = figure["method"]
         timing[step] = {**{k: figure[k] for k in ("median_us", "iqr_us", "reps")},
                         **_against(figure["median_us"], baselines.get(step, {}))}
@@ -49,11 +52,15 @@ def assess(back: dict, events: list[dict], witnessed, device: str, baselines: di
 
 
 def _witnessed(witnessed, phase: str, device: str) -> dict | None:
+    """The figures of the reps the witness was told of, and whether its own clock backs them."""
     from harness.timing.timer import summary
+    from harness.timing.witness import agreement, disagreement_text
     reps = witnessed.reps(phase) if witnessed is not None else None
     if reps is None or not reps.samples_us:
         return None
-    return summary(reps.samples_us, device).to_json()
+    check = agreement(reps, witnessed.reps("null"))
+    return {**summary(reps.samples_us, device).to_json(), "agrees": check["agrees"],
+            "disagreement": None if check["agrees"] else disagreement_text(check)}
 
 
 def _against(median_us: float, figures: dict) -> dict:

@@ -206,7 +206,8 @@ def timing_stage(w, case: Case) -> bool:
         memory = backward_timing.peak_memory(backward_timing.CandidateSteps(  # values of its own, never revealed
             case, w.device, w.module, lambda: ComputeRecorder(w.monitor), w.noise.salt(f"{stage}:memory")))
         for step, (salt, key) in secrets.items():
-            timed = TimedStep(w.module, case, w.device, step, w.monitor, w.log, stage, salt, key, limits)
+            timed = TimedStep(w.module, case, w.device, step, w.monitor, w.log, stage, salt, key, limits,
+                              check=lambda: w.clocks_untouched("right after a timed call of backward_fn"))
             run = time_fn(timed.call, device=w.device, before_each=timed.before, report=w.report,
                           phase=f"bwd:{step}", **limits)
             timed.finish(last=True)
