@@ -44,13 +44,19 @@ class BackwardPlan:
     stages: dict[str, list[Case]] = field(default_factory=dict)
     timing: Case | None = None
     around: list[Case] = field(default_factory=list)
+    # the forward's own cases: there its output was judged already; elsewhere a backward case checks it
+    forward: set = field(default_factory=set)
+
+    def checks_forward(self, case: Case) -> bool:
+        return case not in self.forward
 
 
 def build(plan: Plan, caps: Capabilities, around: list[Case] | tuple = ()) -> BackwardPlan:
     """The backward's cases, from the forward's plan (the same cases, so the same inputs) and its
     own (harness/correctness/backward_cases.py); `around`: the shapes around a target, when asked."""
     kernel_type = plan.stages["smoke"][0].kernel_type
-    bp = BackwardPlan(timing=plan.timing, around=list(around))
+    bp = BackwardPlan(timing=plan.timing, around=list(around),
+                      forward={c for cases in plan.stages.values() for c in cases})
     bp.stages["compile"] = list(plan.stages["smoke"])
     sweep = backward_cases.by_turn(plan.stages["shape_sweep"], caps, drop_most_rows=True)
     bp.stages["shape_sweep"] = sweep + [c for c in backward_cases.shapes(kernel_type, caps, plan.timing)

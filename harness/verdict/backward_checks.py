@@ -73,8 +73,8 @@ def _skip(stage: str, why: str) -> dict:
 
 
 class _Reader:
-    def __init__(self, out_dir: Path, witnessed, device: str, kt):
-        self.out_dir, self.witnessed, self.device, self.kt = out_dir, witnessed, device, kt
+    def __init__(self, out_dir: Path, witnessed, device: str, kt, bp: BackwardPlan):
+        self.out_dir, self.witnessed, self.device, self.kt, self.bp = out_dir, witnessed, device, kt, bp
         self.observations: list[tuple[str, dict]] = []
 
     def load(self, name):
@@ -88,8 +88,8 @@ class _Reader:
         obs = rec.get("obs", {})
         self.observations.append((case.label(), obs))
         grads = [self.load(name) for name in rec.get("grads", [])]
-        out = self.load(rec.get("out"))
-        if out is None:
+        out = self.load(rec.get("out")) if self.bp.checks_forward(case) else None
+        if out is None and self.bp.checks_forward(case):
             return f"{case.label()}: the worker saved no output of kernel_fn for this training call"
         return backward.check(case, obs.get("returned", "nothing"), grads, backward.inputs(case, "cpu"), out)
 
@@ -180,7 +180,7 @@ def assess(events: list[dict], out_dir: Path, bp: BackwardPlan, device: str, wit
             g["end"] = e
         elif e.get("event") == "case":
             g["cases"].append(e)
-    reader = _Reader(out_dir, witnessed, device, registry.get(kernel_type))
+    reader = _Reader(out_dir, witnessed, device, registry.get(kernel_type), bp)
     result = {"verdict": "PASS", "failed_stage": None, "stages": [], "timing": None, "memory": None}
     for stage in backward.STAGES:
         g = groups.get(stage)

@@ -52,32 +52,33 @@ def run(w, plan: Plan, timing=None) -> bool:
     `timing`: the forward's TimedRun at the target (whether the shapes around it are checked)."""
     bp = backward.build(plan, w.caps, around_cases(w, plan, timing))
     steps = [("compile", lambda: compile_stage(w, bp.stages["compile"]))]
-    steps += [(s, lambda s=s: checked_stage(w, s, bp.stages[s])) for s in CHECKED]
+    steps += [(s, lambda s=s: checked_stage(w, s, bp.stages[s], bp)) for s in CHECKED]
     steps += [("determinism", lambda: determinism_stage(w, bp.stages["determinism"])),
               ("integrity", lambda: integrity_stage(w, bp.stages["integrity"])),
               ("timing", lambda: timing_stage(w, bp.timing))]
     if bp.around:
-        steps.append((backward.AROUND, lambda: around_stage(w, bp.around)))
+        steps.append((backward.AROUND, lambda: around_stage(w, bp.around, bp)))
     for stage, step in steps:
         if not step() or not w.untouched(f"after {event_stage(stage)}"):
             return False
     return True
 
 
-def record(w, stage: str, role: str, case: Case, bc: BackwardCall, **extra) -> None:
+def record(w, stage: str, role: str, case: Case, bc: BackwardCall, keep_out: bool = True, **extra) -> None:
+    """One call's record; `keep_out`: the forward's output saved too (a case the forward was not judged at)."""
     res = bc.result
     w.log.event(event="case", stage=event_stage(stage), role=role, case=case.to_json(), label=case.label(),
-                grads=[w.log.save(g) for g in bc.grads()], out=w.log.save(bc.out) if res else None,
+                grads=[w.log.save(g) for g in bc.grads()], out=w.log.save(bc.out) if res and keep_out else None,
                 error=bc.forward_error or (res.error if res else None),
                 forward_error=bc.forward_error, obs=backward.observations(res) if res else {},
                 seconds=res.seconds if res else 0.0, **extra)
 
 
-def one_case(w, stage: str, case: Case, role: str = "check") -> tuple[BackwardCall, str | None]:
+def one_case(w, stage: str, case: Case, role: str = "check", keep_out: bool = True) -> tuple[BackwardCall, str | None]:
     args, kwargs = backward.inputs(case, w.device)
     bc = backward.call(w.module, case, args, kwargs, w.device, w.monitor)
     w.clocks_untouched(f"right after a call of backward_fn in {event_stage(stage)}")
-    record(w, stage, role, case, bc)
+    record(w, stage, role, case, bc, keep_out)
     return bc, problem(case, bc)
 
 
@@ -90,10 +91,10 @@ def problem(case: Case, bc: BackwardCall) -> str | None:
                           backward.inputs(case, "cpu"))
 
 
-def checked_stage(w, stage: str, cases: list[Case]) -> bool:
+def checked_stage(w, stage: str, cases: list[Case], bp) -> bool:
     w.log.start(event_stage(stage))
     for case in cases:
-        _, why = one_case(w, stage, case)
+        _, why = one_case(w, stage, case, keep_out=bp.checks_forward(case))
         if why:
             w.log.end(event_stage(stage), "fail", why)
             return False
@@ -107,7 +108,7 @@ def compile_stage(w, cases: list[Case]) -> bool:
     why = signature_problem(w.module.backward_fn, w.kt)
     if why is None:
         try:
-            _, why = one_case(w, "compile", cases[0])
+            _, why = one_case(w, "compile", cases[0], keep_out=False)  # the smoke case: the forward's
         except Exception as e:  # our own failure to build its inputs is reported, not hidden
             why = f"the first backward call could not be made:\n{error_text(e)}"
     w.log.end(event_stage("compile"), "fail" if why else "pass", why or "backward_fn ran its first case")
@@ -161,27 +162,27 @@ def integrity_stage(w, cases: list[Case]) -> bool:
     a = backward.call(w.module, first, args, kwargs, w.device, w.monitor)
     w.clocks_untouched(f"right after a call of backward_fn in {stage}")
     after = [w.log.save(t) for t in (a.grad_out, *args)] if a.result is not None else []
-    record(w, "integrity", "replay_first", first, a, inputs_after=after)
+    record(w, "integrity", "replay_first", first, a, keep_out=False, inputs_after=after)
     with torch.no_grad():
         for dst, src in zip(args, backward.inputs(second, w.device)[0]):
             if isinstance(dst, torch.Tensor):
                 dst.copy_(src)
     b = backward.call(w.module, second, args, kwargs, w.device, w.monitor)
     w.clocks_untouched(f"right after a call of backward_fn in {stage}")
-    record(w, "integrity", "replay_second", second, b)
+    record(w, "integrity", "replay_second", second, b, keep_out=False)
     error = (a.forward_error or (a.result.error if a.result else None)
              or b.forward_error or (b.result.error if b.result else None))
     w.log.end(stage, "fail" if error else "pass", error or "observations recorded")
     return not error
 
 
-def around_stage(w, cases: list[Case]) -> bool:
+def around_stage(w, cases: list[Case], bp) -> bool:
     """The shapes around the target, each called and recorded whatever the last gave: the judging
     process decides at which the backward was right (its training serving range)."""
     stage = event_stage(backward.AROUND)
     w.log.start(stage)
     for case in cases:
-        one_case(w, backward.AROUND, case)
+        one_case(w, backward.AROUND, case, keep_out=bp.checks_forward(case))
     w.log.end(stage, "pass", f"{len(cases)} shapes recorded")
     return True
 
