@@ -48,6 +48,7 @@ ACCUMULATION_ROWS = {"cpu": 2 * 132 + 5, "cuda": 16384}
 # attention's weight-like sums run over the sequence, whose cost grows with its square
 FOUR_D = {"B": 2, "H": 3, "S": 5}  # leading dims of the row types' four-dimensional case
 DETERMINISM_ROWS = {"cpu": 21, "cuda": 4 * 132 + 7}
+ATTENTION_DETERMINISM_SEQUENCE = 97  # several query and key blocks of 16 to 64, one ragged
 VALUE_ROWS = 4  # the values and layouts cases: a few rows of the smoke shape's width
 SEED = 60_000
 
@@ -175,6 +176,9 @@ def accumulation(kernel_type: str, caps: Capabilities, sweep: list[Case], judged
 
 
 def determinism(kernel_type: str, caps: Capabilities) -> Case:
-    """Enough rows for several programs or blocks, so that the order of a sum can matter."""
+    """Enough rows for several programs or blocks, so that the order of a sum can matter (for
+    attention: a sequence of several query and key blocks in one head, whose dq sums across them)."""
     rows = DETERMINISM_ROWS.get(caps.device, DETERMINISM_ROWS["cuda"])
+    if kernel_type == "flash_attention":
+        return _seeded([narrow(kernel_type, 1, "float32", S=ATTENTION_DETERMINISM_SEQUENCE)], 400)[0]
     return _seeded([narrow(kernel_type, rows, "float32")], 400)[0]

@@ -52,3 +52,19 @@ def test_the_honest_backwards_beside_them_pass_in_every_dtype_that_runs(judged, 
     assert v["serves"] == "training and inference"
     judged_dtypes = {d for s in back["stages"] for d in ("float32", "float16", "bfloat16") if d in s["detail"]}
     assert {"float16", "bfloat16"} <= judged_dtypes  # the accumulation stage names its cases
+
+
+@pytest.fixture(scope="module")
+def starters():
+    from starter_kernels import KERNEL_TYPES, starter_path
+    paths = {kernel_type: starter_path(kernel_type) for kernel_type in KERNEL_TYPES}
+    return judge_batch(paths, None, backward=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel_type", ["cross_entropy", "flash_attention", "fused_mlp", "layernorm", "matmul",
+                                         "reduce", "rmsnorm", "rotary_embedding", "softmax"])
+def test_every_starters_honest_backward_passes_the_backward_judge(starters, kernel_type):
+    v = starters[kernel_type]
+    back = v["backward"]
+    assert (v["verdict"], back["verdict"]) == ("PASS", "PASS"), _why(back)[:2000]
