@@ -68,7 +68,8 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
                                 speedup_vs_eager=t.speedup_vs_eager, experiment=t.best_experiment,
                                 serving=serving_range(t, verdict), backward=backward,
                                 training_serving=training_serving_range(t, verdict) if backward else None,
-                                judged_layouts=backward and bool((verdict.get("backward") or {}).get("grad_out_layouts")),
+                                judged_layouts=backward and bool((verdict.get("backward") or {})
+                                                                 .get("grad_out_layouts")),
                                 inference_only=inference_only))
     return found
 

@@ -63,7 +63,8 @@ def build(plan: Plan, caps: Capabilities, around: list[Case] | tuple = ()) -> Ba
                                         if not any(backward_cases.same_problem(c, s) for s in sweep)]
     bp.stages["stability"] = list(plan.stages["stability"])
     bp.stages["values"] = backward_cases.values(kernel_type, caps)
-    bp.stages["edge_cases"] = backward_cases.by_turn(plan.stages["edge_cases"], caps) + backward_cases.layouts(kernel_type)
+    bp.stages["edge_cases"] = (backward_cases.by_turn(plan.stages["edge_cases"], caps)
+                               + backward_cases.layouts(kernel_type))
     bp.stages["accumulation"] = backward_cases.accumulation(kernel_type, caps, plan.stages["shape_sweep"],
                                                             plan.judged_dtype)
     bp.stages["determinism"] = [backward_cases.determinism(kernel_type, caps)]

@@ -185,7 +185,8 @@ class TimedStep:
         """The rep's outputs against references rebuilt on the device from its own inputs."""
         if self._skipped:
             return {"skipped": self._skipped}
-        grad_out, inputs = snapshots[0], [s if s is not None else a for s, a in zip(snapshots[1:], self.steps.inputs.args)]
+        grad_out = snapshots[0]
+        inputs = [s if s is not None else a for s, a in zip(snapshots[1:], self.steps.inputs.args)]
         kwargs = self.steps.inputs.kwargs
         if self.step in FORWARD:
             forward = check_on_device(self.case, self._out, inputs, kwargs, self.device)

@@ -138,7 +138,8 @@ def determinism_stage(w, cases: list[Case]) -> bool:
             held.append((args, bc))
             why = problem(case, bc) if i == 0 else (bc.forward_error or (bc.result.error if bc.result else None))
             if why is None and first is not None and not _same(first, bc.grads()):
-                why = f"{case.label()}: {DETERMINISM_CALLS} calls on identical inputs gave gradients that differ bitwise"
+                why = (f"{case.label()}: {DETERMINISM_CALLS} calls on identical inputs gave gradients that "
+                       "differ bitwise")
             if why:
                 w.log.end(stage, "fail", why)
                 return False
