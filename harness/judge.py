@@ -149,7 +149,8 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     for folder in (out_dir, cwd, scratch_tmp):
         folder.mkdir()
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
-    plan = build_plan(header["KERNEL_TYPE"], Capabilities(device, bf16), target)
+    caps = Capabilities(device, bf16)
+    plan = build_plan(header["KERNEL_TYPE"], caps, target)
     baseline_start = time.time()
     base = _baselines(plan, target, device, visible_devices, timeout_s, compile_baseline, around,
                       verdict["backend"] == "cuda" and device == "cpu", bool(header.get("has_backward_fn")))
@@ -179,11 +180,12 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
     events = read_events(out_dir)
     base.put_beside(events)  # the clean worker's figures: nothing the candidate's records say of a baseline
     checks_start = time.time()
-    bp = backward.build(plan) if header.get("has_backward_fn") else None
+    bp = backward.build(plan, caps, backward_checks.around_cases(events, plan, target, around is not None)) \
+        if header.get("has_backward_fn") else None
     with references.on_device(device, visible_devices), references.one_thread(device):  # the slot's own GPU
         shapes = _around_cases(plan, target) if around is not None else []
         assessment = assess(events, out_dir, plan, device, witnessed, shapes,
-                            backward_checks.planned(bp) if bp is not None else None)
+                            backward_checks.planned(bp, events, device) if bp is not None else None)
         shapes_around = (_assess_around(events, out_dir, plan, target, device, witnessed)
                          if around is not None and assessment.verdict == "PASS" else None)
         lie = around_lie(shapes_around)
@@ -192,7 +194,8 @@ def _judge_copy(verdict: dict, path: Path, tmp: Path, target: Case | None, devic
         back = _backward_verdict(events, out_dir, bp, device, witnessed, header, assessment, child, timeout_s)
         if back is not None and back["verdict"] == "PASS":
             from harness.verdict import backward_timing_checks
-            back = backward_timing_checks.assess(back, events, witnessed, device, base.training())
+            back = backward_timing_checks.assess(back, events, witnessed, device, base.training(), bp.timing,
+                                                 out_dir)
     checks_s = time.time() - checks_start
     verdict["sandbox"] = sandbox_record(events, sandbox)
     if not backward_started(events):  # past the forward, a dying worker is the backward's verdict
@@ -230,8 +233,7 @@ def _backward_verdict(events: list[dict], out_dir: Path, bp, device: str, witnes
         return None
     if forward.verdict != "PASS" or forward.timing is None:
         return backward_checks.not_run("not run: the forward did not pass, and a backward is judged only after it")
-    back = backward_checks.assess(events, out_dir, bp, device, witnessed, header["KERNEL_TYPE"],
-                                  bool(header.get("MUTATES_GRAD_OUT", False)))
+    back = backward_checks.assess(events, out_dir, bp, device, witnessed, header["KERNEL_TYPE"])
     running = back.pop("running_stage", None)
     if running is not None or back["verdict"] == "PASS" and (child.timed_out or child.returncode != 0):
         return backward_checks.died(back, running or "timing", child, timeout_s)

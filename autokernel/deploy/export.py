@@ -211,6 +211,8 @@ def _entry(f: WinnerFile, module: str, verified: dict) -> dict:
     return {"target": f.target, "kernel_type": f.kernel_type, "backend": backend, "dims": f.dims, "dtype": f.dtype,
             "kwargs": f.kwargs, "source": f"kernels/{module}.py", "route": f.route, "modules": f.modules,
             "serving": f.serving, "backward": f.backward, "inference_only": f.inference_only,
+            "training_serving": f.training_serving if f.backward else None,
+            "judged_layouts": f.judged_layouts and f.backward,
             "experiment": f.experiment, "speedup_vs_eager": f.speedup_vs_eager,
             "calls_served_in_verify": checked.get("calls_served"),
             "verified": bool(checked) and not checked.get("guilty", False) and not checked.get("not_run"),

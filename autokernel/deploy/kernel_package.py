@@ -117,11 +117,16 @@ def winners(targets: Optional[Iterable[str]] = None) -> list:
             serving = k.get("serving")  # absent from a package exported before serving ranges: its target alone
             # a backward serves only where the judge passed it (manifest "backward"; absent: forward only)
             backward_fn = getattr(module, "backward_fn", None) if k.get("backward") else None
+            # where it serves calls that need gradients (absent: exported before training ranges, its target alone)
+            training = k.get("training_serving")
             _loaded[k["target"]] = routing.Winner(
                 target=k["target"], kernel_type=k["kernel_type"], dims=k["dims"], dtype=k["dtype"],
                 kernel_fn=getattr(module, entry), kwargs=k.get("kwargs", {}), route=k.get("route", "op"),
                 modules=k.get("modules", []), serving=routing.ServingRange.from_json(serving) if serving else None,
-                backward_fn=backward_fn, inference_only=k.get("inference_only", ""))
+                backward_fn=backward_fn, inference_only=k.get("inference_only", ""),
+                training_serving=routing.ServingRange.from_json(training) if training else None,
+                mutates_grad_out=getattr(module, "MUTATES_GRAD_OUT", False) is True,
+                judged_layouts=bool(k.get("judged_layouts")))
         found.append(_loaded[k["target"]])
     return found
 

@@ -5,7 +5,9 @@ plan entry's route and modules, its serving range), and the kernels imported to 
 serving.py) is read from its best experiment's verdict: the target's timing and the shapes around
 it the judge checked and timed when the kernel was kept (the verdict's "timing_around"). A verdict
 from before serving ranges has none: its winner serves its target's shape alone, and every other
-call falls back saying so.
+call falls back saying so. A winner whose backward passed has a training serving range too: the
+target and the shapes around it where the judge found its backward right (the verdict's
+"backward"."around"); a call that needs gradients outside it falls back, counted.
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ class WinnerFile:
     experiment: Optional[int] = None
     serving: Optional[dict] = None  # ServingRange.to_json(); None for a module target
     backward: bool = False  # its backward_fn passed the judge: it serves calls that need gradients
+    training_serving: Optional[dict] = None  # where those calls are served: where the backward was right
+    judged_layouts: bool = False  # its backward was judged under column-major and broadcast grad_outs
     inference_only: str = ""  # why a backward_fn the file gives does not serve ('' when it does, or has none)
     unrun_dtype: str = ""  # why its own dtype was never run by the judge ('' when it was)
 
@@ -63,6 +67,9 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
                                 modules=list(entry.get("modules", [])), share=t.share,
                                 speedup_vs_eager=t.speedup_vs_eager, experiment=t.best_experiment,
                                 serving=serving_range(t, verdict), backward=backward,
+                                training_serving=training_serving_range(t, verdict) if backward else None,
+                                judged_layouts=backward and bool((verdict.get("backward") or {})
+                                                                 .get("grad_out_layouts")),
                                 inference_only=inference_only, unrun_dtype=unrun_dtype(verdict)))
     return found
 
@@ -119,6 +126,24 @@ def serving_range(target: Any, verdict: dict) -> Optional[dict]:
         note = OLD_RECORD
     return ServingRange(target.kernel_type, target.dtype, dict(target.dims), target.kwargs.get("causal"), shapes,
                         representative, note).to_json()
+
+
+def training_serving_range(target: Any, verdict: dict) -> Optional[dict]:
+    """Where a winner serves calls that need gradients (as JSON): the target, where its backward
+    passed, and each shape around it where the judge checked the backward (correctness alone: a
+    training call's speed is the step's, not measured per shape); None for a module target."""
+    from autokernel.deploy.routing.serving import FREE_DIMS, ServingRange, Shape
+    if target.kernel_type not in FREE_DIMS:
+        return None
+    shapes = [Shape(dict(target.dims), True, detail="the target")]
+    around = ((verdict.get("backward") or {}).get("around") or {}).get("shapes") or []
+    for row in around:
+        if row.get("ok") or row.get("failed"):  # neither: not checked, so it proves nothing either way
+            shapes.append(Shape(dict(row["dims"]), bool(row.get("ok")), detail=row.get("detail", "")))
+    note = (f"the backward judged at the target and {len(shapes) - 1} shape(s) around it" if len(shapes) > 1
+            else "the target alone: the backward was judged at no shape around it")
+    return ServingRange(target.kernel_type, target.dtype, dict(target.dims), target.kwargs.get("causal"), shapes,
+                        False, note).to_json()
 
 
 def _not_slower(figures: dict, representative: bool) -> Optional[bool]:
@@ -181,6 +206,7 @@ def load_winners(files: list[WinnerFile]) -> tuple[list, dict[str, str]]:
             failed[f.target] = f"importing {f.path.name} raised {type(e).__name__}: {e}"
             continue
         backward_fn = getattr(module, "backward_fn", None) if f.backward else None
+        mutates = getattr(module, "MUTATES_GRAD_OUT", False) is True
         if f.kernel_type == "module":  # a module winner is its ModelNew class, built per recorded instance
             kernel_fn = module.ModelNew
         else:
@@ -188,5 +214,8 @@ def load_winners(files: list[WinnerFile]) -> tuple[list, dict[str, str]]:
         winners.append(routing.Winner(target=f.target, kernel_type=f.kernel_type, dims=f.dims, dtype=f.dtype,
                                       kernel_fn=kernel_fn, kwargs=f.kwargs, route=f.route, modules=f.modules,
                                       serving=ServingRange.from_json(f.serving) if f.serving else None,
-                                      backward_fn=backward_fn, inference_only=f.inference_only))
+                                      backward_fn=backward_fn, inference_only=f.inference_only,
+                                      training_serving=ServingRange.from_json(f.training_serving)
+                                      if f.training_serving else None, mutates_grad_out=mutates,
+                                      judged_layouts=f.judged_layouts))
     return winners, failed

@@ -47,19 +47,28 @@ def rmsnorm(x, weight, g, eps=1e-6):
     return [rstd * (wg.abs() + xhat.abs() * c.abs()), _over_rows((g * xhat).abs())]
 
 
+# PyTorch's float64 layer_norm rounds x - mean at about 2^-52 of |x| + |mean|; where x - mean is
+# exactly 0 (a one-column row) the true weight gradient is 0 and the reference's is that rounding
+# times rstd (2.5e-14 at eps=1e-5): the reference's own error, held apart with room (2^-36)
+REFERENCE_ROUNDING = 2.0 ** -36
+
+
 def layernorm(x, weight, bias, g, eps=1e-5):
     xhat, rstd = _row_stats(x, eps, centred=True)
     wg = weight * g
     c1, c2 = wg.mean(-1, keepdim=True), (xhat * wg).mean(-1, keepdim=True)
-    return [rstd * (wg.abs() + c1.abs() + xhat.abs() * c2.abs()), _over_rows((g * xhat).abs()), _over_rows(g.abs())]
+    rounding = REFERENCE_ROUNDING * (x.abs() + x.mean(-1, keepdim=True).abs()) * rstd
+    return [rstd * (wg.abs() + c1.abs() + xhat.abs() * c2.abs()), _over_rows((g * (xhat.abs() + rounding)).abs()),
+            _over_rows(g.abs())]
 
 
 def cross_entropy(logits, targets, g, **_):
+    # a target of -100 (ignore_index) takes no part: its row's gradient is exactly 0, and the mean
+    # is over the rows that count
+    counted = (targets != -100).unsqueeze(-1)
     p = torch.softmax(logits, -1)
-    # a padded row (ignore_index, -100) has no gradient and the mean is over the rows kept
-    kept = (targets != -100).to(p.dtype).view(-1, 1)
     onehot = torch.zeros_like(p).scatter_(-1, targets.clamp_min(0).view(-1, 1), 1.0)
-    return [(p + onehot) * kept * g.abs() / max(float(kept.sum()), 1.0)]
+    return [(p + onehot) * counted * g.abs() / counted.sum().clamp_min(1)]
 
 
 def flash_attention(q, k, v, g, causal=False, sm_scale=None):
@@ -67,7 +76,7 @@ def flash_attention(q, k, v, g, causal=False, sm_scale=None):
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
         n = s.shape[-1]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
     p = torch.softmax(s, -1)
     d = (g * (p @ v)).sum(-1, keepdim=True)
     ds = p * ((g.abs() @ v.abs().transpose(-1, -2)) + d.abs())  # |P| * (|dP| + |D|): dS's terms
@@ -78,12 +87,14 @@ MAGNITUDES = {"softmax": softmax, "rmsnorm": rmsnorm, "layernorm": layernorm, "c
               "flash_attention": flash_attention}
 
 
-def magnitudes(kernel_type: str, args: list, kwargs: dict, grad_out: torch.Tensor) -> list[torch.Tensor] | None:
-    """Per differentiable parameter, the magnitude of its gradient's terms (float64, CPU), or None."""
+def magnitudes(kernel_type: str, args: list, kwargs: dict, grad_out: torch.Tensor,
+               device: str | torch.device = "cpu") -> list[torch.Tensor] | None:
+    """Per differentiable parameter, the magnitude of its gradient's terms (float64, on `device`), or None."""
     fn = MAGNITUDES.get(kernel_type)
     if fn is None:
         return None
-    a64 = [a.to("cpu", torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+    a64 = [a.to(device, torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point()
+           else a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
     with torch.no_grad():
         return [torch.nan_to_num(m.double(), nan=0.0, posinf=0.0, neginf=0.0)
-                for m in fn(*a64, grad_out.to("cpu", torch.float64), **kwargs)]
+                for m in fn(*a64, grad_out.to(device, torch.float64), **kwargs)]

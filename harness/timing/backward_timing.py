@@ -4,10 +4,12 @@ The candidate's (its kernel_fn and backward_fn) are timed in its worker once eve
 passed; eager autograd's and torch.compile's joint graph (AOTAutograd compiles forward and
 backward together: a compiled forward's backward runs the compiled backward) are timed in the
 clean baseline worker (harness/workers/baseline.py), which never imports a candidate. All are
-timed alike: the same budget, inputs refilled with fresh values before every rep
-(harness/timing/fresh_inputs.py), every rep reported to the judge's witness as it ends, the
-parent taking the figures from its witness, not from a record. A backward rep's forward runs
-before the timed region, in `before_each`.
+timed alike: the same budget, inputs and grad_out refilled in place with fresh values before
+every rep (harness/timing/fresh_inputs.py; grad_out's noise from a seed of its own, under the
+same secret salt), every rep reported to the judge's witness as it ends, the parent taking the
+figures from its witness, not from a record. A backward rep's forward runs before the timed
+region, in `before_each`. The candidate's timed calls are recorded and checked like its checked
+calls (harness/timing/backward_timed.py).
 
 Memory: the peak allocated by one forward+backward at the timing shape, above what was allocated
 before it (torch.cuda.max_memory_allocated). The CPU's allocator keeps no such count: there the
@@ -17,9 +19,10 @@ from __future__ import annotations
 
 import torch
 
+from harness.correctness import backward_values
 from harness.kernel_types import gradients, registry
 from harness.kernel_types.registry import Case
-from harness.timing.fresh_inputs import FreshInputs
+from harness.timing.fresh_inputs import FreshInputs, perturbed, scales
 
 STEPS = ("forward", "backward", "forward_backward")
 NOT_ON_CPU = "not measured on the CPU: its allocator keeps no peak; measured on a GPU only"
@@ -32,18 +35,49 @@ def train_phase(kind: str, phase: str) -> str:
     return f"{how}:train:{step}:{phase}"
 
 
+def upstream_case(case: Case) -> Case:
+    """The case whose rep seeds grad_out's noise: apart from the inputs' (same rep, same salt)."""
+    return case.replace(seed=case.seed + gradients.UPSTREAM_SEED)
+
+
+def fresh_upstream(case: Case, rep: int, args: list, kwargs: dict, device: str | torch.device,
+                   salt: int = 0) -> torch.Tensor:
+    """Rep `rep`'s grad_out (the judging process's copy): the case's upstream gradient plus noise."""
+    base = backward_values.upstream(case, args, kwargs, device)
+    return perturbed([base], scales([base]), upstream_case(case), rep, device, salt)[0]
+
+
+class FreshUpstream:
+    """The timed case's grad_out, one buffer refilled in place with rep r's fresh values before rep r."""
+
+    def __init__(self, case: Case, args: list, kwargs: dict, device: str, salt: int = 0):
+        self.grad_out = backward_values.upstream(case, args, kwargs, device)
+        base = [self.grad_out.clone()]
+        scale = scales(base)
+
+        def values(rep: int) -> torch.Tensor:  # the salt in a closure, not an attribute
+            return perturbed(base, scale, upstream_case(case), rep, device, salt)[0]
+        self._values = values
+
+    def refill(self, rep: int) -> None:
+        with torch.no_grad():
+            self.grad_out.copy_(self._values(rep))
+
+
 class Steps:
-    """The three callables and their before_each, on one case's fresh inputs."""
+    """The three callables and their before_each, on one case's fresh inputs and grad_out."""
 
     def __init__(self, case: Case, device: str, salt: int = 0):
         self.case, self.device = case, device
         self.kt = registry.get(case.kernel_type)
         self.inputs = FreshInputs(case, device, salt)
-        self.grad_out = gradients.upstream(case, self.inputs.args, self.inputs.kwargs, device)
+        self.upstream = FreshUpstream(case, self.inputs.args, self.inputs.kwargs, device, salt)
+        self.grad_out = self.upstream.grad_out
         self.state: dict = {}
 
     def prepare(self, rep: int) -> None:
         self.inputs.refill(rep)
+        self.upstream.refill(rep)
 
     def forward(self):
         raise NotImplementedError

@@ -68,10 +68,12 @@ def output_bytes(case, args: list, kwargs: dict) -> int:
         return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
 
 
-def save_policy(case, args: list, kwargs: dict, device: str, limits: dict) -> SavePolicy:
+def save_policy(case, args: list, kwargs: dict, device: str, limits: dict, extra_bytes: int = 0,
+                forward: bool = True) -> SavePolicy:
     """What the worker saves of a timing of `case` under `limits` (warmup, max_reps): the same
-    answer in the worker and in the judging process, from the case alone."""
-    size = max(output_bytes(case, args, kwargs), 1)
+    answer in the worker and in the judging process, from the case alone. A training step's rep
+    gives its gradients too (`extra_bytes`), or only them (`forward` False: a backward's rep)."""
+    size = max((output_bytes(case, args, kwargs) if forward else 0) + extra_bytes, 1)
     budget = SAVE_BYTES[device] if device in SAVE_BYTES else SAVE_BYTES["cuda"]
     most_calls = int(limits.get("warmup", 0)) + 2 * int(limits.get("max_reps", 1))  # a second round at most
     if most_calls * size <= budget:

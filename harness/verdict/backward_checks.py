@@ -14,25 +14,53 @@ from pathlib import Path
 
 import torch
 
-from harness.correctness import backward
+from harness.correctness import backward, backward_values
 from harness.correctness.backward import BackwardPlan, event_stage
 from harness.correctness.compare import bitwise_equal
-from harness.kernel_types import gradients, registry
+from harness.kernel_types import registry
 from harness.kernel_types.registry import Case
 from harness.verdict.records import key, load_output
 
 STAGES = backward.STAGES + ("timing",)
+GRAD_OUT_LAYOUTS = ("dense", "strided", "offset", "column-major", "broadcast")
+CHECKED = ("shape_sweep", "stability", "values", "edge_cases", "accumulation")
 
 
-def planned(bp: BackwardPlan) -> dict[str, list[str]]:
-    """Every record the plan puts in each backward stage (records.plan_problem holds the worker to it)."""
+def planned(bp: BackwardPlan, events: list[dict] = (), device: str = "cpu") -> dict[str, list[str]]:
+    """Every record the plan puts in each backward stage (records.plan_problem holds the worker to
+    it). The timing's reps are the worker's count where it passed (held to the witness's count by
+    harness/verdict/backward_timed_checks.py); a timing that failed is held to nothing more."""
+    from harness.timing.backward_timing import STEPS
+    from harness.timing.measurement import budget
+    from harness.verdict.timing_checks import expected_reps
     out = {event_stage("compile"): [key("check", bp.stages["compile"][0].to_json())]}
-    for stage in ("shape_sweep", "stability", "edge_cases", "accumulation"):
+    for stage in CHECKED:
         out[event_stage(stage)] = [key("check", c.to_json()) for c in bp.stages[stage]]
+    out[event_stage("determinism")] = [key("repeat", c.to_json()) for c in bp.stages["determinism"]
+                                       for _ in range(backward.DETERMINISM_CALLS)]
     first, second = bp.stages["integrity"]
     out[event_stage("integrity")] = [key("replay_first", first.to_json()), key("replay_second", second.to_json())]
-    out[event_stage("timing")] = []
+    out[event_stage(backward.AROUND)] = [key("check", c.to_json()) for c in bp.around]
+    stage = event_stage("timing")
+    end = next((e for e in events if e.get("event") == "stage_end" and e.get("stage") == stage), None)
+    if end is not None and end.get("status") == "pass" and bp.timing is not None:
+        warmup = int(budget(device)["warmup"])
+        steps = end.get("steps") if isinstance(end.get("steps"), dict) else {}
+        out[stage] = [key(f"timed:{step}", bp.timing.to_json(), rep) for step in STEPS
+                      for rep in expected_reps(warmup, int((steps.get(step) or {}).get("reps", 0)))]
+    else:
+        out[stage] = [key(e.get("role"), e.get("case"), e.get("rep")) for e in events
+                      if e.get("event") == "case" and e.get("stage") == stage]
     return out
+
+
+def around_cases(events: list[dict], plan, target: Case | None, asked: bool) -> list[Case]:
+    """The shapes around the target where the backward is checked too: where the forward's were
+    (harness/workers/backward_stages.py skips them with the forward's, for a candidate not kept)."""
+    from harness.verdict import around
+    if not asked or target is None or any(e.get("event") == "around_skipped" for e in events):
+        return []
+    return around.cases(target, plan.timing.dtype)
 
 
 def not_run(why: str) -> dict:
@@ -45,10 +73,12 @@ def _skip(stage: str, why: str) -> dict:
 
 
 class _Reader:
-    def __init__(self, out_dir: Path, witnessed, device: str, kt, mutates_grad_out: bool):
-        self.out_dir, self.witnessed, self.device, self.kt = out_dir, witnessed, device, kt
-        self.mutates = mutates_grad_out
+    def __init__(self, out_dir: Path, witnessed, device: str, kt, bp: BackwardPlan):
+        self.out_dir, self.witnessed, self.device, self.kt, self.bp = out_dir, witnessed, device, kt, bp
         self.observations: list[tuple[str, dict]] = []
+
+    def load(self, name):
+        return load_output(self.out_dir, name, self.witnessed)
 
     def check(self, rec: dict, case: Case) -> str | None:
         if rec.get("forward_error"):
@@ -57,8 +87,11 @@ class _Reader:
             return f"{case.label()}: backward_fn raised\n{rec['error']}"
         obs = rec.get("obs", {})
         self.observations.append((case.label(), obs))
-        grads = [load_output(self.out_dir, name, self.witnessed) for name in rec.get("grads", [])]
-        return backward.check(case, obs.get("returned", "nothing"), grads, registry.build_inputs(case, "cpu"))
+        grads = [self.load(name) for name in rec.get("grads", [])]
+        out = self.load(rec.get("out")) if self.bp.checks_forward(case) else None
+        if out is None and self.bp.checks_forward(case):
+            return f"{case.label()}: the worker saved no output of kernel_fn for this training call"
+        return backward.check(case, obs.get("returned", "nothing"), grads, backward.inputs(case, "cpu"), out)
 
     def stage(self, stage: str, cases: list[Case], recs: list[dict], end: dict | None) -> str | None:
         for i, case in enumerate(cases):
@@ -71,6 +104,22 @@ class _Reader:
                 return why
         if end is not None and end.get("status") == "fail":
             return end.get("detail", "the worker reported a failure")
+        return None
+
+    def determinism(self, cases: list[Case], recs: list[dict], end: dict | None) -> str | None:
+        """Every call right, and every call's gradients bitwise the first's."""
+        n = backward.DETERMINISM_CALLS
+        why = self.stage("determinism", [c for c in cases for _ in range(n)], recs, end)
+        if why:
+            return why
+        for i, case in enumerate(cases):
+            calls = [[self.load(name) for name in r.get("grads", [])] for r in recs[i * n:(i + 1) * n]]
+            for later in calls[1:]:
+                # a sum whose order follows an address (atomics, a start chosen by a pointer) differs here
+                if len(later) != len(calls[0]) or not all(bitwise_equal(a, b) for a, b in zip(calls[0], later)):
+                    return (f"{case.label()}: {n} calls on identical inputs (allocations between them) gave "
+                            "gradients that differ bitwise: a backward's result may not depend on where its "
+                            "buffers lie or on the order its programs run")
         return None
 
     def integrity(self, cases: list[Case], recs: list[dict]) -> str | None:
@@ -87,26 +136,38 @@ class _Reader:
             return ("result replay: after the same input buffers were refilled in place with new values, the "
                     "gradients did not match the new inputs (are gradients cached by address?)")
         for label, obs in self.observations:  # what each call did: named more exactly than a changed input
-            why = backward.observation_problem(label, obs, self.device, self.kt, self.mutates)
+            why = backward.observation_problem(label, obs, self.device, self.kt)
             if why:
                 return why
-        args, kwargs = registry.build_inputs(first, "cpu")
-        given = [gradients.upstream(first, args, kwargs), *args]
+        args, kwargs = backward.inputs(first, "cpu")
+        given = [backward_values.upstream(first, args, kwargs), *args]
         for i, (name, want) in enumerate(zip(a.get("inputs_after", []), given)):
-            if i == 0 and self.mutates:
-                continue  # declared: MUTATES_GRAD_OUT = True
-            after = load_output(self.out_dir, name, self.witnessed)
+            after = self.load(name)
             # a backward writing into grad_out or an input corrupts tensors autograd still holds
             if isinstance(want, torch.Tensor) and (after is None or not bitwise_equal(after, want)):
                 what = "grad_out" if i == 0 else self.kt.params[i - 1]
-                hint = " (declare MUTATES_GRAD_OUT = True to write into grad_out)" if i == 0 else ""
-                return f"{what} was modified by backward_fn{hint}"
+                return f"{what} was modified by backward_fn{backward.READ_ONLY if i == 0 else ''}"
         return None
 
+    def around(self, cases: list[Case], recs: list[dict]) -> list[dict]:
+        """Each shape around the target: whether the backward (and its forward) was right there."""
+        rows = []
+        for case in cases:
+            row = {"shape": case.label(), "dims": case.dims, "ok": False, "failed": False}
+            rec = next((r for r in recs if Case.from_json(r["case"]) == case), None)
+            if rec is None:
+                rows.append({**row, "detail": "not checked: the worker stopped before this shape"})
+                continue
+            why = self.check(rec, case) or backward.observation_problem(case.label(), rec.get("obs", {}),
+                                                                        self.device, self.kt)
+            rows.append({**row, "ok": why is None, "failed": why is not None,
+                         "detail": why or "gradients within tolerance"})
+        return rows
 
-def assess(events: list[dict], out_dir: Path, bp: BackwardPlan, device: str, witnessed,
-           kernel_type: str, mutates_grad_out: bool) -> dict:
-    """The backward object from the worker's records (the forward passed; the caller checked)."""
+
+def assess(events: list[dict], out_dir: Path, bp: BackwardPlan, device: str, witnessed, kernel_type: str) -> dict:
+    """The backward object from the worker's records (the forward passed; the caller checked);
+    with shapes around the target, its "around": where the backward was right (its training range)."""
     groups: dict[str, dict] = {}
     for e in events:
         stage = str(e.get("stage", ""))
@@ -119,7 +180,7 @@ def assess(events: list[dict], out_dir: Path, bp: BackwardPlan, device: str, wit
             g["end"] = e
         elif e.get("event") == "case":
             g["cases"].append(e)
-    reader = _Reader(out_dir, witnessed, device, registry.get(kernel_type), mutates_grad_out)
+    reader = _Reader(out_dir, witnessed, device, registry.get(kernel_type), bp)
     result = {"verdict": "PASS", "failed_stage": None, "stages": [], "timing": None, "memory": None}
     for stage in backward.STAGES:
         g = groups.get(stage)
@@ -138,6 +199,11 @@ def assess(events: list[dict], out_dir: Path, bp: BackwardPlan, device: str, wit
             return _failed(result, stage, why, end)
         result["stages"].append({"name": stage, "status": "pass", "detail": _detail(stage, cases, reader),
                                  "seconds": end.get("seconds", 0.0)})
+    if bp.around:
+        recs = (groups.get(backward.AROUND) or {}).get("cases", [])
+        result["around"] = {"shapes": reader.around(bp.around, recs)}
+    # the grad_out layouts every passing backward was judged under: a served op hands them on uncopied
+    result["grad_out_layouts"] = list(GRAD_OUT_LAYOUTS)
     return _with_rest(result)
 
 
@@ -147,6 +213,8 @@ def _stage_problem(reader: _Reader, stage: str, cases: list[Case], recs: list[di
         return failed or reader.stage(stage, cases[:1], recs, end)
     if stage == "integrity":
         return reader.integrity(cases, recs) or failed
+    if stage == "determinism":
+        return reader.determinism(cases, recs, end)
     return reader.stage(stage, cases, recs, end)
 
 
@@ -157,7 +225,10 @@ def _detail(stage: str, cases: list[Case], reader: _Reader) -> str:
     if stage == "accumulation":
         summed = reader.kt.summed_grads
         what = f"gradients of {', '.join(summed)} summed over every row" if summed else "gradients"
-        return f"{len(cases)} largest shapes ({', '.join(c.label() for c in cases)}): {what} within tolerance"
+        return (f"{len(cases)} cases under a gradient correlated with the output "
+                f"({', '.join(c.label() for c in cases)}): {what} within tolerance")
+    if stage == "determinism":
+        return f"{backward.DETERMINISM_CALLS} calls on identical inputs, allocations between them: bitwise equal"
     if stage == "compile":
         return "backward_fn matches the contract and ran its first case"
     return f"{len(cases)} cases within the gradient tolerance"

@@ -353,7 +353,7 @@ def run_stages(w: Worker, ns, network: dict | None = None) -> None:
         around.time_around(w, plan.timing.dtype, timing, w.around.get("below_us"), time_candidate)
     if w.has_backward and timing is not None:  # gated apart: only a forward that passed here
         from harness.workers import backward_stages
-        backward_stages.run(w, plan)
+        backward_stages.run(w, plan, timing)
 
 
 def prepare(w: Worker, ns, network: dict | None = None) -> dict:

@@ -23,10 +23,10 @@ def _edit(old: str, new: str, text: str = HONEST) -> str:
 # name -> (text, backward verdict, failed backward stage, a phrase the reason contains)
 VARIANTS = {
     "honest": (HONEST, "PASS", None, ""),
-    # writing into grad_out is allowed once declared
+    # writing into grad_out is refused, declared or not: autograd hands it on to the output's other uses
     "declared_grad_out_write": (_edit(RETURN, "    grad_out.zero_()\n" + RETURN,
                                       _edit('BACKEND = "triton"\n', 'BACKEND = "triton"\nMUTATES_GRAD_OUT = True\n')),
-                                "PASS", None, ""),
+                                "FAIL", "integrity", "grad_out is read only"),
     "off_by_factor": (_edit("        dx = rstd * (wg - xhat * c)\n", "        dx = 2.0 * rstd * (wg - xhat * c)\n"),
                       "FAIL", "compile", "gradient of x"),
     "missing_weight_gradient": (_edit(RETURN, "    return (dx.view(x.shape),)\n"),
@@ -41,8 +41,8 @@ VARIANTS = {
                     "FAIL", "compile", "each gradient is shaped like its input"),
     "returns_a_tensor": (_edit(RETURN, "    return dx.view(x.shape)\n"),
                          "FAIL", "compile", "must return a tuple"),
-    "mutates_grad_out": (_edit(RETURN, "    grad_out.zero_()\n" + RETURN), "FAIL", "integrity", "MUTATES_GRAD_OUT"),
-    # declared, so the write is allowed; the gradient it returns is grad_out's own storage
+    "mutates_grad_out": (_edit(RETURN, "    grad_out.zero_()\n" + RETURN), "FAIL", "integrity", "grad_out is read only"),
+    # the gradient it returns is grad_out's own storage
     "aliases_grad_out": (_edit(DX_ALLOC, "    dx = g2 if g2.is_contiguous() else x.new_empty((n_rows, n_cols))\n",
                                _edit('BACKEND = "triton"\n', 'BACKEND = "triton"\nMUTATES_GRAD_OUT = True\n')),
                          "FAIL", "integrity", "shares storage with grad_out"),

@@ -14,6 +14,13 @@ the backward op returns one gradient per differentiable parameter (GRAD_PARAMS),
 input gets None. Both ops have fakes from shapes alone, so torch.compile traces forward and
 backward and `torch.library.opcheck` holds.
 
+grad_out reaches the backward as autograd hands it where the judge judged that layout (dense,
+column-major, one row broadcast over the rows: harness/correctness/backward_values.py; a verdict's
+backward "grad_out_layouts"), and as a dense copy otherwise (and for a backward judged before
+layouts were). A backward never gets the gradient autograd will hand on to the output's
+other uses (h * 2 + norm(h)) to write into: the judge refuses writes into grad_out, and a file
+that declares MUTATES_GRAD_OUT = True (a permission older judges granted) gets a private copy.
+
 Op names are `<package>::<target>_<n>`: two winners at one target (a test, a re-import) are two
 different ops, and autokernel's routing and an exported package's copy never share a name.
 """
@@ -77,9 +84,12 @@ def grad_positions(kernel_type: str) -> tuple[int, ...]:
     return tuple(names.index(p) for p in GRAD_PARAMS[kernel_type])
 
 
-def custom_op(target: str, kernel_type: str, kernel_fn: Callable, backward_fn: Optional[Callable] = None) -> Callable:
+def custom_op(target: str, kernel_type: str, kernel_fn: Callable, backward_fn: Optional[Callable] = None,
+              mutates_grad_out: bool = False, judged_layouts: bool = False) -> Callable:
     """kernel_fn registered as a custom op (call it with kernel_fn's arguments); with `backward_fn`,
-    an op autograd differentiates through it."""
+    an op autograd differentiates through it (`mutates_grad_out`: its file declares that it writes
+    into grad_out, which then gets a copy of its own; `judged_layouts`: its backward was judged under
+    column-major and broadcast gradients, which it then gets as they come, else a dense copy)."""
     schema, fake = SCHEMAS[kernel_type]
     slug = re.sub(r"\W+", "_", target).strip("_")
     name = f"{NAMESPACE}::{slug}_{next(_count)}"
@@ -89,8 +99,21 @@ def custom_op(target: str, kernel_type: str, kernel_fn: Callable, backward_fn: O
     op = torch.library.custom_op(name, run, mutates_args=(), schema=schema)
     op.register_fake(fake)
     if backward_fn is not None:
-        _differentiable(op, name, kernel_type, backward_fn)
+        _differentiable(op, name, kernel_type, backward_fn, mutates_grad_out, judged_layouts)
     return op
+
+
+def judged_layout(g: torch.Tensor) -> bool:
+    """Whether grad_out's layout is one the judge hands a backward: dense, column-major in its last
+    two dims, or one row broadcast over the rows (stride 0; a single value over a row of sums)."""
+    if g.is_contiguous():
+        return True
+    strides = g.stride()
+    if g.dim() >= 2 and g.transpose(-1, -2).is_contiguous():
+        return True
+    if g.dim() == 1:
+        return strides[0] == 0
+    return all(s == 0 for s in strides[:-1]) and strides[-1] == 1
 
 
 def _own(out: torch.Tensor, inputs: tuple) -> torch.Tensor:
@@ -100,7 +123,8 @@ def _own(out: torch.Tensor, inputs: tuple) -> torch.Tensor:
     return out.contiguous()
 
 
-def _differentiable(op: Callable, name: str, kernel_type: str, backward_fn: Callable) -> None:
+def _differentiable(op: Callable, name: str, kernel_type: str, backward_fn: Callable,
+                    mutates_grad_out: bool = False, judged_layouts: bool = False) -> None:
     """The backward op `<name>_backward(grad_out, out, <params>) -> grads`, joined to `op` by
     register_autograd: the forward saves its inputs and output, the backward op's gradients go to
     the differentiable parameters' positions, None to the rest."""
@@ -110,6 +134,8 @@ def _differentiable(op: Callable, name: str, kernel_type: str, backward_fn: Call
     schema = f"(Tensor grad_out, Tensor out, {inside}) -> {returns}"
 
     def run(grad_out, out, *args):
+        if mutates_grad_out:  # a copy of its own: autograd hands grad_out on to the output's other uses
+            grad_out = grad_out.clone(memory_format=torch.contiguous_format)
         grads = backward_fn(grad_out, out, *args)
         grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
         _check(name, kernel_type, grads, [args[p] for p in positions])
@@ -134,7 +160,8 @@ def _differentiable(op: Callable, name: str, kernel_type: str, backward_fn: Call
             args[i] = t
         for i, v in ctx.others.items():
             args[i] = v
-        grads = backward(grad_out.contiguous(), out, *args)
+        as_judged = judged_layouts and judged_layout(grad_out)
+        grads = backward(grad_out if as_judged else grad_out.contiguous(), out, *args)
         grads = grads if isinstance(grads, tuple) else (grads,)
         result = [None] * len(names)
         for p, g in zip(positions, grads):

@@ -72,6 +72,10 @@ class Winner:
     # the file's backward_fn when its backward passed the judge; None: it serves no call under autograd
     backward_fn: Optional[Callable] = field(default=None, repr=False)
     inference_only: str = ""  # why a backward the file gives is not served ("the backward failed ...")
+    # the calls it may serve under autograd: where its backward was judged right; None: its target alone
+    training_serving: Optional[ServingRange] = None
+    mutates_grad_out: bool = False  # its file declares MUTATES_GRAD_OUT: its backward gets a copy of grad_out
+    judged_layouts: bool = False  # its backward was judged under strided grad_outs: it gets them uncopied
 
     def __post_init__(self) -> None:
         from .refusals import guarded
@@ -80,6 +84,9 @@ class Winner:
             self.backward_fn = guarded(self.backward_fn, self.target)
         if self.serving is None:
             self.serving = ServingRange.exact(self.kernel_type, self.dims, self.dtype, self.causal)
+        if self.training_serving is None:
+            self.training_serving = ServingRange.exact(self.kernel_type, self.dims, self.dtype, self.causal,
+                                                       note="the target alone (no shapes around it judged backward)")
 
     @property
     def causal(self) -> bool:
@@ -90,14 +97,17 @@ class Winner:
         (registered once, on first use)."""
         if self.op is None:
             from .ops import custom_op
-            self.op = custom_op(self.target, self.kernel_type, self.kernel_fn, self.backward_fn)
+            self.op = custom_op(self.target, self.kernel_type, self.kernel_fn, self.backward_fn, self.mutates_grad_out,
+                                self.judged_layouts)
         return self.op
 
-    def autograd_refusal(self) -> str:
-        """Why a call that needs gradients falls back ('' when the winner has a backward)."""
-        if self.backward_fn is not None:
-            return ""
-        return f"autograd: {self.inference_only} (run under torch.no_grad)" if self.inference_only else AUTOGRAD
+    def autograd_refusal(self, dims: Optional[dict] = None) -> str:
+        """Why a call that needs gradients falls back ('' when the winner's backward was judged right
+        at its shape: its training serving range)."""
+        if self.backward_fn is None:
+            return f"autograd: {self.inference_only} (run under torch.no_grad)" if self.inference_only else AUTOGRAD
+        outside = self.training_serving.refusal(dims) if dims is not None else None
+        return f"training: {words(outside)} (for the backward)" if outside else ""
 
 
 class Tally:
@@ -196,7 +206,7 @@ class Router:
             return w, refusal
         why = request.blocker or unsafe(request.args, w.kernel_type)
         if why == AUTOGRAD:
-            why = w.autograd_refusal()
+            why = w.autograd_refusal(dims)
         return w, why or (request.late_check() if request.late_check else "")
 
     def _match(self, kernel_type: str, dims: dict, dtype: str, causal: Optional[bool], on_gpu: bool) -> tuple:

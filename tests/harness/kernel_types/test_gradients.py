@@ -55,3 +55,23 @@ def test_a_weight_gradient_is_measured_against_its_own_rms_not_an_element():
     two_rows = torch.stack([ref, 1000 * ref])
     assert float(gradients.bound(case, "x", two_rows, torch.float32)[0, 0]) < \
         float(gradients.bound(case, "weight", two_rows, torch.float32)[0, 0]) / 100
+
+
+def _weight_check(case: Case, dweight: torch.Tensor):
+    from harness.correctness.compare import check_values
+    args, kwargs = registry.build_inputs(case)
+    g = gradients.upstream(case, args, kwargs)
+    ref = gradients.reference_grads(case, (args, kwargs), g)[1]
+    size = gradients.magnitudes(case, (args, kwargs), g)[1]
+    return check_values(dweight.double(), ref, gradients.bound(case, "weight", ref, torch.float32, size), torch.float32)
+
+
+def test_a_one_column_layernorm_weight_gradient_of_exactly_zero_passes_and_a_wrong_one_does_not():
+    # x - mean is exactly 0: the true dweight is 0 and PyTorch's float64 answer its own rounding (1e-14)
+    case = Case.make("layernorm", {"M": 4, "N": 1}, "float32", seed=5)
+    assert _weight_check(case, torch.zeros(1)).ok
+    assert not _weight_check(case, torch.full((1,), 1e-3)).ok
+    wide = Case.make("layernorm", {"M": 6, "N": 200}, "float32", seed=5)
+    args, kwargs = registry.build_inputs(wide)
+    ref = gradients.reference_grads(wide, (args, kwargs))[1]
+    assert not _weight_check(wide, (ref * 1.001).float()).ok  # the room is the reference's, not the kernel's
