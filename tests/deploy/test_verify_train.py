@@ -23,10 +23,12 @@ KERNEL = DATA / "kernels" / "train" / "rmsnorm_grad.py"
 MODEL = DATA / "train_tiny.py"
 TARGET = ("rmsnorm[16x32:float32]", "rmsnorm", {"M": 16, "N": 32}, {}, "module",
           [{"name": "norm", "class": "RMSNorm"}, {"name": "final_norm", "class": "RMSNorm"}])
-# a kept kernel's verdict: its target and the shapes around it checked (1 to 32 rows serve)
+# a kept kernel's verdict: its target and the shapes around it checked, forward and backward (1 to
+# 32 rows serve, inference and training)
+AROUND = {"shapes": [{"dims": {"M": m, "N": 32}, "ok": True} for m in (9, 32, 1)]}
 PASSED = {"verdict": "PASS", "failed_stage": None, "timing": {"median_us": 100.0}, "device": {"type": "cpu"},
-          "backward": {"verdict": "PASS", "failed_stage": None, "stages": []},
-          "timing_around": {"shapes": [{"dims": {"M": m, "N": 32}, "ok": True} for m in (9, 32, 1)]}}
+          "backward": {"verdict": "PASS", "failed_stage": None, "stages": [], "around": AROUND},
+          "timing_around": AROUND}
 
 
 def make_run(root, source: str, model=MODEL, name: str = "run", backward: dict = PASSED, dtype: str = "float32"):

@@ -1,6 +1,7 @@
 """The backward's plan: which cases each backward stage checks. The accumulation stage is where a
-weight gradient is a sum over the most rows, so it holds the judge's largest row count; a plan
-that put its smallest there would check the sums where they are shortest."""
+gradient is a sum over the most terms: it holds the forward sweep's largest problem and, for a type
+whose weight gradients are sums over rows, more rows than any other backward case; a plan that put
+the smallest there would check the sums where they are shortest."""
 from __future__ import annotations
 
 import math
@@ -14,8 +15,14 @@ from harness.kernel_types.registry import Case
 
 
 def rows(case: Case) -> int:
-    """Rows of the case's first input: the terms a gradient summed over rows adds up."""
+    """The terms a weight gradient sums: a matmul's or an MLP's M, else the rows of the first input."""
+    if "M" in case.dims and case.kernel_type in ("matmul", "fused_mlp"):
+        return case.dims["M"]
     return math.prod(list(case.dims.values())[:-1] or [1])
+
+
+def elements(case: Case) -> int:
+    return math.prod(case.dims.values())
 
 
 @pytest.mark.parametrize("kernel_type", registry.names())
@@ -24,8 +31,13 @@ def test_the_accumulation_stage_sums_over_the_most_rows_the_sweep_has(kernel_typ
     kt = registry.get(kernel_type)
     for target in (None, Case.make(kernel_type, kt.cpu_bench_shape if device == "cpu" else kt.bench_shape,
                                    "float32", seed=7)):
-        bp = backward.build(build_plan(kernel_type, Capabilities(device, device == "cuda"), target))
+        caps = Capabilities(device, device == "cuda")
+        plan = build_plan(kernel_type, caps, target)
+        bp = backward.build(plan, caps)
         accumulation = bp.stages["accumulation"]
         assert accumulation, "no accumulation case"
-        sweep = bp.stages["shape_sweep"]
-        assert max(map(rows, accumulation)) >= max(map(rows, sweep)), [c.label() for c in accumulation]
+        labels = [c.label() for c in accumulation]
+        assert max(map(elements, accumulation)) >= max(map(elements, plan.stages["shape_sweep"])), labels
+        if kt.summed_grads:  # a weight gradient sums over rows: the most rows of any backward case
+            others = [c for stage, cases in bp.stages.items() if stage != "accumulation" for c in cases]
+            assert max(map(rows, accumulation)) >= max(map(rows, others)), labels
