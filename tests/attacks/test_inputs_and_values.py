@@ -20,8 +20,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 # name -> (the stage that fails it, phrases its reason must hold)
 EXPECTED = {
     # q = qkv[:, :d]: the store past q's row lands in k, outside the view's own elements
-    "stores_past_row": ("integrity", ("softmax[11x100:float32,structured]", "wrote outside the elements of its input x",
-                                      "byte offset 400 from its first element",
+    "stores_past_row": ("integrity", ("softmax[6x100:float32,model_views]", "wrote outside the elements of its input x",
+                                      "24 byte(s), the first at byte offset 400 from its first element",
                                       "outside its elements (the wider buffer it is a view of)")),
     # past the output kernel_fn allocated: on a GPU another tensor's memory
     "stores_past_output": ("integrity", ("softmax[8x128:float32]", "wrote past the end of the output",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from harness.kernel_types import structured
+from harness.kernel_types import model_views, structured
 from harness.kernel_types.kernel_type import Case, KernelType
 from harness.kernel_types.types.common import activation, cast, randn, row_dims, rows_cols
 
@@ -22,6 +22,8 @@ ROW_SWEEP = [({"M": 11, "N": 1000}, {}), ({"M": 5, "N": 1025}, {}), ({"M": 3, "N
              # rows past some count alone fails here; narrow, so cheap on the interpreter
              ({"M": 130, "N": 33}, {})]
 ROW_LAYOUTS = [("noncontig", {"M": 9, "N": 300}, {}), ("offset", {"M": 5, "N": 129}, {}),
+               # x the q slice of a fused qkv projection (harness/kernel_types/model_views.py)
+               (model_views.VARIANT, {"M": 6, "N": 100}, {}),
                ("plain", {"M": 1, "N": 2048}, {}), ("plain", {"B": 2, "S": 3, "N": 96}, {})]
 CPU_BENCH = {"M": 16, "N": 4096}
 
@@ -224,6 +226,7 @@ TYPES.append(KernelType(
                ("fp16max", {"N": 8, "V": 2000}, ("float32", "float16")),
                ("mixed_rows", {"N": 7, "V": 513}, ("float32", "float16"))],
     edge_cases=[("noncontig", {"N": 9, "V": 300}, {}), ("offset", {"N": 5, "V": 129}, {}),
+                (model_views.VARIANT, {"N": 6, "V": 100}, {}),  # the first V columns of a padded vocabulary
                 ("plain", {"N": 1, "V": 4096}, {})],
     bench_shape={"N": 4096, "V": 32000},
     cpu_bench_shape={"N": 8, "V": 32000},
