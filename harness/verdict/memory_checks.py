@@ -35,11 +35,13 @@ def refilled(first: Case, second: Case) -> list:
     return placed.digests()
 
 
-def call_problem(rec: dict, case: Case, args: list, want: list | None = None) -> str | None:
+def call_problem(rec: dict, case: Case, args: list, want: list | None = None,
+                 mode_of: Case | None = None) -> str | None:
     """Why one checked call's record fails the memory and input rules, or None. `want`: the
-    digests its buffers must have (`expected` by default)."""
+    digests its buffers must have (`expected` by default); `mode_of`: the case whose seed chose
+    the call's mode (the replay's second call is made on the first's inputs, in the first's mode)."""
     label, obs = case.label(), rec.get("obs") or {}
-    mode = as_passed.mode_for(case.seed)
+    mode = as_passed.mode_for((mode_of or case).seed)
     if rec.get("passed_as") != mode:
         # a call made some other way than planned: what it proves is not what the judge asked
         return f"{label}: the worker did not call kernel_fn {as_passed.WORDS[mode]} as the judge planned"

@@ -92,11 +92,12 @@ class _Checker:
         self.counted = 0
 
     def check_output(self, rec: dict, case: Case, inputs: tuple[list, dict] | None = None,
-                     trivial: bool = True, digests: list | None = None) -> str | None:
+                     trivial: bool = True, digests: list | None = None, mode_of: Case | None = None) -> str | None:
         """None when the recorded output is right for `case` (on `inputs`, its seed's by default);
         `trivial`: also ask whether zeros or a constant would have passed (a case that counts).
         A checked call (no `inputs`) has its buffers and mode rechecked too, against `digests`
-        (those of its seed's buffers by default): a problem there fails `integrity`."""
+        (those of its seed's buffers by default) and the mode `mode_of`'s seed chooses (its own by
+        default): a problem there fails `integrity`."""
         if rec.get("error"):
             return f"{case.label()}: kernel_fn raised\n{rec['error']}"
         self.observations.append((case.label(), rec.get("obs", {})))
@@ -105,7 +106,7 @@ class _Checker:
             return f"{case.label()}: kernel_fn returned no tensor"
         args, kwargs = inputs if inputs is not None else registry.build_inputs(case, "cpu")
         if inputs is None:
-            memory = memory_checks.call_problem(rec, case, args, digests)
+            memory = memory_checks.call_problem(rec, case, args, digests, mode_of)
             if memory:
                 self.memory.append(memory)
         ref = references.reference(case, self.device, (args, kwargs))  # large cases: on the judged device
@@ -168,7 +169,8 @@ class _Checker:
         if b.get("earlier_output_changed"):
             return "an earlier output changed when kernel_fn was called again (is an output buffer reused?)"
         # result replay: a kernel that caches by buffer address returns the old answer here
-        if self.check_output(b, second_case, digests=memory_checks.refilled(first_case, second_case)):
+        if self.check_output(b, second_case, digests=memory_checks.refilled(first_case, second_case),
+                             mode_of=first_case):
             return ("result replay: after the same input buffers were refilled in place with new values, "
                     "the output did not match the new inputs (is a result cached by address?)")
         if self.memory:

@@ -150,3 +150,6 @@ def test_the_judging_process_holds_the_workers_record_to_its_own_rebuild():
     assert "no guard" in memory_checks.call_problem({**good, "obs": {}}, case, args)
     other = next(m for m in as_passed.MODES if m != mode)
     assert "as the judge planned" in memory_checks.call_problem({**good, "passed_as": other}, case, args)
+    # the replay's second call runs on the first case's buffers, in the first case's mode
+    first = next(case.replace(seed=s) for s in range(100) if as_passed.mode_for(s) == other)
+    assert memory_checks.call_problem({**good, "passed_as": other}, case, args, mode_of=first) is None
