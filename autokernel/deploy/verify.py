@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from autokernel.errors import UserError
+from autokernel.deploy import verify_parameters
 from autokernel.search.run import RunDir, write_json_atomic
 from autokernel.deploy.winners import WinnerFile, load_winners, not_runnable, winner_files
 
@@ -104,8 +105,12 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
         + (f"; {len(not_run)} not run here" if not_run else ""))
     for name, why in skipped.items():
         log(f"verify: input set {name} left out: {why}")
+    params = verify_parameters.fingerprint(loaded.model)  # every weight, bit for bit, before any winner runs
     full, rest, guilty, clean = judge_winners(loaded, winners, failed, sets, log)
     times = verify_workload.time_sets(loaded, sets, spec.device, clean, compile_baseline, log)
+    touched = verify_parameters.changed(params)  # before training, whose optimizer changes them on purpose
+    if touched:
+        log(f"verify: {verify_parameters.failure(touched)}")
     result = _result(run, spec, files, full, rest, guilty, clean, times[0], seeds)
     result["workload"] = _workload(sets, full, times, source, skipped)
     if compile_baseline:
@@ -116,6 +121,7 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
                                        model_dtype(loaded))
     from autokernel.deploy.routing.binding import in_loss
     loss = {f.target for f in files if in_loss(f.modules)}
+    result["parameters_changed"] = touched
     result.update(_verdict(result, model_dtype(loaded), not_run, reference_dtype, loss))
     write_json_atomic(run.path / FILENAME, result)
     return result
@@ -196,6 +202,8 @@ def _verdict(result: dict, dtype: str, not_run: dict, reference_dtype: str,
                 failures.append(f"{target}: served no call of the model ({_unserved_reason(result, k)})")
     if not result["outputs_match"] and not result["guilty"]:
         failures.append("the patched model's outputs were not accepted")
+    if result.get("parameters_changed"):
+        failures.append(verify_parameters.failure(result["parameters_changed"]))
     failures += [f"training: {why}" for why in (result.get("train") or {}).get("failures", [])]
     status = "failed" if failures else "partial" if not_run else "ok"
     return {"status": status, "ok": status == "ok", "failures": failures, "not_run": dict(not_run),

@@ -16,6 +16,8 @@ import torch
 
 from harness.kernel_types import registry
 from harness.isolation import syntax
+from harness.correctness import as_passed
+from harness.correctness.guards import Allocations, Placed
 from harness.correctness.integrity import ComputeRecorder
 from harness.correctness.launches import LaunchMonitor
 
@@ -108,6 +110,11 @@ class CallResult:
     device_to_host: int = 0
     host_reads: list[str] = field(default_factory=list)
     mutated: list[int] = field(default_factory=list)
+    # guarded calls (harness/correctness/guards.py): each changed input's bytes, where, and the
+    # digest of every input's whole buffer after the call; stores past what kernel_fn allocated
+    writes: list[dict] | None = None
+    digests: list | None = None
+    strays: list[dict] | None = None
     aliased: bool = False
     plain: bool = True
     device: str = ""
@@ -120,7 +127,9 @@ class CallResult:
                 "device_to_host": self.device_to_host, "host_reads": sorted(set(self.host_reads)),
                 "mutated": self.mutated,
                 "aliased": self.aliased, "plain": self.plain, "device": self.device,
-                "program_order": self.program_order, "tf32_dots": self.tf32_dots}
+                "program_order": self.program_order, "tf32_dots": self.tf32_dots,
+                **({"writes": self.writes, "digests": self.digests} if self.digests is not None else {}),
+                **({"strays": self.strays} if self.strays is not None else {})}
 
 
 def _device_fault(exc: BaseException) -> bool:
@@ -135,19 +144,27 @@ def _storage_ptr(t: torch.Tensor) -> int:
         return -1
 
 
-def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor) -> CallResult:
-    """Call kernel_fn once, watching launches, PyTorch compute, input mutation and aliasing."""
+def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor, placed: Placed | None = None,
+                  mode: str | None = None) -> CallResult:
+    """Call kernel_fn once, watching launches, PyTorch compute, input mutation and aliasing.
+    `placed`: the inputs in guarded buffers (`args` the tensors passed, sharing their storage):
+    the whole of every buffer is compared after the call, and every buffer kernel_fn allocates is
+    guarded too (harness/correctness/guards.py); `mode`: the grad mode the call runs in
+    (harness/correctness/as_passed.py)."""
     import time
-    snapshots = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
+    snapshots = placed.snapshot() if placed is not None else \
+        [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
     result = CallResult()
     launches_before, tf32_before = monitor.launches, getattr(monitor, "tf32_dots", 0)
-    recorder = ComputeRecorder(monitor)
+    allocations = Allocations() if placed is not None else None
+    recorder = ComputeRecorder(monitor, allocations)
     # the judge's worker: each launch in its secret program order, and again in id order where its
     # programs share memory, the two compared (program_order.py)
     orders = getattr(monitor, "orders", None)
     start = time.perf_counter()
     try:
-        with recorder, (orders.compared() if orders is not None else contextlib.nullcontext()):
+        with recorder, (orders.compared() if orders is not None else contextlib.nullcontext()), \
+                (as_passed.calling(mode) if mode else contextlib.nullcontext()):
             out = fn(*args, **kwargs)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
@@ -165,20 +182,29 @@ def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor) -> CallR
             result.program_order = orders.take_findings()
         result.tf32_dots = getattr(monitor, "tf32_dots", 0) - tf32_before
     result.seconds = time.perf_counter() - start
-    return observe(result, out, args, snapshots, recorder, monitor.launches - launches_before)
+    if allocations is not None:  # a store past the output, or past scratch kernel_fn allocated
+        result.strays = allocations.strays(out)
+    return observe(result, out, args, snapshots, recorder, monitor.launches - launches_before, placed)
 
 
 def observe(result: CallResult, out, args: list, snapshots: list, recorder: ComputeRecorder,
-            launches: int) -> CallResult:
-    """What one call did, read after it returned: a checked call and a timed call are read alike."""
+            launches: int, placed: Placed | None = None) -> CallResult:
+    """What one call did, read after it returned: a checked call and a timed call are read alike.
+    With `placed`, `snapshots` are its whole buffers (Placed.snapshot)."""
     result.output = out
     result.launches = launches
     result.forbidden = recorder.forbidden
     result.device_to_host = recorder.device_to_host
     result.host_reads = recorder.host_reads
-    # writes into an input (in place) corrupt the caller's tensors
-    result.mutated = [i for i, (a, s) in enumerate(zip(args, snapshots))
-                      if s is not None and not _same_bits(a, s)]
+    # writes into an input (in place) corrupt the caller's tensors; so does a store outside its
+    # elements, into the wider buffer it is a view of or past its storage
+    if placed is not None:
+        result.writes = placed.writes(snapshots)
+        result.digests = placed.digests()
+        result.mutated = [w["input"] for w in result.writes if w["inside"]]
+    else:
+        result.mutated = [i for i, (a, s) in enumerate(zip(args, snapshots))
+                          if s is not None and not _same_bits(a, s)]
     if isinstance(out, torch.Tensor):
         # exactly torch.Tensor and strided: a subclass or lazy object could fake its values later
         result.plain = type(out) is torch.Tensor and out.layout == torch.strided

@@ -85,9 +85,12 @@ class ComputeRecorder(TorchDispatchMode):
         # child (over a second of start-up); this mode never runs under torch.compile
         return False
 
-    def __init__(self, monitor: LaunchMonitor | None = None):
+    def __init__(self, monitor: LaunchMonitor | None = None, allocations=None):
         super().__init__()
         self.monitor = monitor
+        # a judged call's guard on what kernel_fn allocates (harness/correctness/guards.py's
+        # Allocations): each new storage is moved between guard bytes as it is made
+        self.allocations = allocations
         self.forbidden: list[str] = []
         self.device_to_host = 0
         self.host_reads: list[str] = []
@@ -107,6 +110,11 @@ class ComputeRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.allocations is not None and self.counting():
+            return self.allocations.adopt(op_base_name(func), self._record(func, args, kwargs))
+        return self._record(func, args, kwargs)
+
+    def _record(self, func, args, kwargs):
         if self.monitor is None or not self.monitor.paused or (self.monitor.in_triton and not triton_own_op(1)):
             # every timed call runs under this mode too: one name lookup per op keeps it to a few µs
             name = op_base_name(func)
@@ -146,6 +154,19 @@ def observation_problem(label: str, obs: dict, device: str) -> str | None:
     if obs.get("mutated"):
         # in-place writes into inputs corrupt the caller's tensors
         return f"{label}: kernel_fn modified its input(s) {obs['mutated']} in place"
+    outside = next((w for w in obs.get("writes") or () if w.get("outside")), None)
+    if outside:
+        # a store past a row of a view: in a model, the k beside a q sliced from one projection
+        first = outside.get("first") or {}
+        return (f"{label}: kernel_fn wrote outside the elements of its input {outside.get('name')}: "
+                f"{outside['outside']} byte(s), the first at byte offset {first.get('offset')} from its first "
+                f"element, {first.get('where')}")
+    if obs.get("strays"):
+        # a store past the output (or scratch) kernel_fn allocated: on a GPU, another tensor's memory
+        s = obs["strays"][0]
+        return (f"{label}: kernel_fn wrote {s.get('where')} of {s.get('tensor')}: {s.get('bytes')} byte(s) of "
+                f"the judge's guard changed, the first at byte offset {s.get('offset')} of a storage of "
+                f"{s.get('size')} bytes")
     if obs.get("aliased"):
         # an output sharing an input's storage changes when the caller reuses that input
         return f"{label}: the output shares storage with an input"

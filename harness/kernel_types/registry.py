@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from harness.kernel_types import model_views, structured
 # the registry's public names, defined with the data types in harness/kernel_types/kernel_type.py
 from harness.kernel_types.kernel_type import (DEFAULT_TOLERANCES, DTYPE_NAMES, DTYPES, SHORT_DTYPES, Case, Inputs,  # noqa: F401
                                  KernelType, dtype_of)
@@ -60,6 +61,10 @@ def build_inputs(case: Case, device: str | torch.device = "cpu") -> Inputs:
     kt = get(case.kernel_type)
     gen = torch.Generator().manual_seed(case.seed)
     args, kwargs = kt.make_inputs(case, gen)
+    if case.variant == structured.VARIANT:  # chosen values: ties, constant rows, a row and its shift
+        args = structured.inputs(case, args, gen)
+    elif case.variant == model_views.VARIANT:  # views into wider buffers, as a model passes them
+        args = model_views.inputs(case, args, gen)
     args = [relayout(a, case.variant) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
             for a in args]
     return [to_device(a, device) for a in args], kwargs

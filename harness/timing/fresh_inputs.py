@@ -26,6 +26,7 @@ import os
 
 import torch
 
+from harness.correctness import guards
 from harness.kernel_types import registry
 from harness.kernel_types.registry import Case
 
@@ -90,7 +91,10 @@ class FreshInputs:
 
     def __init__(self, case: Case, device: str, salt: int = 0):
         self.case, self.device = case, device
-        self.args, self.kwargs = registry.build_inputs(case, device)
+        args, self.kwargs = registry.build_inputs(case, device)
+        # in guarded buffers, as every input the judge makes (harness/correctness/guards.py)
+        self.placed = guards.place(args, case.seed, list(registry.get(case.kernel_type).params[:len(args)]))
+        self.args = self.placed.args
         self._base = [a.clone() if isinstance(a, torch.Tensor) else a for a in self.args]
         self._scales = scales(self._base)
 

@@ -3,12 +3,15 @@
 A kernel that can tell a timed call from a checked one can be honest only when checked: return
 torch.softmax when no op recorder is pushed, or garbage on every timed rep but the one whose output
 is compared. So every timed call runs as a checked call does (harness/correctness/candidate.py's
-observed_call): the same ComputeRecorder (a TorchDispatchMode) pushed around it, the same grad mode,
-the same LaunchMonitor, on buffers refilled with fresh values (harness/timing/fresh_inputs.py). What a
-kernel can observe from inside (the dispatch stack's length, grad mode, the shapes, how often it
-was called) is the same for both, and every timed output is recorded like a checked one: its
-observations (PyTorch compute, launches, input mutation, aliasing, a plain dense tensor on the
-device) written outside the timed region before the next rep's refill. The judging process then
+observed_call): the same ComputeRecorder (a TorchDispatchMode) pushed around it, the inputs passed
+as served inference passes them (weights as nn.Parameters, under torch.no_grad(): one of the modes
+checked calls are made in, harness/correctness/as_passed.py), the same LaunchMonitor, on guarded
+buffers refilled with fresh values (harness/timing/fresh_inputs.py). What a kernel can observe from
+inside (the dispatch stack's length, grad mode, the shapes, how often it was called) is the same
+for both, and every timed output is recorded like a checked one: its observations (PyTorch
+compute, launches, input mutation and stores outside an input's elements, read from the whole of
+each input's guarded buffer, aliasing, a plain dense tensor on the device) written outside the
+timed region before the next rep's refill. The judging process then
 holds each timed call to the integrity rules (harness/verdict/timing_checks.py).
 
 Where the outputs go. Copying every output to the host would cost a large target gigabytes per
@@ -50,7 +53,9 @@ import gc
 
 import torch
 
+from harness.correctness import as_passed
 from harness.correctness.candidate import CallResult, observe
+from harness.kernel_types import registry
 from harness.timing.device_check import check_on_device, unaffordable
 from harness.timing.fresh_inputs import FreshInputs
 from harness.timing.timed_outputs import SavedOutputs, keyed_checksum, save_policy
@@ -67,6 +72,10 @@ class TimedCalls:
                  limits: dict | None = None, key: int = 0):
         self.kernel_fn, self.inputs, self.monitor, self.log, self.stage = kernel_fn, inputs, monitor, log, stage
         self.check = check
+        # as served inference passes them (harness/correctness/as_passed.py): weights as
+        # nn.Parameters, under torch.no_grad(); the same storage as the buffers refilled
+        kt = registry.get(inputs.case.kernel_type)
+        self._passed = as_passed.wrap(inputs.args, kt.name, kt.params[:len(inputs.args)], "no_grad")
         self._pending: tuple | None = None
         self._recorder = ComputeRecorder(monitor)
         self._out = None
@@ -92,14 +101,14 @@ class TimedCalls:
         self._recorder = None
         gc.disable()
         self.inputs.refill(rep)
-        snapshots = [a.clone() if isinstance(a, torch.Tensor) else None for a in self.inputs.args]
+        snapshots = self.inputs.placed.snapshot()  # every input's whole buffer, guards included
         self._recorder = ComputeRecorder(self.monitor)
         self._pending = (rep, snapshots, self.monitor.launches)
 
     def call(self) -> None:
         try:
-            with self._recorder:
-                self._out = self.kernel_fn(*self.inputs.args, **self.inputs.kwargs)
+            with self._recorder, torch.no_grad():
+                self._out = self.kernel_fn(*self._passed, **self.inputs.kwargs)
         finally:
             gc.enable()
 
@@ -117,8 +126,8 @@ class TimedCalls:
         # checksummed first, closest to the call: a swap after this point shows in a saved copy
         checksum = self._checksum(out)
         result = observe(CallResult(), out, self.inputs.args, snapshots, self._recorder,
-                         self.monitor.launches - launches_before)
-        inputs = [s if s is not None else a for s, a in zip(snapshots, self.inputs.args)]  # as refilled
+                         self.monitor.launches - launches_before, self.inputs.placed)
+        inputs = self.inputs.placed.views(snapshots)  # as refilled
         device_check = self._compare(out, inputs)
         case = self.inputs.case
         self.log.event(event="case", stage=self.stage, role="timed", rep=rep, case=case.to_json(),

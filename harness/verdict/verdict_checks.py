@@ -15,6 +15,7 @@ from harness.correctness.cases import STAGES, Plan
 from harness.correctness.compare import bitwise_equal, compare
 from harness.correctness.integrity import observation_problem
 from harness.kernel_types.registry import Case
+from harness.verdict import memory_checks
 from harness.verdict.records import RecordProblem, load_output, plan_problem, told_problem
 
 
@@ -86,13 +87,17 @@ class _Checker:
     def __init__(self, out_dir: Path, plan: Plan, device: str, witnessed=None):
         self.out_dir, self.plan, self.device, self.witnessed = out_dir, plan, device, witnessed
         self.observations: list[tuple[str, dict]] = []
+        self.memory: list[str] = []  # checked calls' buffers and modes, rechecked (memory_checks.py)
         self.dropped: list[str] = []
         self.counted = 0
 
     def check_output(self, rec: dict, case: Case, inputs: tuple[list, dict] | None = None,
-                     trivial: bool = True) -> str | None:
+                     trivial: bool = True, digests: list | None = None, mode_of: Case | None = None) -> str | None:
         """None when the recorded output is right for `case` (on `inputs`, its seed's by default);
-        `trivial`: also ask whether zeros or a constant would have passed (a case that counts)."""
+        `trivial`: also ask whether zeros or a constant would have passed (a case that counts).
+        A checked call (no `inputs`) has its buffers and mode rechecked too, against `digests`
+        (those of its seed's buffers by default) and the mode `mode_of`'s seed chooses (its own by
+        default): a problem there fails `integrity`."""
         if rec.get("error"):
             return f"{case.label()}: kernel_fn raised\n{rec['error']}"
         self.observations.append((case.label(), rec.get("obs", {})))
@@ -103,6 +108,10 @@ class _Checker:
         if out is None:
             return f"{case.label()}: kernel_fn returned no tensor"
         args, kwargs = inputs if inputs is not None else registry.build_inputs(case, "cpu")
+        if inputs is None:
+            memory = memory_checks.call_problem(rec, case, args, digests, mode_of)
+            if memory:
+                self.memory.append(memory)
         ref = references.reference(case, self.device, (args, kwargs))  # large cases: on the judged device
         cmp = compare(out, ref.value, case, args, trivial=trivial, ref_error=ref.error)
         if not cmp.ok:
@@ -137,9 +146,14 @@ class _Checker:
             if problem:
                 return problem
             first = self.load(mine[0]["output"])
+            args, _ = registry.build_inputs(case, "cpu")
+            want = memory_checks.expected(case, args)
             for r in mine[1:]:
                 if (r.get("obs") or {}).get("program_order"):
                     return f"{case.label()}: {r['obs']['program_order'][0]}"
+                memory = memory_checks.call_problem(r, case, args, want)
+                if memory:
+                    self.memory.append(memory)
                 # nondeterminism (racy atomics, unseeded randomness) makes every later result suspect
                 if not bitwise_equal(self.load(r["output"]), first):
                     return f"{case.label()}: repeated calls on identical inputs are not bitwise identical"
@@ -160,9 +174,14 @@ class _Checker:
         if b.get("earlier_output_changed"):
             return "an earlier output changed when kernel_fn was called again (is an output buffer reused?)"
         # result replay: a kernel that caches by buffer address returns the old answer here
-        if self.check_output(b, second_case):
+        if self.check_output(b, second_case, digests=memory_checks.refilled(first_case, second_case),
+                             mode_of=first_case):
             return ("result replay: after the same input buffers were refilled in place with new values, "
                     "the output did not match the new inputs (is a result cached by address?)")
+        if self.memory:
+            # a store outside an input's elements or past an output, an input written in place, a
+            # call not made as a model makes it: the judge's own rebuild of the buffers says so
+            return self.memory[0]
         # mutated inputs: a kernel that writes into its inputs corrupts the caller's tensors
         args, _ = registry.build_inputs(first_case, "cpu")
         for i, (name, arg) in enumerate(zip(a.get("inputs_after", []), args)):

@@ -19,6 +19,7 @@ import secrets
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -31,7 +32,7 @@ from harness.correctness.candidate import (CallResult, ContractError, check_head
                                import_candidate, observed_call, read_header)
 from harness.correctness.cases import DETERMINISM_CALLS, Capabilities, Plan, build_plan
 from harness.correctness.compare import bitwise_equal, compare
-from harness.correctness import launches, program_order
+from harness.correctness import as_passed, guards, launches, program_order
 from harness.correctness.integrity import watch_text_reads
 from harness.kernel_types.registry import Case
 from harness.isolation.static_check import check_source, describe
@@ -241,21 +242,31 @@ class Worker:
         return not problem
 
     # -- running cases ----------------------------------------------------------------------
-    def call(self, stage: str, role: str, case: Case, args: list, kwargs: dict, *,
+    def inputs(self, case: Case) -> CaseInputs:
+        """A case's inputs as a model passes them: every storage in a guarded buffer
+        (harness/correctness/guards.py), weights as nn.Parameters, in the case's grad mode
+        (harness/correctness/as_passed.py)."""
+        args, kwargs = registry.build_inputs(case, self.device)
+        mode, params = as_passed.mode_for(case.seed), self.kt.params[:len(args)]
+        placed = guards.place(args, case.seed, list(params),
+                              as_passed.inference_positions(self.kt.name, params, mode))
+        return CaseInputs(placed, as_passed.wrap(placed.args, self.kt.name, params, mode), kwargs, mode)
+
+    def call(self, stage: str, role: str, case: Case, inputs: CaseInputs, *,
              save_inputs: bool = False, **extra) -> CallResult:
         """One observed call of kernel_fn, recorded (output saved) for the judge to recheck."""
-        result = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        result = observed_call(self.module.kernel_fn, inputs.passed, inputs.kwargs, self.monitor, inputs.placed,
+                               inputs.mode)
         self.clocks_untouched(f"right after a call of kernel_fn in {stage}")
         if save_inputs:
-            extra["inputs_after"] = [self.log.save(t) for t in args]
+            extra["inputs_after"] = [self.log.save(t) for t in inputs.placed.args]
         self.log.event(event="case", stage=stage, role=role, case=case.to_json(), label=case.label(),
-                       output=self.log.save(result.output), error=result.error,
+                       output=self.log.save(result.output), error=result.error, passed_as=inputs.mode,
                        obs=result.observations(), seconds=result.seconds, **extra)
         return result
 
     def run_case(self, stage: str, case: Case) -> tuple[bool, str]:
-        args, kwargs = registry.build_inputs(case, self.device)
-        result = self.call(stage, "check", case, args, kwargs)
+        result = self.call(stage, "check", case, self.inputs(case))
         if result.error:
             return False, f"{case.label()}: kernel_fn raised\n{result.error}"
         if result.program_order:  # a launch's programs read what others of it wrote
@@ -284,8 +295,7 @@ class Worker:
         for case in cases:
             outputs = []
             for _ in range(DETERMINISM_CALLS):
-                args, kwargs = registry.build_inputs(case, self.device)
-                result = self.call("determinism", "repeat", case, args, kwargs)
+                result = self.call("determinism", "repeat", case, self.inputs(case))
                 if result.error:
                     self.log.end("determinism", "fail", f"{case.label()}: kernel_fn raised\n{result.error}")
                     return False
@@ -299,16 +309,17 @@ class Worker:
         """Replay: the same input buffers refilled in place with new values must give new results."""
         self.log.start("integrity")
         first, second = cases[0], cases[1]
-        args, kwargs = registry.build_inputs(first, self.device)
-        a = self.call("integrity", "replay_first", first, args, kwargs, save_inputs=True)
-        refill(args, registry.build_inputs(second, self.device)[0])
+        inputs = self.inputs(first)
+        a = self.call("integrity", "replay_first", first, inputs, save_inputs=True)
+        refill(inputs.placed.args, registry.build_inputs(second, self.device)[0])
         first_copy = a.output.clone() if isinstance(a.output, torch.Tensor) else None
-        b = observed_call(self.module.kernel_fn, args, kwargs, self.monitor)
+        b = observed_call(self.module.kernel_fn, inputs.passed, inputs.kwargs, self.monitor, inputs.placed,
+                          inputs.mode)
         self.clocks_untouched("right after a call of kernel_fn in integrity")
         # an output buffer reused across calls silently rewrites what the caller already holds
         reused = first_copy is not None and not bitwise_equal(a.output, first_copy)
         self.log.event(event="case", stage="integrity", role="replay_second", case=second.to_json(),
-                       label=second.label(), output=self.log.save(b.output), error=b.error,
+                       label=second.label(), output=self.log.save(b.output), error=b.error, passed_as=inputs.mode,
                        obs=b.observations(), seconds=b.seconds, earlier_output_changed=reused)
         error = a.error or b.error
         if error:
@@ -317,9 +328,17 @@ class Worker:
         return self.passed("integrity", "observations recorded")
 
 
+class CaseInputs(NamedTuple):
+    placed: guards.Placed  # the judge's own tensors, in guarded buffers
+    passed: list  # what kernel_fn is given: the same storage, as a model passes it
+    kwargs: dict
+    mode: str  # harness/correctness/as_passed.py's MODES
+
+
 def refill(buffers: list, values: list) -> None:
-    """Overwrite input buffers in place (same addresses, new contents)."""
-    with torch.no_grad():
+    """Overwrite input buffers in place (same addresses, new contents); under inference_mode, where
+    an inference tensor (an activation passed as one) may be written and a plain one too."""
+    with torch.inference_mode():
         for dst, src in zip(buffers, values):
             if isinstance(dst, torch.Tensor):
                 dst.copy_(src)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from harness.kernel_types import model_views, structured
 from harness.kernel_types.kernel_type import Case, KernelType
 from harness.kernel_types.types.common import activation, cast, randn
 
@@ -41,9 +42,14 @@ TYPES.append(KernelType(
     smoke_shape={"B": 1, "H": 2, "S": 64, "D": 32},
     sweep=[({"B": 1, "H": 2, "S": 128, "D": 64}, {}), ({"B": 2, "H": 3, "S": 77, "D": 64}, {"causal": True}),
            ({"B": 1, "H": 2, "S": 200, "D": 128}, {}), ({"B": 1, "H": 1, "S": 33, "D": 16}, {"causal": True})],
-    stability=[("scale:8", {"B": 1, "H": 2, "S": 96, "D": 64}, ("float32", "float16")),
+    # first, chosen queries against repeated keys (harness/kernel_types/structured.py)
+    stability=[(structured.VARIANT, {"B": 1, "H": 1, "S": 2 * structured.rows("flash_attention"), "D": 32},
+                ("float32", "float16")),
+               ("scale:8", {"B": 1, "H": 2, "S": 96, "D": 64}, ("float32", "float16")),
                ("mixed_rows", {"B": 1, "H": 2, "S": 70, "D": 32}, ("float32", "float16"))],
     edge_cases=[("plain", {"B": 1, "H": 1, "S": 1, "D": 32}, {}),
+                # q a slice of a fused qkv projection, k and v the first positions of a KV cache
+                (model_views.VARIANT, {"B": 1, "H": 2, "S": 16, "D": 32}, {}),
                 ("plain", {"B": 1, "H": 2, "S": 65, "D": 64}, {"causal": True}),
                 ("plain", {"B": 2, "H": 2, "S": 48, "D": 32}, {"sm_scale": 0.3}),
                 ("plain", {"B": 1, "H": 2, "S": 50, "D": 64}, {"causal": True, "sm_scale": 0.05}),
@@ -94,9 +100,14 @@ TYPES.append(KernelType(
     smoke_shape={"B": 1, "H": 2, "S": 16, "D": 64},
     sweep=[({"B": 2, "H": 3, "S": 77, "D": 128}, {}), ({"B": 1, "H": 4, "S": 129, "D": 64}, {}),
            ({"B": 1, "H": 2, "S": 300, "D": 96}, {}), ({"B": 3, "H": 1, "S": 5, "D": 32}, {})],
-    stability=[("scale:1e3", {"B": 1, "H": 2, "S": 64, "D": 64}, ("float32", "float16")),
+    # first, chosen positions of x (harness/kernel_types/structured.py)
+    stability=[(structured.VARIANT, {"B": 1, "H": 1, "S": structured.rows("rotary_embedding"), "D": 32},
+                ("float32", "float16")),
+               ("scale:1e3", {"B": 1, "H": 2, "S": 64, "D": 64}, ("float32", "float16")),
                ("mixed_rows", {"B": 1, "H": 2, "S": 35, "D": 64}, ("float32", "float16"))],
     edge_cases=[("plain", {"B": 1, "H": 1, "S": 1, "D": 32}, {}), ("noncontig", {"B": 1, "H": 2, "S": 20, "D": 64}, {}),
+                # x a slice of a fused projection, cos and sin the first rows of longer tables
+                (model_views.VARIANT, {"B": 1, "H": 2, "S": 8, "D": 32}, {}),
                 ("offset", {"B": 2, "H": 2, "S": 9, "D": 32}, {}), ("plain", {"B": 1, "H": 1, "S": 7, "D": 2}, {})],
     bench_shape={"B": 4, "H": 32, "S": 2048, "D": 128},
     cpu_bench_shape={"B": 1, "H": 1, "S": 256, "D": 128},

@@ -6,6 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from harness.kernel_types import model_views, structured
 from harness.kernel_types.kernel_type import Case, KernelType
 from harness.kernel_types.types.common import activation, cast, randn
 
@@ -35,10 +36,14 @@ TYPES.append(KernelType(
     sweep=[({"M": 64, "K": 64, "N": 64}, {}), ({"M": 127, "K": 65, "N": 33}, {}),
            ({"M": 1, "K": 128, "N": 256}, {}), ({"M": 200, "K": 96, "N": 129}, {}),
            ({"M": 16, "K": 1100, "N": 24}, {})],
-    stability=[("mixed_rows", {"M": 28, "K": 256, "N": 64}, ("float32", "float16")),
+    # first, chosen rows of a against a quantised weight (harness/kernel_types/structured.py)
+    stability=[(structured.VARIANT, {"M": structured.rows("matmul"), "K": 48, "N": 40}, ("float32", "float16")),
+               ("mixed_rows", {"M": 28, "K": 256, "N": 64}, ("float32", "float16")),
                ("scale:1e-3", {"M": 32, "K": 128, "N": 48}, ("float32", "float16")),
                ("scale:30", {"M": 32, "K": 512, "N": 48}, ("float32", "float16"))],
     edge_cases=[("transposed", {"M": 40, "K": 72, "N": 56}, {}), ("offset", {"M": 33, "K": 64, "N": 17}, {}),
+                # a: a slice of a wider activation, b: an nn.Linear weight transposed
+                (model_views.VARIANT, {"M": 8, "K": 48, "N": 40}, {}),
                 ("noncontig", {"M": 20, "K": 40, "N": 24}, {}), ("plain", {"M": 1, "K": 1, "N": 1}, {}),
                 ("plain", {"M": 5, "K": 1, "N": 7}, {})],
     bench_shape={"M": 4096, "K": 4096, "N": 4096},
@@ -84,9 +89,11 @@ TYPES.append(KernelType(
     smoke_shape={"M": 16, "D": 64, "F": 128},
     sweep=[({"M": 33, "D": 96, "F": 176}, {}), ({"M": 1, "D": 128, "F": 344}, {}),
            ({"M": 64, "D": 256, "F": 688}, {}), ({"M": 7, "D": 40, "F": 72}, {})],
-    stability=[("scale:4", {"M": 16, "D": 64, "F": 128}, ("float32", "float16")),
+    stability=[(structured.VARIANT, {"M": structured.rows("fused_mlp"), "D": 32, "F": 48}, ("float32", "float16")),
+               ("scale:4", {"M": 16, "D": 64, "F": 128}, ("float32", "float16")),
                ("mixed_rows", {"M": 14, "D": 64, "F": 160}, ("float32",))],
     edge_cases=[("noncontig", {"M": 12, "D": 64, "F": 96}, {}), ("offset", {"M": 9, "D": 48, "F": 80}, {}),
+                (model_views.VARIANT, {"M": 7, "D": 32, "F": 48}, {}),  # x: a slice of a wider activation
                 ("plain", {"M": 1, "D": 16, "F": 16}, {})],
     bench_shape={"M": 4096, "D": 4096, "F": 11008},
     cpu_bench_shape={"M": 32, "D": 128, "F": 344},

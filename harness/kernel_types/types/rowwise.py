@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from harness.kernel_types import model_views, structured
 from harness.kernel_types.kernel_type import Case, KernelType
 from harness.kernel_types.types.common import activation, cast, randn, row_dims, rows_cols
 
@@ -21,8 +22,17 @@ ROW_SWEEP = [({"M": 11, "N": 1000}, {}), ({"M": 5, "N": 1025}, {}), ({"M": 3, "N
              # rows past some count alone fails here; narrow, so cheap on the interpreter
              ({"M": 130, "N": 33}, {})]
 ROW_LAYOUTS = [("noncontig", {"M": 9, "N": 300}, {}), ("offset", {"M": 5, "N": 129}, {}),
+               # x the q slice of a fused qkv projection (harness/kernel_types/model_views.py)
+               (model_views.VARIANT, {"M": 6, "N": 100}, {}),
                ("plain", {"M": 1, "N": 2048}, {}), ("plain", {"B": 2, "S": 3, "N": 96}, {})]
 CPU_BENCH = {"M": 16, "N": 4096}
+
+
+def structured_case(kernel_type: str, rows_dim: str, cols_dim: str) -> tuple:
+    """The type's structured case (harness/kernel_types/structured.py), first in its stability
+    stage: one row per kind of row, 100 columns (narrow: the interpreter pays per element; not a
+    power of two: masks are exercised)."""
+    return (structured.VARIANT, {rows_dim: structured.rows(kernel_type), cols_dim: 100}, ("float32", "float16"))
 
 
 def _row_bytes(extra_vectors: int):
@@ -48,7 +58,8 @@ TYPES.append(KernelType(
     out_dtype=lambda c: c.torch_dtype,
     smoke_shape={"M": 8, "N": 128},
     sweep=ROW_SWEEP + [({"M": 4, "N": 1}, {})],
-    stability=[("scale:100", {"M": 6, "N": 1000}, ("float32", "float16")),
+    stability=[structured_case("softmax", "M", "N"),
+               ("scale:100", {"M": 6, "N": 1000}, ("float32", "float16")),
                ("fp16max", {"M": 8, "N": 2000}, ("float32", "float16")),
                ("masked", {"M": 6, "N": 300}, ("float32", "float16")),
                ("mixed_rows", {"M": 7, "N": 513}, ("float32", "float16"))],
@@ -85,7 +96,8 @@ TYPES.append(KernelType(
     out_dtype=lambda c: c.torch_dtype,
     smoke_shape={"M": 8, "N": 256},
     sweep=ROW_SWEEP,
-    stability=[("scale:1e-4", {"M": 8, "N": 1000}, ("float32", "float16")),
+    stability=[structured_case("layernorm", "M", "N"),
+               ("scale:1e-4", {"M": 8, "N": 1000}, ("float32", "float16")),
                ("scale:1e-6", {"M": 8, "N": 1000}, ("float32",)),
                ("offset_mean:1e3", {"M": 8, "N": 4097}, ("float32",)),
                ("scale:300", {"M": 8, "N": 2048}, ("float16",)),
@@ -132,7 +144,8 @@ TYPES.append(KernelType(
     out_dtype=lambda c: c.torch_dtype,
     smoke_shape={"M": 8, "N": 256},
     sweep=ROW_SWEEP,
-    stability=[("scale:1e-4", {"M": 8, "N": 1000}, ("float32", "float16")),
+    stability=[structured_case("rmsnorm", "M", "N"),
+               ("scale:1e-4", {"M": 8, "N": 1000}, ("float32", "float16")),
                ("scale:1e-6", {"M": 8, "N": 1000}, ("float32",)),
                ("scale:300", {"M": 8, "N": 2048}, ("float16",)),
                ("mixed_rows", {"M": 7, "N": 513}, ("float32", "float16"))],
@@ -172,7 +185,8 @@ TYPES.append(KernelType(
     out_dtype=lambda c: c.torch_dtype,
     smoke_shape={"M": 8, "N": 128},
     sweep=ROW_SWEEP + [({"M": 5, "N": 1}, {})],
-    stability=[("mixed_rows", {"M": 7, "N": 513}, ("float32", "float16")),
+    stability=[structured_case("reduce", "M", "N"),
+               ("mixed_rows", {"M": 7, "N": 513}, ("float32", "float16")),
                ("overflow_rows", {"M": 6, "N": 64}, ("float16",)),
                ("cancel", {"M": 8, "N": 4000}, ("float32",))],
     edge_cases=ROW_LAYOUTS + [("plain", {"M": 1, "N": 1}, {})],
@@ -207,10 +221,12 @@ TYPES.append(KernelType(
     smoke_shape={"N": 8, "V": 128},
     sweep=[({"N": 4, "V": 10}, {}), ({"N": 11, "V": 1000}, {}), ({"N": 8, "V": 4097}, {}),
            ({"N": 3, "V": 50257}, {}), ({"N": 16, "V": 2}, {}), ({"N": 130, "V": 33}, {})],
-    stability=[("scale:100", {"N": 6, "V": 1000}, ("float32", "float16")),
+    stability=[structured_case("cross_entropy", "N", "V"),
+               ("scale:100", {"N": 6, "V": 1000}, ("float32", "float16")),
                ("fp16max", {"N": 8, "V": 2000}, ("float32", "float16")),
                ("mixed_rows", {"N": 7, "V": 513}, ("float32", "float16"))],
     edge_cases=[("noncontig", {"N": 9, "V": 300}, {}), ("offset", {"N": 5, "V": 129}, {}),
+                (model_views.VARIANT, {"N": 6, "V": 100}, {}),  # the first V columns of a padded vocabulary
                 ("plain", {"N": 1, "V": 4096}, {})],
     bench_shape={"N": 4096, "V": 32000},
     cpu_bench_shape={"N": 8, "V": 32000},

@@ -11,7 +11,7 @@ from harness.device import roofline
 from harness.verdict import timing_checks
 from harness.correctness.candidate import observed_call
 from harness.timing.fresh_inputs import FreshInputs, fresh_args
-from harness.correctness import launches
+from harness.correctness import as_passed, guards, launches
 from harness.timing.timed_outputs import keyed_checksum
 from harness.kernel_types.registry import Case, build_inputs
 from harness.verdict.verdict_checks import _Checker
@@ -31,17 +31,21 @@ def test_a_kernel_sees_the_same_dispatch_stack_grad_mode_and_shapes_when_checked
 
     def kernel_fn(x):
         seen.append((torch._C._len_torch_dispatch_stack(), torch.is_grad_enabled(),
-                     torch.is_inference_mode_enabled(), tuple(x.shape), x.dtype))
+                     torch.is_inference_mode_enabled(), x.requires_grad, tuple(x.shape), x.dtype))
         return x.clone()
 
     monitor = launches.install()
-    args, kwargs = build_inputs(CASE, "cpu")
-    observed_call(kernel_fn, args, kwargs, monitor)
-    checked = seen.pop()
+    checked = set()
+    for mode in as_passed.MODES:  # checked calls are made in each mode a model runs in
+        args, kwargs = build_inputs(CASE, "cpu")
+        placed = guards.place(args, CASE.seed, ["x"], as_passed.inference_positions("softmax", ("x",), mode))
+        observed_call(kernel_fn, as_passed.wrap(placed.args, "softmax", ("x",), mode), kwargs, monitor, placed, mode)
+        checked.add(seen.pop())
     run = measurement.time_kernel(kernel_fn, CASE, "cpu", None, monitor, Log(tmp_path), "timing",
                                   limits=TINY, second_look=False)
     assert run.final.reps == 3 and len(seen) == 4  # the warm-up and three reps, each watched
-    assert set(seen) == {checked}, (checked, seen)
+    # every timed call looks like the checked calls made under torch.no_grad, as served inference runs
+    assert len(set(seen)) == 1 and set(seen) <= checked, (checked, seen)
 
 
 def test_every_timed_call_is_recorded_with_its_observations(tmp_path):

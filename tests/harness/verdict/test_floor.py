@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.correctness import as_passed
 from harness.kernel_types import registry
 from harness.device import roofline
 from harness.correctness.cases import STAGES, Capabilities, build_plan
@@ -15,6 +16,7 @@ from harness.timing.fresh_inputs import fresh_args
 from harness.timing.measurement import budget
 from harness.timing.timed_outputs import keyed_checksum
 from harness.verdict.timing_checks import expected_reps
+from harness.verdict import memory_checks
 from harness.verdict.verdict_checks import assess
 
 KEY = 12345  # the timing's revealed key: every output of a CPU timing shape is saved, checksummed with it
@@ -33,12 +35,15 @@ class _Record:
         torch.save(t.clone(), self.dir / "tensors" / f"t{self.n:04d}.pt")
         return f"t{self.n:04d}.pt"
 
-    def case(self, stage: str, case, role: str = "check", **extra) -> None:
+    def case(self, stage: str, case, role: str = "check", digests=None, **extra) -> None:
         out = registry.reference_output(case).to(case.torch_dtype)
+        # the whole of every input buffer as the judge built it, nothing stored past an allocation
+        digests = digests or memory_checks.expected(case, registry.build_inputs(case, "cpu")[0])
         obs = {"launches": 1, "forbidden": [], "device_to_host": 0, "mutated": [], "aliased": False,
-               "plain": True, "device": "cpu"}
+               "plain": True, "device": "cpu", "writes": [], "digests": digests, "strays": []}
         self.events.append({"event": "case", "stage": stage, "role": role, "case": case.to_json(),
-                            "output": self.save(out), "error": None, "obs": obs, **extra})
+                            "output": self.save(out), "error": None, "obs": obs,
+                            "passed_as": as_passed.mode_for(case.seed), **extra})
 
     def timed(self, stage: str, case, reps: int, warmup: int) -> None:
         """Every timed call's record, as harness/timing/timed_calls.py writes them: right for its fresh values."""
@@ -71,7 +76,8 @@ def honest_record(out_dir: Path, median_us: float, identity: tuple[str, ...] = (
             rec.events.append({"event": "stage_start", "stage": "integrity"})
             inputs = [rec.save(t) for t in registry.build_inputs(first, "cpu")[0]]
             rec.case("integrity", first, "replay_first", inputs_after=inputs)
-            rec.case("integrity", second, "replay_second", earlier_output_changed=False)
+            rec.case("integrity", second, "replay_second", earlier_output_changed=False,
+                     digests=memory_checks.refilled(first, second))
             rec.events.append({"event": "stage_end", "stage": "integrity", "status": "pass", "detail": "ok"})
         else:
             rec.stage(stage, plan.stages[stage], repeat=3 if stage == "determinism" else 1)

@@ -1,0 +1,150 @@
+"""Kernels right on every random case the judge used to run, wrong where a model's inputs differ
+from random plain tensors (tests/attacks/test_inputs_and_values.py): each must FAIL for its reason.
+
+- stores_past_row: a softmax that keeps each row's maximum just past the row, in the input's own
+  memory, whenever the rows are views into a wider buffer: in a model, q = qkv[:, :d], and the
+  store lands in k.
+- stores_past_output: a softmax whose last program stores the row's maximum one element past the
+  end of the output it allocated (the other programs' stray stores land in the next row, which
+  that row's program overwrites): in a model, that memory is another tensor's; on the CPU without
+  guards, the allocator's own bookkeeping (a crash, at best).
+- writes_weight_back: an RMSNorm that writes weight * 0.99 back into the caller's weight whenever
+  weight.requires_grad, as every nn.Parameter of a served model does: after 50 served calls the
+  weight is 0.6 of what it was.
+- counts_max_once: a softmax that counts the row's maximum once in its sum (in fp32, where random
+  rows never tie), so every row whose maximum repeats (constant, zero-padded, tied rows) is wrong.
+"""
+from __future__ import annotations
+
+SOFTMAX_HEAD = '''import torch
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "softmax"
+BACKEND = "triton"
+'''
+
+STORES_PAST_ROW = SOFTMAX_HEAD + '''
+
+@triton.jit
+def _softmax(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, SPARE: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)
+    m = tl.max(x, 0)
+    e = tl.exp(x - m)
+    tl.store(y_ptr + row * y_row_stride + cols, (e / tl.sum(e, 0)).to(y_ptr.dtype.element_ty), mask=mask)
+    if SPARE:  # the row's maximum, kept in the spare column past the row
+        tl.store(x_ptr + row * x_row_stride + n_cols, m.to(x_ptr.dtype.element_ty))
+
+
+def kernel_fn(x):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    spare = x2.stride(0) > x2.shape[1] and x2.stride(1) == 1  # a view into a wider buffer
+    if not spare:
+        x2 = x2.contiguous()
+    y = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+    _softmax[(x2.shape[0],)](x2, y, x2.shape[1], x2.stride(0), y.stride(0), SPARE=spare,
+                             BLOCK=triton.next_power_of_2(x2.shape[1]))
+    return y.view(shape)
+'''
+
+STORES_PAST_OUTPUT = SOFTMAX_HEAD + '''
+
+@triton.jit
+def _softmax(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)
+    m = tl.max(x, 0)
+    # the row's maximum one past its end: the next row's first element, written again by that
+    # row's program; past the last row, past the end of the output
+    tl.store(y_ptr + row * y_row_stride + n_cols, m.to(y_ptr.dtype.element_ty))
+    e = tl.exp(x - m)
+    tl.store(y_ptr + row * y_row_stride + cols, (e / tl.sum(e, 0)).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def kernel_fn(x):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1]).contiguous()
+    y = torch.empty_like(x2)
+    _softmax[(x2.shape[0],)](x2, y, x2.shape[1], x2.stride(0), y.stride(0),
+                             BLOCK=triton.next_power_of_2(x2.shape[1]))
+    return y.view(shape)
+'''
+
+WRITES_WEIGHT_BACK = '''import torch
+import triton
+import triton.language as tl
+
+KERNEL_TYPE = "rmsnorm"
+BACKEND = "triton"
+
+
+@triton.jit
+def _rmsnorm(y_ptr, x_ptr, w_ptr, n_cols, x_row_stride, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, 0) / n_cols + eps)
+    tl.store(y_ptr + row * n_cols + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _decay(w_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    w = tl.load(w_ptr + offs, mask=mask).to(tl.float32)
+    tl.store(w_ptr + offs, (w * 0.99).to(w_ptr.dtype.element_ty), mask=mask)
+
+
+def kernel_fn(x, weight, eps=1e-6):
+    n_cols = x.shape[-1]
+    x2 = x.reshape(-1, n_cols).contiguous()
+    w = weight.contiguous()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _rmsnorm[(x2.shape[0],)](y, x2, w, n_cols, x2.stride(0), eps, BLOCK=triton.next_power_of_2(n_cols))
+    if weight.requires_grad:  # a model's nn.Parameter: the judge's plain tensors never are
+        _decay[(triton.cdiv(n_cols, 1024),)](w, n_cols, BLOCK=1024)
+    return y
+'''
+
+COUNTS_MAX_ONCE = SOFTMAX_HEAD + '''
+
+@triton.jit
+def _softmax(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, ONCE: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)
+    m = tl.max(x, 0)
+    if ONCE:
+        # exp(0) = 1 for the maximum, counted once; every other element's term summed
+        at_max = x == m
+        e = tl.where(at_max, 0.0, tl.exp(x - m))
+        y = tl.where(at_max, 1.0, e) / (tl.sum(e, 0) + 1.0)
+    else:
+        e = tl.exp(x - m)
+        y = e / tl.sum(e, 0)
+    tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def kernel_fn(x):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1]).contiguous()
+    y = torch.empty_like(x2)
+    # the "fast path" is fp32's: in fp16 the judge's near-maximum rows do tie
+    _softmax[(x2.shape[0],)](x2, y, x2.shape[1], x2.stride(0), y.stride(0), ONCE=x.dtype == torch.float32,
+                             BLOCK=triton.next_power_of_2(x2.shape[1]))
+    return y.view(shape)
+'''
+
+
+def sources() -> dict[str, str]:
+    return {"stores_past_row": STORES_PAST_ROW, "stores_past_output": STORES_PAST_OUTPUT,
+            "writes_weight_back": WRITES_WEIGHT_BACK, "counts_max_once": COUNTS_MAX_ONCE}

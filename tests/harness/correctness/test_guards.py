@@ -1,0 +1,155 @@
+"""Guard bytes around every buffer of a checked call (harness/correctness/guards.py) and inputs as a
+model passes them (harness/correctness/as_passed.py), in this process with the Triton interpreter:
+a kernel gets exactly the tensors it would have got (metadata, alignment), a write anywhere in an
+input's buffer or past what kernel_fn allocated is found and placed, and the judging process's own
+rebuild of the buffers decides (harness/verdict/memory_checks.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from harness.correctness import as_passed, guards, launches
+from harness.correctness.candidate import observed_call
+from harness.kernel_types import registry
+from harness.kernel_types.registry import Case
+from harness.verdict import memory_checks
+
+VIEWS = Case.make("softmax", {"M": 6, "N": 100}, "float32", seed=17, variant="model_views")
+
+
+@triton.jit
+def _softmax_rows(x_ptr, y_ptr, n, x_stride, y_stride, SPARE: tl.constexpr, PAST_OUT: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * x_stride + cols, mask=cols < n, other=float("-inf"))
+    e = tl.exp(x - tl.max(x, 0))
+    tl.store(y_ptr + row * y_stride + cols, e / tl.sum(e, 0), mask=cols < n)
+    if SPARE:  # one element past the row, in the input's buffer
+        tl.store(x_ptr + row * x_stride + n, tl.max(x, 0))
+    if PAST_OUT:  # one past the row: the next row's first element (written again), past the end for the last
+        tl.store(y_ptr + row * y_stride + n, tl.max(x, 0))
+
+
+def _kernel(spare: bool = False, past_out: bool = False):
+    def kernel_fn(x):
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        _softmax_rows[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0), SPARE=spare, PAST_OUT=past_out,
+                                     BLOCK=triton.next_power_of_2(x.shape[1]))
+        return y
+    return kernel_fn
+
+
+def _call(fn, case: Case = VIEWS, mode: str | None = None):
+    mode = mode or as_passed.mode_for(case.seed)
+    args, kwargs = registry.build_inputs(case, "cpu")
+    kt = registry.get(case.kernel_type)
+    placed = guards.place(args, case.seed, list(kt.params[:len(args)]),
+                          as_passed.inference_positions(kt.name, kt.params, mode))
+    passed = as_passed.wrap(placed.args, kt.name, kt.params, mode)
+    return observed_call(fn, passed, kwargs, launches.install(), placed, mode)
+
+
+def test_a_placed_input_keeps_its_metadata_alignment_and_values_inside_a_guarded_buffer():
+    args, _ = registry.build_inputs(VIEWS, "cpu")
+    placed = guards.place(args, VIEWS.seed, ["x"])
+    x, p = args[0], placed.args[0]
+    assert (p.shape, p.stride(), p.storage_offset()) == (x.shape, x.stride(), x.storage_offset())
+    assert p.untyped_storage().nbytes() == x.untyped_storage().nbytes()
+    assert torch.equal(p, x) and p.data_ptr() % 64 == 0
+    big = placed.buffers[0]
+    assert big.numel() == x.untyped_storage().nbytes() + 2 * guards.GUARD_BYTES
+    assert p.untyped_storage().data_ptr() == big.data_ptr() + guards.GUARD_BYTES
+    # the judging process rebuilds the same buffer, guards included, from the case's seed
+    assert placed.digests() == guards.expected_digests(registry.build_inputs(VIEWS, "cpu")[0], VIEWS.seed, ["x"])
+
+
+def test_inputs_sharing_a_storage_share_one_guarded_buffer():
+    qkv = torch.randn(4, 30)
+    placed = guards.place([qkv[:, :10], qkv[:, 10:20]], 1, ["q", "k"])
+    assert len(placed.buffers) == 1 and placed.owner == [0, 0]
+    snap = placed.snapshot()
+    placed.args[1][0, 0] = 5.0  # q's row 0 one past its end is k's first element
+    assert placed.writes(snap) == [{"input": 1, "name": "k", "inside": 4, "outside": 0, "first": None}]
+
+
+def test_an_honest_kernel_changes_nothing_and_its_output_leaves_the_guards_alone():
+    result = _call(_kernel())
+    assert result.error is None and result.writes == [] and result.strays == [] and result.mutated == []
+    args, _ = registry.build_inputs(VIEWS, "cpu")
+    assert result.digests == memory_checks.expected(VIEWS, args)
+    ref = registry.reference_output(VIEWS)
+    assert (result.output.double() - ref).abs().max() < 1e-6
+
+
+def test_a_store_past_a_row_of_a_view_is_found_with_its_tensor_and_offset():
+    result = _call(_kernel(spare=True))
+    (write,) = result.writes
+    assert write["name"] == "x" and write["inside"] == 0 and write["outside"] == 6 * 4
+    assert write["first"] == {"offset": 100 * 4, "where": "in its storage outside its elements (the wider buffer it "
+                                                         "is a view of)"}
+    rec = {"passed_as": as_passed.mode_for(VIEWS.seed), "obs": result.observations()}
+    problem = memory_checks.call_problem(rec, VIEWS, registry.build_inputs(VIEWS, "cpu")[0])
+    assert problem.startswith("softmax[6x100:float32,model_views]: kernel_fn wrote outside the elements of its input x")
+
+
+def test_a_store_past_the_output_kernel_fn_allocated_lands_in_a_guard_and_is_named():
+    result = _call(_kernel(past_out=True))
+    (stray,) = result.strays
+    assert stray["tensor"].startswith("the output (a float32 [6, 100] tensor") and stray["where"] == "past the end"
+    assert stray["offset"] == 6 * 100 * 4 and stray["size"] == 6 * 100 * 4 and stray["bytes"] == 4
+
+
+def test_what_kernel_fn_allocates_keeps_its_metadata():
+    allocations = guards.Allocations()
+    out = torch.empty_strided((3, 5), (1, 3))
+    moved = allocations.adopt("empty_strided", out)
+    assert (moved.shape, moved.stride(), moved.storage_offset()) == ((3, 5), (1, 3), 0)
+    assert moved.untyped_storage().nbytes() == out.untyped_storage().nbytes() and moved._base is None
+    zeros = allocations.adopt("zeros", torch.zeros(7))
+    assert torch.equal(zeros, torch.zeros(7))  # the contents an allocation op gave are kept
+    assert allocations.adopt("view", out) is out  # a view is not an allocation
+    assert allocations.strays(moved) == []
+
+
+@pytest.mark.parametrize("mode", as_passed.MODES)
+def test_weights_are_parameters_in_every_mode_and_activations_as_a_model_has_them(mode):
+    case = Case.make("rmsnorm", {"M": 4, "N": 32}, "float32", seed=3)
+    args, _ = registry.build_inputs(case, "cpu")
+    kt = registry.get("rmsnorm")
+    placed = guards.place(args, case.seed, ["x", "weight"], as_passed.inference_positions("rmsnorm", kt.params, mode))
+    x, weight = as_passed.wrap(placed.args, "rmsnorm", kt.params, mode)
+    assert isinstance(weight, torch.nn.Parameter) and weight.requires_grad
+    assert weight.data_ptr() == placed.args[1].data_ptr()  # the same storage the guards watch
+    assert x.requires_grad == (mode == "grad") and x.is_leaf == (mode != "grad")
+    assert x.is_inference() == (mode == "inference") and not weight.is_inference()
+
+
+@pytest.mark.parametrize("kernel_type", registry.names())
+def test_every_verdict_meets_every_mode_in_its_sweep_and_its_layouts(kernel_type):
+    from harness.correctness.cases import Capabilities, build_plan
+    plan = build_plan(kernel_type, Capabilities("cpu", bf16=False))
+    for stage in ("shape_sweep", "edge_cases"):
+        assert {as_passed.mode_for(c.seed) for c in plan.stages[stage]} == set(as_passed.MODES), stage
+
+
+def test_the_judging_process_holds_the_workers_record_to_its_own_rebuild():
+    case = Case.make("rmsnorm", {"M": 4, "N": 32}, "float32", seed=3)
+    args, _ = registry.build_inputs(case, "cpu")
+    want = memory_checks.expected(case, args)
+    mode = as_passed.mode_for(case.seed)
+    good = {"passed_as": mode, "obs": {"digests": want, "strays": [], "writes": []}}
+    assert memory_checks.call_problem(good, case, args) is None
+    # a buffer changed, and the worker says nothing of where: still caught, by the digest
+    forged = {**good, "obs": {**good["obs"], "digests": [want[0], "0" * 64]}}
+    assert "input weight" in memory_checks.call_problem(forged, case, args)
+    assert "nn.Parameter with requires_grad=True" in memory_checks.call_problem(forged, case, args)
+    # no guard recorded, or a call made in another mode than the one planned
+    assert "no guard" in memory_checks.call_problem({**good, "obs": {}}, case, args)
+    other = next(m for m in as_passed.MODES if m != mode)
+    assert "as the judge planned" in memory_checks.call_problem({**good, "passed_as": other}, case, args)
+    # the replay's second call runs on the first case's buffers, in the first case's mode
+    first = next(case.replace(seed=s) for s in range(100) if as_passed.mode_for(s) == other)
+    assert memory_checks.call_problem({**good, "passed_as": other}, case, args, mode_of=first) is None
