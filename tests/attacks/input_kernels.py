@@ -5,8 +5,7 @@ from random plain tensors (tests/attacks/test_inputs_and_values.py): each must F
   memory, whenever the rows are views into a wider buffer: in a model, q = qkv[:, :d], and the
   store lands in k.
 - stores_past_output: a softmax whose last program stores the row's maximum one element past the
-  end of the output it allocated (the other programs' stray stores land in the next row, which
-  that row's program overwrites): in a model, that memory is another tensor's; on the CPU without
+  end of the output it allocated: in a model, that memory is another tensor's; on the CPU without
   guards, the allocator's own bookkeeping (a crash, at best).
 - writes_weight_back: an RMSNorm that writes weight * 0.99 back into the caller's weight whenever
   weight.requires_grad, as every nn.Parameter of a served model does: after 50 served calls the
@@ -60,9 +59,10 @@ def _softmax(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK: tl.constex
     mask = cols < n_cols
     x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)
     m = tl.max(x, 0)
-    # the row's maximum one past its end: the next row's first element, written again by that
-    # row's program; past the last row, past the end of the output
-    tl.store(y_ptr + row * y_row_stride + n_cols, m.to(y_ptr.dtype.element_ty))
+    # the last row's maximum one past its end: past the end of the output (only the last program
+    # strays, so no other program shares the element: the guard bytes, not the program order, see it)
+    if row == tl.num_programs(0) - 1:
+        tl.store(y_ptr + row * y_row_stride + n_cols, m.to(y_ptr.dtype.element_ty))
     e = tl.exp(x - m)
     tl.store(y_ptr + row * y_row_stride + cols, (e / tl.sum(e, 0)).to(y_ptr.dtype.element_ty), mask=mask)
 
