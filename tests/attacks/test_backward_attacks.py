@@ -2,7 +2,8 @@
 training kernel (a judge session, forked workers, two at a time, the static check off so that the
 stages behind it must stop them), beside the two honest backwards they were made from, judged
 first with the other core kept busy. Each wrong backward ends with its backward FAIL at its stage
-for its named reason, its forward passing and serving inference; the honest ones pass both."""
+for its named reason, its forward passing and serving inference; the honest ones pass both. (Every
+starter's honest backward is judged with its forward: tests/harness/test_starters_triton.py.)"""
 from __future__ import annotations
 
 import sys
@@ -52,19 +53,3 @@ def test_the_honest_backwards_beside_them_pass_in_every_dtype_that_runs(judged, 
     assert v["serves"] == "training and inference"
     judged_dtypes = {d for s in back["stages"] for d in ("float32", "float16", "bfloat16") if d in s["detail"]}
     assert {"float16", "bfloat16"} <= judged_dtypes  # the accumulation stage names its cases
-
-
-@pytest.fixture(scope="module")
-def starters():
-    from starter_kernels import KERNEL_TYPES, starter_path
-    paths = {kernel_type: starter_path(kernel_type) for kernel_type in KERNEL_TYPES}
-    return judge_batch(paths, None, backward=True)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kernel_type", ["cross_entropy", "flash_attention", "fused_mlp", "layernorm", "matmul",
-                                         "reduce", "rmsnorm", "rotary_embedding", "softmax"])
-def test_every_starters_honest_backward_passes_the_backward_judge(starters, kernel_type):
-    v = starters[kernel_type]
-    back = v["backward"]
-    assert (v["verdict"], back["verdict"]) == ("PASS", "PASS"), _why(back)[:2000]

@@ -1,8 +1,8 @@
 """The Triton starter kernels: their declared literals, the real judge's verdict on each, and a
 second CONFIG per starter checked on the judge's own cases against the float64 references.
 
-The expensive part (nine judgements and one interpreter process checking the second CONFIGs) runs
-once per module, two processes at a time across the CPU cores.
+The expensive part (nine judgements, forward and backward, and one interpreter process checking the
+second CONFIGs) runs once per module, two processes at a time across the CPU cores.
 Run as a script, this file is that interpreter process: `PYTHONPATH=.:tests/support python tests/harness/test_starters_triton.py
 --check OUT.json KERNEL_TYPE=PATH ...` (with TRITON_INTERPRET=1 in its environment).
 """
@@ -94,7 +94,8 @@ def results(tmp_path_factory) -> dict:
     seconds = _write_second_configs(tmp)
     with judge_session(fork=True), ThreadPoolExecutor(PARALLEL_JOBS) as pool:
         second = pool.submit(_check_second_configs, tmp, seconds)
-        verdicts = {t: pool.submit(judge, starter_path(t), device="cpu") for t in KERNEL_TYPES}
+        # with their backwards, as a training run judges them (the forward's verdict is the same)
+        verdicts = {t: pool.submit(judge, starter_path(t), device="cpu", backward=True) for t in KERNEL_TYPES}
         # judged too: a second config is a kernel of its own
         softmax_second_verdict = pool.submit(judge, seconds["softmax"], device="cpu")
         return {"verdicts": {t: f.result() for t, f in verdicts.items()}, "second": second.result(),
@@ -114,6 +115,15 @@ def test_judge_passes_the_starter(results, kernel_type):
     assert [s["name"] for s in verdict["stages"]] == ["compile", "smoke", "shape_sweep", "stability",
                                                       "determinism", "edge_cases", "integrity"]
     assert verdict["timing"]["median_us"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_every_starters_honest_backward_passes_the_backward_judge(results, kernel_type):
+    verdict = results["verdicts"][kernel_type]
+    back = verdict["backward"]
+    assert (verdict["verdict"], back["verdict"]) == ("PASS", "PASS"), _stage_report(back)
+    assert verdict["serves"] == "training and inference"
 
 
 @pytest.mark.slow
