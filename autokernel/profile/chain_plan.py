@@ -28,6 +28,7 @@ from autokernel.profile.chain_graph import OpGraph
 from autokernel.profile.chains import Chain, Rejected
 from autokernel.profile.forms import Node
 from autokernel.profile.records import Records, op_trees, windows
+from harness.kernel_types import registry
 
 SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
@@ -83,8 +84,8 @@ class OpTimes:
 
 
 def target_name(chain: Chain) -> str:
-    dims = "x".join(str(v) for v in chain.dims.values())
-    return f"chain:{chain.chain_type}[{dims}:{chain.dtype}]"
+    """The registry's name of the chain's target (harness/kernel_types/types/chains.py)."""
+    return registry.target_name(chain.chain_type, chain.dims, chain.dtype)
 
 
 def _flops(graph: OpGraph, chain: Chain) -> float:
@@ -136,7 +137,7 @@ def entries(graph: OpGraph, found: list[Chain], rejected: list[Rejected], record
             fwd_us += f or 0.0
             bwd_us += b
         row = rows.setdefault(name, {
-            "target": name, "chain_type": chain.chain_type, "dims": chain.dims, "dtype": chain.dtype,
+            "target": name, "kernel_type": chain.chain_type, "chain_type": chain.chain_type, "dims": chain.dims, "dtype": chain.dtype,
             "options": chain.options, "calls": 0, "fwd_ms": 0.0, "bwd_ms": 0.0,
             "ops": [graph.ops[i].name for i in chain.ops], "unfused_bytes": unfused, "fused_bytes": fused,
             "bytes_saved": unfused - fused, "flops": _flops(graph, chain), "modules": [], "unmeasured_ops": []})

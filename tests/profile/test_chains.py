@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autokernel.profile import chain_graph, chain_plan, chains, plan
+from harness.kernel_types import registry
 from paths import DATA, ROOT
 
 
@@ -62,6 +63,8 @@ def test_llama_forward_and_loss_hold_the_four_chain_types(llama_chains):
     add_norm = by_type["add_rmsnorm"][0]
     assert len(add_norm.outputs) == 2 and graph.ops[add_norm.ops[0]].name == "aten::add"
     assert not rejected
+    for c in found:  # each chain is a target of its registry type, named by the type's own dims
+        assert list(c.dims) == list(registry.get(c.chain_type).smoke_shape)
 
 
 def test_chains_are_priced_by_the_bytes_fusion_saves(llama_chains):
@@ -182,4 +185,4 @@ def test_profile_command_lists_chains_in_their_own_section(seeded_peaks):
         assert r["ceiling_speedup"] >= 1.0 and r["projected_e2e_speedup"] >= 1.0
     # alternatives, not additions: the shares of the plan's rows still add up to 1 without them
     assert sum(e["share"] for e in profiled["entries"]) == pytest.approx(1.0, abs=0.01)
-    assert "chains:" in done.stderr and "chain:linear_cross_entropy[15x64x256" in done.stderr
+    assert "chains:" in done.stderr and "linear_cross_entropy[15x64x256:fp32]" in done.stderr

@@ -19,6 +19,8 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from .chain_calls import DIMS as CHAIN_DIMS, REFERENCES as CHAIN_REFERENCES
+
 EPS_NAMES = ("eps", "variance_epsilon", "epsilon")
 
 
@@ -38,6 +40,7 @@ DIMS: dict[str, Callable[..., dict]] = {
     "rotary_embedding": lambda x, *rest: dict(zip("BHSD", x.shape)),
     "fused_mlp": lambda x, w_gate, w_up, w_down: {"M": math.prod(x.shape[:-1]), "D": x.shape[-1],
                                                   "F": w_gate.shape[0]},
+    **CHAIN_DIMS,
 }
 
 
@@ -72,6 +75,7 @@ REFERENCES: dict[str, Callable[..., torch.Tensor]] = {
         _up(q), _up(k), _up(v), is_causal=causal, scale=sm_scale),
     "rotary_embedding": lambda x, cos, sin: _up(x) * _up(cos) + _rotate_half(_up(x)) * _up(sin),
     "fused_mlp": _mlp_ref,
+    **CHAIN_REFERENCES,
 }
 
 
