@@ -84,11 +84,11 @@ def _held(model, optimizer) -> int:
     return total
 
 
-def measure(mode: str, batch: int, tokens: int, vocab: int, hidden: int, layers: int) -> dict:
+def measure(mode: str, batch: int, tokens: int, vocab: int, hidden: int, layers: int, device: str = "cpu") -> dict:
     """One mode's step, measured in this process (run it in a fresh one: see main)."""
     import torch
-    model = build(vocab, hidden, layers)
-    ids = torch.randint(0, vocab, (batch, tokens), generator=torch.Generator().manual_seed(1))
+    model = build(vocab, hidden, layers).to(device)
+    ids = torch.randint(0, vocab, (batch, tokens), generator=torch.Generator().manual_seed(1)).to(device)
     op = fused_loss_op() if mode == "fused" else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -122,15 +122,17 @@ def measure(mode: str, batch: int, tokens: int, vocab: int, hidden: int, layers:
             "device": "cuda" if on_gpu else "cpu", "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1"}
 
 
-def run_all(batch: int, tokens: int, vocab: int, hidden: int, layers: int, interpret: bool = True) -> dict:
-    """Each mode in a fresh process; the fused one's peak against eager's."""
+def run_all(batch: int, tokens: int, vocab: int, hidden: int, layers: int, device: str = "cpu") -> dict:
+    """Each mode in a fresh process; the fused one's peak against eager's. On the CPU the Triton
+    interpreter runs the fused kernel."""
     out = {}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if interpret:
+    if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     for mode in MODES:
         done = subprocess.run([sys.executable, __file__, "--one", mode, "--batch", str(batch), "--tokens", str(tokens),
-                               "--vocab", str(vocab), "--hidden", str(hidden), "--layers", str(layers)],
+                               "--vocab", str(vocab), "--hidden", str(hidden), "--layers", str(layers),
+                               "--device", device],
                               capture_output=True, text=True, env=env, cwd=ROOT)
         if done.returncode != 0:
             raise RuntimeError(f"the {mode} step failed:\n{done.stderr[-3000:]}")
@@ -151,13 +153,14 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
     p.add_argument("--json", help="write the figures here")
     a = p.parse_args(argv)
     if a.one:
-        print(json.dumps(measure(a.one, a.batch, a.tokens, a.vocab, a.hidden, a.layers)))
+        print(json.dumps(measure(a.one, a.batch, a.tokens, a.vocab, a.hidden, a.layers, a.device)))
         return 0
-    result = run_all(a.batch, a.tokens, a.vocab, a.hidden, a.layers)
+    result = run_all(a.batch, a.tokens, a.vocab, a.hidden, a.layers, a.device)
     text = json.dumps(result, indent=2)
     if a.json:
         Path(a.json).write_text(text + "\n")
@@ -165,7 +168,9 @@ def main(argv=None) -> int:
         r = result[mode]
         print(f"{mode:5s}: peak {r['peak_bytes'] / 2**20:8.1f} MiB (held before {r['held_before_bytes'] / 2**20:.1f} MiB "
               f"+ allocator peak {r['allocator_peak_bytes'] / 2**20:.1f} MiB), RSS rise {r['rss_rise_bytes'] / 2**20:.1f} MiB, "
-              f"losses {r['losses']}")
+              f"losses {r['losses']}"
+              + (f", cuda max_memory_allocated {r['cuda_max_memory_allocated'] / 2**20:.1f} MiB"
+                 if r["cuda_max_memory_allocated"] is not None else ""))
     print(f"fused / eager peak: {result['fused_over_eager_peak']:.3f} "
           f"(allocator peak alone {result['fused_over_eager_allocator_peak']:.3f}); logits would be "
           f"{result['eager']['logits_bytes'] / 2**20:.1f} MiB")
