@@ -145,8 +145,8 @@ def entries(graph: OpGraph, found: list[Chain], rejected: list[Rejected], record
         row["fwd_ms"] += fwd_us / 1e3
         row["bwd_ms"] += bwd_us / 1e3
         where = graph.ops[chain.ops[0]].module
-        if where[0] and {"module": where[0], "class": where[1]} not in row["modules"]:
-            row["modules"].append({"module": where[0], "class": where[1]})
+        if where[0] and {"name": where[0], "class": where[1]} not in row["modules"]:  # as a group's modules
+            row["modules"].append({"name": where[0], "class": where[1]})
         row["unmeasured_ops"] = sorted(set(row["unmeasured_ops"]) | set(unmeasured))
         if by_name:
             row["timed_by_name"] = sorted(set(row.get("timed_by_name", [])) | set(by_name))
