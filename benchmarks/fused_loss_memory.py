@@ -11,10 +11,11 @@ How peak memory is measured on the CPU (there is no torch.cuda.max_memory_alloca
   allocation and free of PyTorch's CPU allocator during the step (forward, loss, backward, AdamW
   step); the most held at once above what was held when the step began. What lives before the step
   (weights, AdamW's state after a warm-up step) is `held_before_bytes`, counted from the tensors.
-- `rss_rise_bytes`: the process's resident-set high-water mark (getrusage ru_maxrss) after the step
-  less before it, in a fresh process per mode. It also sees memory PyTorch's allocator does not
-  (the Triton interpreter's numpy copies of kernel arguments), and allocations the allocator keeps
-  cached; a coarse cross-check of the first.
+- `rss_rise_bytes`: how far the process's resident-set high-water mark (getrusage ru_maxrss) rose
+  during the measured step, in a fresh process per mode. The warm-up step before it has usually
+  reached that mark already, so this is not the step's peak: it shows only that the measured step
+  needed no memory beyond the warm-up's that PyTorch's allocator does not see (the Triton
+  interpreter's numpy copies of kernel arguments).
 On a GPU the same step reports torch.cuda.max_memory_allocated beside them.
 
     python benchmarks/fused_loss_memory.py [--tokens 1024] [--batch 2] [--vocab 32000] [--json PATH]
