@@ -167,6 +167,9 @@ def profile(
     if not shown.is_terminal:  # a pipe or a file: wide enough that target names stay whole
         shown = Console(stderr=json_path == "-", width=140 if loaded.training else 120)
     shown.print(plan_mod.table(plan))
+    if plan.get("chains", {}).get("entries") or plan.get("chains", {}).get("rejected"):
+        from autokernel.profile.chain_plan import table as chain_table
+        shown.print(chain_table(plan))
     text = _json.dumps(plan, indent=2)
     if json_path == "-":
         sys.stdout.write(text + "\n")

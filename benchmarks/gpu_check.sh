@@ -23,6 +23,11 @@
 #   7. training: each starter's forward, backward and forward+backward against eager autograd,
 #      torch.compile's joint graph and Liger Kernel where installed, with peak memory
 #      (train_starters.py)
+#   9. chains: the add+RMSNorm, SiLU x up, rotary q/k and projection + cross-entropy starters against
+#      their operators in eager, torch.compile and Liger's fused ops (train_starters.py --types
+#      ...)
+#  10. a LLaMA (vocabulary 32000, 2 x 1024 tokens) training step's peak memory with and without the
+#      fused loss, torch.cuda.max_memory_allocated beside the allocator's events (fused_loss_memory.py)
 #   5. three KernelBench level-1 problems with the tuner
 #   4. the bf16 LLaMA: autokernel optimize with the tuner (budget: 3 minutes, or what the deadline
 #      leaves less two minutes for profiling and verify: its workload and torch.compile of the model
@@ -37,7 +42,7 @@
 # repository goes on PYTHONPATH.
 #   DRY_RUN=1   the same steps on the CPU with tiny shapes and budgets (proves the script; no GPU)
 #   TOTAL_S     the overall deadline in seconds (default 600; the smoke 120)
-#   STEPS       which steps to run, in order, e.g. "1 3" (default "2 6 8 3 1 7 5 4": the LLaMA run takes
+#   STEPS       which steps to run, in order, e.g. "1 3" (default "2 6 8 3 1 7 9 10 5 4": the LLaMA run takes
 #               the time that is left, its tuner budget 3 minutes at most)
 # shellcheck disable=SC2054  # the commas below are inside arguments (comma lists), not separators
 set -uo pipefail
@@ -47,7 +52,7 @@ cd "$ROOT" || exit 2
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python}"
 DRY_RUN="${DRY_RUN:-0}"
-STEPS="${STEPS:-2 6 8 3 1 7 5 4}"
+STEPS="${STEPS:-2 6 8 3 1 7 9 10 5 4}"
 START="${GPU_CHECK_START:-$(date +%s)}"
 WORK="${GPU_CHECK_WORK:-$(mktemp -d /tmp/gpu_check.XXXXXX)}"
 export GPU_CHECK_WORK="$WORK" GPU_CHECK_START="${GPU_CHECK_START:-$START}"
@@ -72,6 +77,8 @@ if [ "$DRY_RUN" = 1 ]; then
   KB=(--agent tune --budget-per-problem 20s --max-experiments 1 --device cpu --no-compile --reps 3)
   COMPUTE=(--dry-run)
   TRAIN=(--dry-run --types rmsnorm softmax)
+  CHAINS=(--dry-run --types silu_mul rotary_qk)
+  LOSS_MEMORY=(--tokens 64 --vocab 2000 --device cpu)
 else
   DEV=(--device cuda)
   SUITE_TYPES=(--types matmul,fused_mlp,flash_attention,rmsnorm,layernorm,softmax,cross_entropy,reduce,rotary_embedding)
@@ -84,6 +91,8 @@ else
   KB=(--agent tune --budget-per-problem 15s --device cuda --precision fp16 --no-compile)
   COMPUTE=()
   TRAIN=(--dtype bfloat16)
+  CHAINS=(--dtype bfloat16 --types add_rmsnorm silu_mul rotary_qk linear_cross_entropy)
+  LOSS_MEMORY=(--device cuda)
 fi
 
 # Seconds left before the deadline, less a margin for writing the summary.
@@ -255,6 +264,10 @@ for s in $STEPS; do
        step "Sandbox of the judged verdicts" 10 sandboxes ;;
     4) step "bf16 LLaMA: optimize with the tuner, then verify" 400 llama ;;
     5) step "KernelBench level 1, three problems, tuner" 45 kernelbench ;;
+    9) step "Chains: fused starters vs their ops in eager, torch.compile and Liger, with memory" 60 \
+         "$PY" benchmarks/train_starters.py "${CHAINS[@]}" ;;
+    10) step "The fused loss: a LLaMA training step's peak memory with and without it" 60 \
+         "$PY" benchmarks/fused_loss_memory.py "${LOSS_MEMORY[@]}" ;;
     7) step "Training: starters forward+backward vs eager, torch.compile and Liger, with memory" 90 \
          "$PY" benchmarks/train_starters.py "${TRAIN[@]}" ;;
     6) step "Timing attacks only a GPU can run, beside the honest starters" 120 \

@@ -23,6 +23,27 @@ import time
 
 TYPES = ("rmsnorm", "layernorm", "softmax", "cross_entropy", "rotary_embedding", "reduce", "matmul",
          "fused_mlp", "flash_attention")
+# chains: the fused starter against its operators in eager, torch.compile of them, and Liger's fused op
+CHAINS = ("add_rmsnorm", "silu_mul", "rotary_qk", "linear_cross_entropy")
+
+
+def _liger_chains(liger) -> dict:
+    """Liger's fused ops for the chain types, adapted to the chain's kernel_fn signature and output,
+    where this Liger version has them (looked up by name: releases add and rename them)."""
+    import torch
+    found = {}
+    if hasattr(liger, "liger_swiglu"):
+        found["silu_mul"] = lambda gate, up: liger.liger_swiglu(gate, up)
+    if hasattr(liger, "liger_rope"):
+        # Liger takes cos and sin [B, S, D] and returns q and k rotated; the chain's output is their cat
+        found["rotary_qk"] = lambda q, k, cos, sin: torch.cat(liger.liger_rope(q, k, cos[None], sin[None]), dim=1)
+    if hasattr(liger, "liger_fused_linear_cross_entropy"):
+        found["linear_cross_entropy"] = (lambda x, w, t, ignore_index=-100, reduction="mean":
+                                         liger.liger_fused_linear_cross_entropy(x, w, t, ignore_index=ignore_index,
+                                                                                reduction=reduction))
+    if hasattr(liger, "liger_fused_add_rms_norm"):
+        found["add_rmsnorm"] = lambda x, r, w, eps=1e-6: torch.stack(liger.liger_fused_add_rms_norm(x, r, w, eps)[::-1])
+    return found
 
 
 def _liger(kernel_type: str):
@@ -33,7 +54,8 @@ def _liger(kernel_type: str):
         return None, "Liger Kernel not installed"
     ops = {"rmsnorm": lambda x, w, eps=1e-6: liger.liger_rms_norm(x, w, eps=eps),
            "layernorm": lambda x, w, b, eps=1e-5: liger.liger_layer_norm(x, w, b, eps),
-           "cross_entropy": lambda logits, targets: liger.liger_cross_entropy(logits, targets)}
+           "cross_entropy": lambda logits, targets: liger.liger_cross_entropy(logits, targets),
+           **_liger_chains(liger)}
     return ops.get(kernel_type), (None if kernel_type in ops else "no Liger op for this type")
 
 
@@ -124,7 +146,7 @@ def measure(kernel_type: str, dtype: str, device: str, dry: bool, compile_: bool
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--types", nargs="+", default=list(TYPES))
+    ap.add_argument("--types", nargs="+", default=list(TYPES), help=f"kernel types; the chains: {' '.join(CHAINS)}")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--no-compile", action="store_true")
     ns = ap.parse_args(argv)

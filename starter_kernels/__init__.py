@@ -27,9 +27,13 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-KERNEL_TYPES = ("matmul", "softmax", "layernorm", "rmsnorm", "flash_attention", "fused_mlp",
+SINGLE_TYPES = ("matmul", "softmax", "layernorm", "rmsnorm", "flash_attention", "fused_mlp",
                 "cross_entropy", "rotary_embedding", "reduce")
+# chains (harness/kernel_types/types/chains.py): Triton starters only
+CHAIN_TYPES = ("add_rmsnorm", "silu_mul", "rotary_qk", "linear_cross_entropy")
+KERNEL_TYPES = SINGLE_TYPES + CHAIN_TYPES
 BACKENDS = ("triton", "cuda")
+TYPES_BY_BACKEND = {"triton": KERNEL_TYPES, "cuda": SINGLE_TYPES}
 
 
 def starter_path(kernel_type: str, backend: str = "triton") -> Path:
@@ -39,6 +43,9 @@ def starter_path(kernel_type: str, backend: str = "triton") -> Path:
                        f"known types are {', '.join(KERNEL_TYPES)}")
     if backend not in BACKENDS:
         raise KeyError(f"no starter kernels for backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if kernel_type not in TYPES_BY_BACKEND[backend]:
+        raise KeyError(f"no {backend} starter kernel for the chain type {kernel_type!r}: chains have Triton "
+                       "starters only (use backend 'triton')")
     path = Path(str(resources.files(__name__).joinpath(backend, f"{kernel_type}.py")))
     if not path.is_file():
         raise KeyError(f"no {backend} starter kernel for {kernel_type!r} in this installation "

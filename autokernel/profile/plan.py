@@ -162,7 +162,32 @@ def make_plan(profile: Any, peaks: dict, model: dict | None = None) -> dict:
         plan["model"] = model
     if getattr(profile, "train", None):
         plan["train"] = train_summary(profile.train, rows, profile.total_ms)
+    if getattr(profile, "chains", None):
+        plan["chains"] = ranked_chains(profile.chains, peaks, BACKWARD_WORK)
     return plan
+
+
+# ---------------------------------------------------------------- chains (autokernel.profile.chain_plan)
+def chain_price(row: dict, peaks: dict, backward_work: float) -> dict:
+    """The row's ceiling (measured time against the fused roofline) and projection by Amdahl."""
+    if not row["calls"] or row["time_ms"] <= 0 or row["unmeasured_ops"]:
+        why = (f"its ops {', '.join(row['unmeasured_ops'])} are not in the profile's records"
+               if row["unmeasured_ops"] else "no measured time")
+        return {**row, "ceiling_speedup": None, "projected_e2e_speedup": None, "ceiling_note": f"no ceiling: {why}"}
+    scale = 1 + backward_work if row["bwd_ms"] > 0 else 1
+    tflops, _ = peak_tflops(peaks, row["dtype"])
+    roof = roofline_s(row["flops"] * scale, row["fused_bytes"] * scale, tflops, peaks["copy_gbps"])
+    per_call_s = row["time_ms"] / 1e3 / row["calls"]
+    s = ceiling(per_call_s, roof)
+    return {**row, "per_call_us": per_call_s * 1e6, "roofline_us": roof * 1e6, "ceiling_speedup": s,
+            "projected_e2e_speedup": amdahl(min(row["share"], 1.0), s)}
+
+
+def ranked_chains(chains: dict, peaks: dict, backward_work: float) -> dict:
+    rows = [chain_price(r, peaks, backward_work) for r in chains.get("entries", [])]
+    rows.sort(key=lambda r: -(r["projected_e2e_speedup"] or 0.0))
+    return {**chains, "entries": rows}
+
 
 
 def train_summary(train: dict, rows: list[dict], total_ms: float) -> dict:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.autograd.profiler import record_function
 
-from autokernel.profile import module_targets, training
+from autokernel.profile import chain_graph, chain_plan, chains, module_targets, training
 from autokernel.profile.attribution import ROOT, _best_us, attribute, dims_of, optimizer_ms  # noqa: F401
 from autokernel.profile.records import from_kineto
 from harness.kernel_types import registry
@@ -46,6 +46,8 @@ class Profile:
     module_inputs: dict = field(default_factory=dict)  # qualified name -> what its first call took
     # a training step's: its loss (step), optimizer and optimizer_ms (timed apart, no group's), last loss
     train: Optional[dict] = None
+    # runs of ops whose intermediates go only to the next (autokernel.profile.chain_plan.entries)
+    chains: dict = field(default_factory=dict)
 
     forward_samples_ms: list[float] = field(default_factory=list)  # raw, unrounded
     profiled_samples_ms: list[float] = field(default_factory=list)
@@ -83,6 +85,7 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
             run(False)
         plain_s = [_timed(run, device, False) for _ in range(3)]
         prof, profiled_s = _profiled(run, device, modules, iters)
+        graph = _graph(loaded, inputs, step)
     if trace_path:
         prof.export_chrome_trace(str(trace_path))
     records = from_kineto(prof.profiler.kineto_results, device)
@@ -92,11 +95,22 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
     train = None if step is None else {"step": step.how, "optimizer": step.optimizer_name,
                                        "optimizer_ms": optimizer_ms(records), "loss": step.last_loss}
+    total_ms = sum(g["time_ms"] for g in groups)
+    found, rejected = chains.find(graph)
     return Profile(device=device, device_name=name, dtype=_model_dtype(loaded.model),
-                   total_ms=sum(g["time_ms"] for g in groups), forward_ms=statistics.median(plain_s) * 1e3,
+                   chains=chain_plan.entries(graph, found, rejected, records, total_ms), total_ms=total_ms, forward_ms=statistics.median(plain_s) * 1e3,
                    profiled_forward_ms=statistics.median(profiled_s) * 1e3, iters=iters, warmup=warmup,
                    groups=groups, module_inputs=module_inputs, train=train,
                    forward_samples_ms=[t * 1e3 for t in plain_s], profiled_samples_ms=[t * 1e3 for t in profiled_s])
+
+
+def _graph(loaded: Any, inputs: list, step: Any) -> chain_graph.OpGraph:
+    """The step's data-flow graph (the forward, and the loss when training), for finding chains;
+    without gradients, so nothing is kept for a backward that never runs."""
+    with torch.no_grad():
+        if step is not None:
+            return chain_graph.capture(loaded.model, lambda: step.loss(inputs))
+        return chain_graph.capture(loaded.model, lambda: loaded.forward(inputs))
 
 
 def _forward(loaded: Any, inputs: list, ranged: bool) -> None:

@@ -55,11 +55,16 @@ SEED = 60_000
 # per type: the dim a backward's grid covers (rows, or heads for attention and rotary) and the other
 # dims kept narrow in the cases that only need many rows
 ROWS_DIM = {"softmax": "M", "layernorm": "M", "rmsnorm": "M", "reduce": "M", "cross_entropy": "N", "matmul": "M",
-            "fused_mlp": "M", "flash_attention": "H", "rotary_embedding": "H"}
+            "fused_mlp": "M", "flash_attention": "H", "rotary_embedding": "H",
+            # chains (harness/kernel_types/types/chains.py)
+            "add_rmsnorm": "M", "silu_mul": "M", "rotary_qk": "HQ", "linear_cross_entropy": "N"}
 NARROW = {"softmax": {"N": 24}, "layernorm": {"N": 24}, "rmsnorm": {"N": 24}, "reduce": {"N": 24},
           "cross_entropy": {"V": 24}, "matmul": {"K": 16, "N": 24}, "fused_mlp": {"D": 16, "F": 24},
-          "flash_attention": {"B": 1, "S": 16, "D": 16}, "rotary_embedding": {"B": 1, "S": 3, "D": 16}}
-FOUR_D_TYPES = ("softmax", "layernorm", "rmsnorm", "reduce")
+          "flash_attention": {"B": 1, "S": 16, "D": 16}, "rotary_embedding": {"B": 1, "S": 3, "D": 16},
+          "add_rmsnorm": {"N": 24}, "silu_mul": {"N": 24}, "rotary_qk": {"B": 1, "HK": 1, "S": 3, "D": 16},
+          "linear_cross_entropy": {"D": 16, "V": 24}}
+FOUR_D_TYPES = ("softmax", "layernorm", "rmsnorm", "reduce", "add_rmsnorm", "silu_mul")
+SCALAR_LOSSES = ("cross_entropy", "linear_cross_entropy")
 NORMS = ("layernorm", "rmsnorm")
 LAYOUTS = ("bwd:grad_transposed", "bwd:grad_broadcast")
 
@@ -148,7 +153,7 @@ def values(kernel_type: str, caps: Capabilities) -> list[Case]:
 
 def layouts(kernel_type: str) -> list[Case]:
     """grad_out column-major and broadcast, where the output has the dims for it."""
-    if kernel_type == "cross_entropy":  # a scalar loss: its gradient has no layout
+    if kernel_type in SCALAR_LOSSES:  # a scalar loss: its gradient has no layout
         return []
     cases = [_few_rows(kernel_type, "float32", v) for v in LAYOUTS]
     if kernel_type == "reduce":  # a row of sums: broadcast only

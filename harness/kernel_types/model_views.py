@@ -78,10 +78,44 @@ def _rotary(case: Case, args: list, gen: torch.Generator) -> list:
     return [projection_slice(x, 1, gen), longer[0][:s], longer[1][:s]]
 
 
+def _add_rmsnorm(case: Case, args: list, gen: torch.Generator) -> list:
+    x, residual, weight = args
+    n = x.shape[-1]
+    # x a slice of a wider activation, the residual stream a slice of its own
+    return [slice_of(x.reshape(-1, n), 3 * n, gen).view(x.shape),
+            slice_of(residual.reshape(-1, n), 2 * n, gen, at=n).view(residual.shape), weight]
+
+
+def _silu_mul(case: Case, args: list, gen: torch.Generator) -> list:
+    gate, up = args
+    n = gate.shape[-1]
+    # gate and up the two halves of one fused gate_up projection [M, 2N]
+    fused = torch.randn(gate.reshape(-1, n).shape[0], 2 * n, generator=gen).to(gate.dtype)
+    fused[:, :n], fused[:, n:] = gate.reshape(-1, n), up.reshape(-1, n)
+    return [fused[:, :n].view(gate.shape), fused[:, n:].view(up.shape)]
+
+
+def _rotary_qk(case: Case, args: list, gen: torch.Generator) -> list:
+    q, k, cos, sin = args
+    s, d = cos.shape
+    longer = [torch.cat([t, torch.randn(5, d, generator=gen).to(t.dtype)]) for t in (cos, sin)]
+    return [projection_slice(q, 0, gen), projection_slice(k, 1, gen), longer[0][:s], longer[1][:s]]
+
+
+def _linear_ce(case: Case, args: list, gen: torch.Generator) -> list:
+    x, weight, targets = args
+    v, d = weight.shape
+    # the weight: the first V rows of a vocabulary padded to a multiple of 64
+    padded = torch.randn(v + VOCAB_PAD - v % VOCAB_PAD, d, generator=gen).to(weight.dtype)
+    padded[:v] = weight
+    return [slice_of(x, 2 * x.shape[1], gen, at=x.shape[1]), padded[:v], targets]
+
+
 def inputs(case: Case, args: list, gen: torch.Generator) -> list:
     """The case's inputs (`args`, the type's own) laid out as a model passes them."""
     t = case.kernel_type
     if t in ("softmax", "cross_entropy", "layernorm", "rmsnorm", "reduce"):
         return _rowwise(case, args, gen)
     return {"matmul": _matmul, "fused_mlp": _mlp, "flash_attention": _attention,
-            "rotary_embedding": _rotary}[t](case, args, gen)
+            "rotary_embedding": _rotary, "add_rmsnorm": _add_rmsnorm, "silu_mul": _silu_mul,
+            "rotary_qk": _rotary_qk, "linear_cross_entropy": _linear_ce}[t](case, args, gen)

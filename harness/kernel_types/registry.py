@@ -36,8 +36,8 @@ def _load() -> None:
     global _loaded
     with _LOAD_LOCK:  # judges run from threads; a half-filled registry would reject known types
         if not _loaded:
-            from harness.kernel_types.types import attention, matmuls, rowwise
-            for module in (attention, matmuls, rowwise):
+            from harness.kernel_types.types import attention, chains, matmuls, rowwise
+            for module in (attention, matmuls, rowwise, chains):
                 for kt in module.TYPES:
                     register(kt)
             _loaded = True

@@ -65,6 +65,13 @@ ROWS = {
     "fused_mlp": ("zeros", "constant", "one_hot", "integers", "quantised", "random", "moved"),
     "flash_attention": ("zeros", "constant", "one_hot", "integers", "quantised", "random", "moved"),
     "rotary_embedding": ("zeros", "constant", "one_hot", "integers", "quantised", "offset", "random", "moved"),
+    # chains (harness/kernel_types/types/chains.py): the rows of x (the sum's, with a zero residual),
+    # of the gate, of q and k, of the hidden states the projection reads
+    "add_rmsnorm": ("constant", "zeros", "ties", "one_hot", "integers", "quantised", "offset", "random", "scaled",
+                    "moved"),
+    "silu_mul": ("zeros", "constant", "one_hot", "integers", "quantised", "offset", "random", "moved"),
+    "rotary_qk": ("zeros", "constant", "one_hot", "integers", "quantised", "offset", "random", "moved"),
+    "linear_cross_entropy": ("zeros", "constant", "one_hot", "integers", "quantised", "random", "moved"),
 }
 
 
@@ -166,6 +173,32 @@ def _rotary(case: Case, args: list, gen: torch.Generator) -> list:
     return [values("rotary_embedding", b * h * s, d, gen).view(b, h, s, d).to(x.dtype), cos, sin]
 
 
+def _add_rmsnorm(case: Case, args: list, gen: torch.Generator) -> list:
+    x, residual, weight = args
+    rows_ = values("add_rmsnorm", math.prod(x.shape[:-1]), x.shape[-1], gen).view(x.shape).to(x.dtype)
+    # a zero residual: the sum is the chosen row itself, so the norm's properties hold for it
+    return [rows_, torch.zeros_like(residual), weight]
+
+
+def _silu_mul(case: Case, args: list, gen: torch.Generator) -> list:
+    gate, up = args
+    rows_ = values("silu_mul", math.prod(gate.shape[:-1]), gate.shape[-1], gen).view(gate.shape).to(gate.dtype)
+    return [rows_, _quantised(gen, up.shape, 1.0 / 32.0).to(up.dtype)]
+
+
+def _rotary_qk(case: Case, args: list, gen: torch.Generator) -> list:
+    q, k, cos, sin = args
+    made = [values("rotary_qk", t.shape[0] * t.shape[1] * t.shape[2], t.shape[3], gen).view(t.shape).to(t.dtype)
+            for t in (q, k)]
+    return [*made, cos, sin]
+
+
+def _linear_ce(case: Case, args: list, gen: torch.Generator) -> list:
+    x, weight, targets = args
+    x = values("linear_cross_entropy", x.shape[0], x.shape[1], gen).to(x.dtype)
+    return [x, _quantised(gen, weight.shape, 1.0 / (32.0 * math.sqrt(weight.shape[1]))).to(weight.dtype), targets]
+
+
 def inputs(case: Case, args: list, gen: torch.Generator) -> list:
     """The structured case's inputs, made from the type's own (`args`, whose shapes and dtypes
     they keep) and the case's generator."""
@@ -173,7 +206,8 @@ def inputs(case: Case, args: list, gen: torch.Generator) -> list:
     if t in ("softmax", "cross_entropy", "layernorm", "rmsnorm", "reduce"):
         return _rowwise(case, args, gen)
     return {"matmul": _matmul, "fused_mlp": _mlp, "flash_attention": _attention,
-            "rotary_embedding": _rotary}[t](case, args, gen)
+            "rotary_embedding": _rotary, "add_rmsnorm": _add_rmsnorm, "silu_mul": _silu_mul,
+            "rotary_qk": _rotary_qk, "linear_cross_entropy": _linear_ce}[t](case, args, gen)
 
 
 def labels(case: Case, out_rows: int) -> list[str]:

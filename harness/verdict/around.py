@@ -34,6 +34,7 @@ from harness.correctness.cases import AROUND_CPU_BUDGET as CPU_BUDGET, AROUND_ST
 FREE_DIMS: dict[str, tuple[str, ...]] = {
     "matmul": ("M",), "fused_mlp": ("M",), "softmax": ("M",), "layernorm": ("M",), "rmsnorm": ("M",),
     "reduce": ("M",), "cross_entropy": ("N",), "flash_attention": ("B", "S"), "rotary_embedding": ("B", "S"),
+    "add_rmsnorm": ("M",), "silu_mul": ("M",), "rotary_qk": ("B", "S"), "linear_cross_entropy": ("N",),
 }
 SEED = 8000  # seeds of the cases around a target: apart from every stage's (harness/correctness/cases.py)
 

@@ -38,8 +38,10 @@ def units(kernel_type: str, dims: dict) -> int:
         return math.ceil(d["M"] / TILE) * math.ceil(d["F"] / TILE)
     if kernel_type == "flash_attention":
         return d["B"] * d["H"] * math.ceil(d["S"] / TILE)
-    if kernel_type == "rotary_embedding":
+    if kernel_type in ("rotary_embedding", "rotary_qk"):
         return d["B"] * d["S"]
+    if kernel_type == "linear_cross_entropy":  # the logits' tiles a chunked kernel computes
+        return math.ceil(d["N"] / TILE) * math.ceil(d["V"] / TILE)
     if kernel_type == "cross_entropy":
         return d["N"]
     return max(1, math.prod(v for k, v in d.items() if k != "N"))  # the row-wise types: every leading dim

@@ -18,6 +18,8 @@ def rows(case: Case) -> int:
     """The terms a weight gradient sums: a matmul's or an MLP's M, else the rows of the first input."""
     if "M" in case.dims and case.kernel_type in ("matmul", "fused_mlp"):
         return case.dims["M"]
+    if case.kernel_type == "linear_cross_entropy":  # dweight sums over the N rows of x
+        return case.dims["N"]
     return math.prod(list(case.dims.values())[:-1] or [1])
 
 

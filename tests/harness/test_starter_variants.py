@@ -56,3 +56,15 @@ def test_default_configs_compile_for_sm_90_and_sm_80_without_spills(kernel_type)
     for row in rows:
         assert row["ok"] and not row["problem"] and row["spills"] == 0, row
         assert 0 < row["shared_bytes"] <= 227 * 1024 and row["registers"] <= 255, row
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel_type", ["add_rmsnorm", "silu_mul", "rotary_qk", "linear_cross_entropy"])
+def test_chain_starters_compile_for_sm_90_and_sm_80_without_spills(kernel_type):
+    # forward and backward, in the dtype a GPU serves them in
+    rows = _resources_script().resource_rows(kernel_type, ["sm_90", "sm_80"], sample=0, dtype="bfloat16")
+    assert [(r["arch"], r["pass"]) for r in rows] == [("sm_90", "forward"), ("sm_90", "backward"),
+                                                      ("sm_80", "forward"), ("sm_80", "backward")]
+    for row in rows:
+        assert row["ok"] and not row["problem"] and row["spills"] == 0, row
+        assert row["shared_bytes"] <= 227 * 1024 and row["registers"] <= 255, row

@@ -22,7 +22,7 @@ from harness import cuda_build
 from harness.kernel_types import registry
 from harness.compiling.target_compile import compile_cuda
 from starter_configs import CUDA as SECOND_CONFIGS
-from starter_kernels import KERNEL_TYPES, starter_path
+from starter_kernels import SINGLE_TYPES as KERNEL_TYPES, starter_path  # chains have Triton starters only
 from toolchain import needs_nvcc
 
 ARCHS = ("sm_90", "sm_80")

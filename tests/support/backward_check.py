@@ -40,9 +40,16 @@ CASES = {
     "flash_attention": [({"B": 1, "H": 2, "S": 37, "D": 32}, {}),
                         ({"B": 1, "H": 2, "S": 37, "D": 32}, {"causal": True}),
                         ({"B": 2, "H": 1, "S": 70, "D": 64}, {"causal": True, "sm_scale": 0.3})],
+    # chains
+    "add_rmsnorm": [(d, {}) for d in ROWS] + [({"M": 6, "N": 200}, {"eps": 1e-2})],
+    "silu_mul": [(d, {}) for d in ROWS],
+    "rotary_qk": [({"B": 2, "HQ": 4, "HK": 2, "S": 37, "D": 64}, {}), ({"B": 1, "HQ": 2, "HK": 1, "S": 5, "D": 34}, {})],
+    "linear_cross_entropy": [({"N": 13, "D": 40, "V": 1000}, {}), ({"N": 37, "D": 24, "V": 70}, {"reduction": "sum"}),
+                             ({"N": 9, "D": 16, "V": 300}, {"ignore_index": 0})],
 }
 VARIANTS = {"rmsnorm": ["noncontig"], "layernorm": ["offset"], "softmax": ["noncontig"],
-            "matmul": ["transposed"], "flash_attention": ["noncontig"]}
+            "matmul": ["transposed"], "flash_attention": ["noncontig"], "add_rmsnorm": ["offset"],
+            "silu_mul": ["noncontig"], "rotary_qk": ["noncontig"], "linear_cross_entropy": ["model_views"]}
 
 
 @dataclass

@@ -23,6 +23,13 @@ TRITON = {
                   "BWD_BLOCK_M": 16, "BWD_BLOCK_N": 32, "BWD_BLOCK_K": 16, "BWD_GROUP_M": 4, "BWD_num_warps": 4, "BWD_num_stages": 2},
     "flash_attention": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "BWD_BLOCK_M": 16, "BWD_BLOCK_N": 32,
                         "BWD_num_warps": 4, "BWD_num_stages": 1},
+    # chains: rows swept in chunks, the vocabulary and D in several tiles, more programs on the weight
+    "add_rmsnorm": {"BLOCK_N": 256, "num_warps": 2, "num_stages": 1, "BWD_BLOCK_N": 256, "BWD_num_warps": 2,
+                    "BWD_PROGRAMS_PER_SM": 4},
+    "silu_mul": {"BLOCK_N": 128, "num_warps": 2, "num_stages": 1, "BWD_BLOCK_N": 256, "BWD_num_warps": 2},
+    "rotary_qk": {"BLOCK_S": 8, "num_warps": 2, "num_stages": 1, "BWD_BLOCK_S": 4, "BWD_num_warps": 2},
+    "linear_cross_entropy": {"BLOCK_M": 16, "BLOCK_V": 32, "BLOCK_K": 16, "num_warps": 2, "num_stages": 1,
+                             "BWD_BLOCK_M": 16, "BWD_BLOCK_V": 16, "BWD_BLOCK_D": 16, "BWD_num_warps": 2},
 }
 
 # CUDA C++: other corners of each tuning space: a different block size, tiles of other shapes (matmul's and

@@ -171,7 +171,9 @@ def _callees(module: torch.nn.Module) -> list[tuple[Any, str]]:
     found = []
     for name in (code.co_names if code else ()):
         fn = scope.get(name)
-        if isinstance(fn, types.FunctionType) and not _from_torch(fn):
+        # transformers' kernel-aware functions (apply_rotary_pos_emb) are module-level nn.Module
+        # instances wrapping the function; a form binds to them as to the function itself
+        if isinstance(fn, (types.FunctionType, torch.nn.Module)) and not _from_torch(fn):
             found.append((scope, name))
             continue
         method = getattr(type(module), name, None)

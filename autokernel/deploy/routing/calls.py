@@ -19,6 +19,8 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from .chain_calls import DIMS as CHAIN_DIMS, REFERENCES as CHAIN_REFERENCES
+
 EPS_NAMES = ("eps", "variance_epsilon", "epsilon")
 
 
@@ -38,6 +40,7 @@ DIMS: dict[str, Callable[..., dict]] = {
     "rotary_embedding": lambda x, *rest: dict(zip("BHSD", x.shape)),
     "fused_mlp": lambda x, w_gate, w_up, w_down: {"M": math.prod(x.shape[:-1]), "D": x.shape[-1],
                                                   "F": w_gate.shape[0]},
+    **CHAIN_DIMS,
 }
 
 
@@ -72,6 +75,7 @@ REFERENCES: dict[str, Callable[..., torch.Tensor]] = {
         _up(q), _up(k), _up(v), is_causal=causal, scale=sm_scale),
     "rotary_embedding": lambda x, cos, sin: _up(x) * _up(cos) + _rotate_half(_up(x)) * _up(sin),
     "fused_mlp": _mlp_ref,
+    **CHAIN_REFERENCES,
 }
 
 
@@ -325,6 +329,36 @@ def _rotary_qk(owner, args, kwargs):
     return ([rq, rk], tuple) if rq and rk else None
 
 
+def _rotary_pair(owner, args, kwargs):
+    """apply_rotary_pos_emb(q, k, cos, sin): the rotary_qk chain, q and k in one launch."""
+    if len(args) < 4 or not _plain(list(args[4:]) + list(kwargs.values())):
+        return None
+    q, k, cos, sin = args[:4]
+    if not (_is_float(q) and _is_float(k) and q.dim() == k.dim() == 4 and q.dtype == k.dtype
+            and q.shape[0] == k.shape[0] and q.shape[2:] == k.shape[2:]):
+        return None
+    s, d = q.shape[-2:]
+    c, n = _table(cos, s, d), _table(sin, s, d)
+    if c is None or n is None:
+        return None
+    heads = q.shape[1]
+    return [Request("rotary_qk", (q, k, c, n), finish=lambda out: (out[:, :heads], out[:, heads:]))], _first
+
+
+def _silu_mul_module(owner, args, kwargs):
+    """A gated MLP's forward(x) = down(act(gate(x)) * up(x)) with transformers' layer names and a
+    SiLU act: the silu_mul chain between its projections, which stay the module's own."""
+    if owner is None or kwargs or len(args) != 1 or not _is_float(args[0]):
+        return None
+    parts = [getattr(owner, n, None) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")]
+    if any(p is None for p in parts) or not isinstance(parts[3], (torch.nn.SiLU,)) \
+            and type(parts[3]).__name__ != "SiLUActivation":
+        return None
+    gate, up, down, _ = parts
+    x = args[0]
+    return [Request("silu_mul", (gate(x), up(x)))], lambda outs: down(outs[0])
+
+
 def _attention_form(causal: bool):
     def rule(owner, args, kwargs):
         if kwargs or len(args) != 3 or not all(_is_float(t) and t.dim() == 4 for t in args) \
@@ -345,6 +379,8 @@ FORMS: dict[str, tuple] = {
     "rotary_embedding": (_rotary_x, _rotary_qk),
     "flash_attention": (_attention_form(False), _attention_form(True)),
     "cross_entropy": (_cross_entropy_form,),
+    "rotary_qk": (_rotary_pair,),
+    "silu_mul": (_silu_mul_module,),
 }
 
 

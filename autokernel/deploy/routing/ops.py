@@ -50,6 +50,14 @@ SCHEMAS: dict[str, tuple[str, Callable]] = {
     "cross_entropy": ("(Tensor logits, Tensor targets) -> Tensor",
                       lambda logits, targets: logits.new_empty((), dtype=torch.float32)),
     "rotary_embedding": ("(Tensor x, Tensor cos, Tensor sin) -> Tensor", _rows),
+    # chains (harness/kernel_types/types/chains.py)
+    "add_rmsnorm": ("(Tensor x, Tensor residual, Tensor weight, float eps=1e-06) -> Tensor",
+                    lambda x, residual, weight, eps=1e-6: x.new_empty((2, *x.shape))),
+    "silu_mul": ("(Tensor gate, Tensor up) -> Tensor", _rows),
+    "rotary_qk": ("(Tensor q, Tensor k, Tensor cos, Tensor sin) -> Tensor",
+                  lambda q, k, cos, sin: q.new_empty((q.shape[0], q.shape[1] + k.shape[1], *q.shape[2:]))),
+    "linear_cross_entropy": ('(Tensor x, Tensor weight, Tensor targets, int ignore_index=-100, str reduction="mean")'
+                             " -> Tensor", lambda x, *rest, **kw: x.new_empty((), dtype=torch.float32)),
 }
 # kernel type -> the parameters backward_fn returns gradients for, in this order (the training
 # contract; targets are integers, rotary's cos and sin are constants of the model)
@@ -57,6 +65,8 @@ GRAD_PARAMS: dict[str, tuple[str, ...]] = {
     "matmul": ("a", "b"), "softmax": ("x",), "reduce": ("x",), "layernorm": ("x", "weight", "bias"),
     "rmsnorm": ("x", "weight"), "flash_attention": ("q", "k", "v"), "fused_mlp": ("x", "w_gate", "w_up", "w_down"),
     "cross_entropy": ("logits",), "rotary_embedding": ("x",),
+    "add_rmsnorm": ("x", "residual", "weight"), "silu_mul": ("gate", "up"), "rotary_qk": ("q", "k"),
+    "linear_cross_entropy": ("x", "weight"),
 }
 _count = itertools.count()
 # autokernel's own routing and an exported package's copy of it register apart, in one process too

@@ -30,6 +30,7 @@ from typing import Any, Optional
 FREE_DIMS: dict[str, tuple[str, ...]] = {
     "matmul": ("M",), "fused_mlp": ("M",), "softmax": ("M",), "layernorm": ("M",), "rmsnorm": ("M",),
     "reduce": ("M",), "cross_entropy": ("N",), "flash_attention": ("B", "S"), "rotary_embedding": ("B", "S"),
+    "add_rmsnorm": ("M",), "silu_mul": ("M",), "rotary_qk": ("B", "S"), "linear_cross_entropy": ("N",),
 }
 DIM_WORDS = {"M": "rows", "N": "rows", "B": "batch", "S": "sequence"}
 

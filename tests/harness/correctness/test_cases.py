@@ -22,7 +22,8 @@ def _dtypes(plan, stage: str) -> set[str]:
 
 
 def test_only_the_types_that_multiply_tiles_declare_dot_products():
-    assert {n for n in registry.names() if registry.get(n).dot_products} == {"matmul", "fused_mlp", "flash_attention"}
+    assert {n for n in registry.names() if registry.get(n).dot_products} == {"matmul", "fused_mlp", "flash_attention",
+                                                                                  "linear_cross_entropy"}
 
 
 def test_a_bf16_rmsnorm_target_is_judged_and_timed_in_bf16_on_the_cpu():

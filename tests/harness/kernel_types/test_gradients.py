@@ -11,7 +11,10 @@ from harness.kernel_types.registry import Case
 CONTRACT = {"matmul": ("a", "b"), "softmax": ("x",), "layernorm": ("x", "weight", "bias"),
             "rmsnorm": ("x", "weight"), "flash_attention": ("q", "k", "v"),
             "fused_mlp": ("x", "w_gate", "w_up", "w_down"), "cross_entropy": ("logits",),
-            "rotary_embedding": ("x",), "reduce": ("x",)}
+            "rotary_embedding": ("x",), "reduce": ("x",),
+            # chains: every differentiable input of the chain's operators, the sum's two terms included
+            "add_rmsnorm": ("x", "residual", "weight"), "silu_mul": ("gate", "up"), "rotary_qk": ("q", "k"),
+            "linear_cross_entropy": ("x", "weight")}
 
 
 def test_every_type_names_its_differentiable_parameters_as_the_contract_does():

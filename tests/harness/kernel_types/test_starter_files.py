@@ -9,9 +9,9 @@ import pytest
 from autokernel.search.kernel_source import apply_config, check_constraints, read_literals
 from harness.kernel_types import registry
 from starter_configs import SECOND_CONFIGS, source
-from starter_kernels import BACKENDS, KERNEL_TYPES
+from starter_kernels import BACKENDS, TYPES_BY_BACKEND
 
-CASES = [(backend, kernel_type) for backend in BACKENDS for kernel_type in KERNEL_TYPES]
+CASES = [(backend, kernel_type) for backend in BACKENDS for kernel_type in TYPES_BY_BACKEND[backend]]
 
 
 @pytest.mark.parametrize("backend,kernel_type", CASES)

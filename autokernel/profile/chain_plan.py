@@ -1,0 +1,191 @@
+"""What each chain could be worth: its bytes unfused and fused, its measured time forward and
+backward, its ceiling at the roofline and its end-to-end projection by Amdahl's law.
+
+- Bytes unfused: every computing op of the chain reads its tensor inputs and writes its outputs
+  (as passed: a view reads what it shows). Fused: the chain's inputs from outside are read once and
+  only the values it gives back are written; intermediates stay on chip.
+- Time: each op of the chain is found in the profile's records by its name and input shapes, and
+  its measured time (its range, children included; on a GPU its kernels) is the median over its
+  calls; in a training step its backward node's time joins it through autograd's sequence number,
+  as a target's does (autokernel.profile.attribution). The chain's time is the sum over its ops.
+- Ceiling (plan.chain_price): the measured time against the fused roofline (fused bytes, the chain's FLOPs; a chain
+  with a backward is charged 1 + plan.BACKWARD_WORK times, as every row is). Amdahl gives the
+  projection from the chain's share of the profiled time.
+
+A chain and its member targets are alternatives, not additions: the chain's time is also in its
+members' rows, so chains are listed in a section of their own and left out of the shares' sum and
+of `total_ceiling_e2e_speedup`; the search weighs a chain against its members by measured gain.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import Any, Optional
+
+from autokernel.profile.attribution import BACKWARD, BACKWARD_NODE, ROOT, TRAIN_ROOT, _module_of
+from autokernel.profile.chain_graph import OpGraph
+from autokernel.profile.chains import Chain, Rejected
+from autokernel.profile.forms import Node
+from autokernel.profile.records import Records, op_trees, windows
+from harness.kernel_types import registry
+
+SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def _key(name: str, shapes: list) -> tuple:
+    return name, tuple(tuple(s) for s in shapes if isinstance(s, (list, tuple)) and len(s) > 0)
+
+
+def _walk(nodes: list[Node]):
+    for n in nodes:
+        yield n
+        yield from _walk(n.children)
+
+
+class OpTimes:
+    """Median measured time per (op, input shapes), forward and backward, in microseconds."""
+
+    def __init__(self, records: Optional[Records]):
+        self.fwd: dict[tuple, list[float]] = defaultdict(list)
+        self.bwd: dict[tuple, list[float]] = defaultdict(list)
+        if records is None:
+            return
+        training = any(op.name == TRAIN_ROOT for op in records.ops)
+        trees = op_trees(records, TRAIN_ROOT if training else ROOT, _module_of)
+        backward: dict[tuple, float] = defaultdict(float)
+        if training:
+            for window in windows(records, BACKWARD, _module_of):
+                for n in _walk(window):
+                    if n.name.startswith(BACKWARD_NODE) and n.seq is not None:
+                        backward[n.seq] += n.total_us
+        for n in _walk(trees):
+            if n.module:
+                continue
+            key = _key(n.name, n.shapes)
+            self.fwd[key].append(n.total_us)
+            if n.seq is not None and n.seq in backward:
+                self.bwd[key].append(backward[n.seq])
+
+    def of(self, name: str, shapes: list) -> tuple[Optional[float], float, bool]:
+        """(forward us, None when the records hold no such op; backward us; by name alone). Calls
+        at the same shapes do the same work: the fastest is the one another process stalled least
+        (as a group's time, autokernel.profile.attribution). An op whose arguments the profiler
+        records without shapes (a list of tensors: cat) is timed by its name alone, the median of
+        its calls at any shapes, and the row says so."""
+        key = _key(name, shapes)
+        fwd, bwd = self.fwd.get(key), self.bwd.get(key)
+        if fwd:
+            return min(fwd), (min(bwd) if bwd else 0.0), False
+        fwd, bwd = self.fwd.get((name, ())), self.bwd.get((name, ()))
+        if fwd:
+            return statistics.median(fwd), (statistics.median(bwd) if bwd else 0.0), True
+        return None, 0.0, False
+
+
+def target_name(chain: Chain) -> str:
+    """The registry's name of the chain's target (harness/kernel_types/types/chains.py)."""
+    return registry.target_name(chain.chain_type, chain.dims, chain.dtype)
+
+
+def _flops(graph: OpGraph, chain: Chain) -> float:
+    """Products by their formula (2 per multiply-add); every other op one FLOP per element written."""
+    total = 0.0
+    for i in chain.ops:
+        op = graph.ops[i]
+        if op.name in ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul") and len(op.shapes) >= 2:
+            a = op.shapes[-2]
+            k, n = a[-1], (op.shapes[-1][0] if op.name == "aten::linear" else op.shapes[-1][-1])
+            total += 2.0 * math.prod(a[:-1]) * k * n
+        else:
+            total += sum(math.prod(graph.meta[v][0]) for v in op.outputs)
+    return total
+
+
+def _bytes(graph: OpGraph, chain: Chain) -> tuple[int, int]:
+    unfused = 0
+    for i in chain.ops:
+        op = graph.ops[i]
+        unfused += sum(math.prod(s) * _itemsize(d) for s, d in zip(op.shapes, op.dtypes))
+        unfused += sum(graph.nbytes(v) for v in op.outputs)
+    fused = sum(graph.nbytes(v) for v in dict.fromkeys(chain.inputs)) + sum(graph.nbytes(v) for v in chain.outputs)
+    return unfused, fused
+
+
+def _itemsize(dtype: str) -> int:
+    return {"float64": 8, "float32": 4, "int64": 8, "int32": 4, "float16": 2, "bfloat16": 2, "bool": 1}.get(dtype, 4)
+
+
+def entries(graph: OpGraph, found: list[Chain], rejected: list[Rejected], records: Optional[Records],
+            total_ms: float) -> dict:
+    """plan.json's `chains`: one row per chain type, dims, dtype and options, with its occurrences
+    counted as calls, and the near-misses (`rejected`) with the reason each was left unfused."""
+    times = OpTimes(records)
+    rows: dict[str, dict] = {}
+    for chain in found:
+        name = target_name(chain)
+        unfused, fused = _bytes(graph, chain)
+        fwd_us = bwd_us = 0.0
+        unmeasured, by_name = [], []
+        for i in chain.ops:
+            op = graph.ops[i]
+            f, b, named = times.of(op.name, list(op.shapes))
+            if f is None:
+                unmeasured.append(op.name)
+            if named:
+                by_name.append(op.name)
+            fwd_us += f or 0.0
+            bwd_us += b
+        row = rows.setdefault(name, {
+            "target": name, "kernel_type": chain.chain_type, "chain_type": chain.chain_type, "dims": chain.dims, "dtype": chain.dtype,
+            "options": chain.options, "calls": 0, "fwd_ms": 0.0, "bwd_ms": 0.0,
+            "ops": [graph.ops[i].name for i in chain.ops], "unfused_bytes": unfused, "fused_bytes": fused,
+            "bytes_saved": unfused - fused, "flops": _flops(graph, chain), "modules": [], "unmeasured_ops": []})
+        row["calls"] += 1
+        row["fwd_ms"] += fwd_us / 1e3
+        row["bwd_ms"] += bwd_us / 1e3
+        where = graph.ops[chain.ops[0]].module
+        if where[0] and {"name": where[0], "class": where[1]} not in row["modules"]:  # as a group's modules
+            row["modules"].append({"name": where[0], "class": where[1]})
+        row["unmeasured_ops"] = sorted(set(row["unmeasured_ops"]) | set(unmeasured))
+        if by_name:
+            row["timed_by_name"] = sorted(set(row.get("timed_by_name", [])) | set(by_name))
+    for row in rows.values():
+        row["time_ms"] = row["fwd_ms"] + row["bwd_ms"]
+        row["share"] = row["time_ms"] / total_ms if total_ms > 0 else 0.0
+    return {"entries": list(rows.values()),
+            "rejected": [{"chain_type": r.chain_type, "ops": [graph.ops[i].name for i in r.ops], "reason": r.reason}
+                         for r in rejected]}
+
+
+def table(plan: dict) -> Any:
+    """The plan's chains as a rich Table: bytes unfused and fused, time, share, ceiling, e2e."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    chains = plan.get("chains") or {}
+    t = Table(title="chains: adjacent ops whose intermediates go only to the next (alternatives to their members' rows)",
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    widest = max((len(_short(r["target"])) for r in chains.get("entries", [])), default=5)
+    t.add_column("chain", no_wrap=True, min_width=widest)  # whole: a target name is what a user greps for
+    for name in ("ops", "calls", "MB unfused", "MB fused", "fwd ms", "bwd ms", "share", "ceiling", "e2e"):
+        t.add_column(name, justify="left" if name == "ops" else "right")
+    for r in chains.get("entries", []):
+        ops = " > ".join(dict.fromkeys(o.replace("aten::", "") for o in r["ops"]))
+        ceil = "n/a" if r.get("ceiling_speedup") is None else f"{r['ceiling_speedup']:.1f}x"
+        e2e = "n/a" if r.get("projected_e2e_speedup") is None else f"{r['projected_e2e_speedup']:.3f}x"
+        t.add_row(escape(_short(r["target"])), escape(ops), str(r["calls"]), f"{r['unfused_bytes'] * r['calls'] / 1e6:.3f}",
+                  f"{r['fused_bytes'] * r['calls'] / 1e6:.3f}", f"{r['fwd_ms']:.3f}", f"{r['bwd_ms']:.3f}",
+                  f"{r['share']:.1%}", ceil, e2e)
+    notes = [f"left unfused: {r['chain_type']}: {r['reason']}" for r in chains.get("rejected", [])[:5]]
+    first = "a chain's time is also in its members' rows: the search keeps whichever measures faster"
+    t.caption = "\n".join([first] + notes)
+    t.caption_justify = "left"
+    return t
+
+
+def _short(target: str) -> str:
+    for name, short in SHORT.items():
+        target = target.replace(f":{name}]", f":{short}]")
+    return target
