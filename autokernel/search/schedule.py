@@ -154,17 +154,20 @@ def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool
     left = [i for i, t in enumerate(targets) if eligible(t) and fits(targets, t, left_s)]
     if not left:
         return None
-    scores = {i: gain_per_min(targets, targets[i]) for i in left}
-    paid = payback(targets, left, scores, left_s)
-    fresh = [i for i in paid if not targets[i].history]
-    if fresh:  # every target the time left can pay back measured once before any is searched further
-        first = min(fresh, key=lambda i: (-targets[i].share, i))
-        measured = sum(1 for t in targets if t.history)
-        return Choice(first, 0.0, f"the baseline round: each target's starter is measured once before "
-                      f"any is searched ({measured} of {len(targets)} measured so far{_covering(paid, targets)}); "
-                      f"{targets[first].share:.0%} of the model")
+    scores: dict[int, float] = {}
+    if any(not targets[i].history for i in left):  # only then can a baseline come before the visit
+        scores = {i: gain_per_min(targets, targets[i]) for i in left}
+        fresh = [i for i in payback(targets, left, scores, left_s) if not targets[i].history]
+        if fresh:  # every target the time left can pay back measured once before any is searched further
+            first = min(fresh, key=lambda i: (-targets[i].share, i))
+            measured = sum(1 for t in targets if t.history)
+            return Choice(first, 0.0, f"the baseline round: each target's starter is measured once before any "
+                          f"is searched ({measured} of {len(targets)} measured so far"
+                          f"{_covering(targets, left, scores, left_s)}); {targets[first].share:.0%} of the model")
     if current in left and targets[current].proposals:  # past the baseline round: its visit goes on
-        return Choice(current, scores[current], "its visit goes on until a plateau")
+        return Choice(current, gain_per_min(targets, targets[current]), "its visit goes on until a plateau")
+    scores = scores or {i: gain_per_min(targets, targets[i]) for i in left}
+    paid = payback(targets, left, scores, left_s)
     measured = [i for i in left if targets[i].history]  # a baseline outside the payback is not measured
     fair = fair_share(targets, paid)
     behind = [i for i in paid if len(targets[i].history) < FLOOR * fair]
@@ -223,7 +226,9 @@ def visit_experiments(targets: Sequence[TargetState], t: TargetState) -> float:
     return min(max(gap / gain, PAYBACK), PAYBACK_MAX)
 
 
-def _covering(paid: Sequence[int], targets: Sequence[TargetState]) -> str:
+def _covering(targets: Sequence[TargetState], left: Sequence[int], scores: dict[int, float],
+              left_s: float) -> str:
+    paid = payback(targets, left, scores, left_s)
     if len(paid) == sum(1 for t in targets if eligible(t)):
         return ""
     return f"; the time left pays back {len(paid)} of them, the most worth first"
