@@ -77,7 +77,8 @@ def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_prop
         choice = choose(state.targets, current[0], cpu=settings.device == "cpu", left_s=state.budget_left_s)
         if choice is None and any(schedule.eligible(t) for t in state.targets):
             raise BudgetExhausted(f"{state.budget_left_s / 60:.1f} min of the time budget of "
-                                  f"{state.budget_s / 3600:.2f} h left: too little for any target's next experiment")
+                                  f"{state.budget_s / 3600:.2f} h left: too little for any target's "
+                                  f"next experiment to end or pay back")
         return choice
 
     def should_switch() -> str:

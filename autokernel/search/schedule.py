@@ -142,7 +142,7 @@ def eligible(t: TargetState) -> bool:
 def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False,
            left_s: float = math.inf) -> Choice | None:
     """The target for the next experiment (None: no target is left to search, or none whose next
-    experiment can end within `left_s`, the seconds of budget left). Round robin's frame, kept
+    experiment can end, or pay back, within `left_s`, the seconds of budget left). Round robin's frame, kept
     exactly where the time left holds every target: every target's baseline first, the current
     target keeps its turn until a plateau parks it, and eligible means not done and not blocked.
     Then a target with fewer than FLOOR of the experiments round robin would have given it comes
@@ -169,6 +169,8 @@ def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool
     scores = scores or {i: gain_per_min(targets, targets[i]) for i in left}
     paid = payback(targets, left, scores, left_s)
     measured = [i for i in left if targets[i].history]  # a baseline outside the payback is not measured
+    if not measured:  # none measured can be searched, and no baseline can pay back in the time left
+        return None
     fair = fair_share(targets, paid)
     behind = [i for i in paid if len(targets[i].history) < FLOOR * fair]
     if behind:
@@ -202,13 +204,17 @@ def pace_s(targets: Sequence[TargetState], t: TargetState) -> float:
 def payback(targets: Sequence[TargetState], left: Sequence[int], scores: dict[int, float],
             left_s: float) -> list[int]:
     """The targets the time left can pay back: the most expected gain per minute first, each taking
-    the experiments it can use (`visit_experiments`) at its own pace, while the time left holds
-    them (the first one always). With a night ahead that is every target."""
+    the experiments it can use (`visit_experiments`) at its pace, while the time left holds them.
+    The first is always among them where it has been measured, or where nothing has been (a run's
+    first baseline has no pace to go by); one not yet measured otherwise only where the time left
+    holds its baseline and a visit (PAYBACK experiments). With a night ahead that is every target."""
     order = sorted(left, key=lambda i: (-scores[i], i))
     paid, spent = [], 0.0
     for i in order:
-        spent += visit_experiments(targets, targets[i]) * pace_s(targets, targets[i])
-        if paid and spent > left_s:
+        t = targets[i]
+        spent += visit_experiments(targets, t) * pace_s(targets, t)
+        if spent > left_s and (paid or (not t.history and PAYBACK * pace_s(targets, t) > left_s
+                                        and any(o.history for o in targets))):
             break
         paid.append(i)
     return paid

@@ -288,9 +288,10 @@ def test_the_run_starts_no_experiment_that_cannot_end_before_the_budget(tmp_path
         run.write_json(run.config_path, {"options": {"budget_s": 900.0}})
         clock = SimClock()
         with pytest.raises(BudgetExhausted) as stop:
-            run_search.search_all(run, state, loop.SearchSettings(clock=clock), run_search.proposer_factory("tune", seed=0),
-                                  starter_source=run_search.starter_sources(run), judge=never_faster_judge(clock, 600.0),
-                                  choose=policy)
+            run_search.search_all(run, state, loop.SearchSettings(clock=clock),
+                                  run_search.proposer_factory("tune", seed=0),
+                                  starter_source=run_search.starter_sources(run),
+                                  judge=never_faster_judge(clock, 600.0), choose=policy)
         spent[name] = (state.elapsed_s, str(stop.value))
     assert spent["new"][0] == 600.0 and "too little for any target's next experiment" in spent["new"][1]
     assert spent["round robin"][0] == 1200.0  # the plain policy runs over

@@ -180,3 +180,18 @@ def test_the_minimum_of_turns_covers_only_the_targets_the_time_left_pays_back():
     assert len(small.history) < schedule.FLOOR * schedule.fair_share([big, small], [0, 1])
     assert "minimum of turns" in schedule.choose([big, small], left_s=8 * 3600).why  # a night: its turns are kept
     assert schedule.choose([big, small], left_s=12 * 60).index == 0  # twelve minutes: the large one alone pays
+
+
+def test_with_minutes_left_no_baseline_is_started_but_a_run_s_first_one_is():
+    def fresh(name, share):
+        t = target(name, share=share)
+        t.history = []
+        return t
+    parked = paced("parked", share=0.05, seconds_per_experiment=60.0, experiments=6, status="parked")
+    choice = schedule.choose([parked, fresh("a", 0.5), fresh("b", 0.3)], left_s=5 * 60)
+    assert choice.index == 0 and not choice.why.startswith("the baseline round")  # five minutes: no visit fits
+    assert schedule.choose([parked, fresh("a", 0.5)], left_s=20 * 60).index == 1  # twenty: the large one's baseline
+    gone = paced("gone", share=0.05, seconds_per_experiment=60.0, experiments=6, status="done")
+    assert schedule.choose([gone, fresh("a", 0.5)], left_s=5 * 60) is None  # nothing left that can pay back
+    # a three-minute run: nothing measured yet, so no pace to go by, and its largest target is measured
+    assert schedule.choose([fresh("b", 0.3), fresh("a", 0.5)], left_s=3 * 60).index == 1
