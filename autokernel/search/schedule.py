@@ -154,9 +154,10 @@ def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool
     left = [i for i, t in enumerate(targets) if eligible(t) and fits(targets, t, left_s)]
     if not left:
         return None
-    scores: dict[int, float] = {}
-    if any(not targets[i].history for i in left):  # only then can a baseline come before the visit
-        scores = {i: gain_per_min(targets, targets[i]) for i in left}
+    if current in left and targets[current].proposals:  # a visit goes on: a baseline waits for its plateau
+        return Choice(current, gain_per_min(targets, targets[current]), "its visit goes on until a plateau")
+    scores = {i: gain_per_min(targets, targets[i]) for i in left}
+    if any(not targets[i].history for i in left):
         fresh = [i for i in payback(targets, left, scores, left_s) if not targets[i].history]
         if fresh:  # every target the time left can pay back measured once before any is searched further
             first = min(fresh, key=lambda i: (-targets[i].share, i))
@@ -164,9 +165,6 @@ def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool
             return Choice(first, 0.0, f"the baseline round: each target's starter is measured once before any "
                           f"is searched ({measured} of {len(targets)} measured so far"
                           f"{_covering(targets, left, scores, left_s)}); {targets[first].share:.0%} of the model")
-    if current in left and targets[current].proposals:  # past the baseline round: its visit goes on
-        return Choice(current, gain_per_min(targets, targets[current]), "its visit goes on until a plateau")
-    scores = scores or {i: gain_per_min(targets, targets[i]) for i in left}
     paid = payback(targets, left, scores, left_s)
     measured = [i for i in left if targets[i].history]  # a baseline outside the payback is not measured
     if not measured:  # none measured can be searched, and no baseline can pay back in the time left
