@@ -204,18 +204,27 @@ def payback(targets: Sequence[TargetState], left: Sequence[int], scores: dict[in
     """The targets the time left can pay back: the most expected gain per minute first, each taking
     the experiments it can use (`visit_experiments`) at its pace, while the time left holds them.
     The first is always among them where it has been measured, or where nothing has been (a run's
-    first baseline has no pace to go by); one not yet measured otherwise only where the time left
-    holds its baseline and a visit (PAYBACK experiments). With a night ahead that is every target."""
+    first baseline has no pace to go by); one not yet measured otherwise only where its baseline
+    pays back (`baseline_pays`). With a night ahead that is every target."""
     order = sorted(left, key=lambda i: (-scores[i], i))
+    searched = [scores[i] for i in left if targets[i].history]
     paid, spent = [], 0.0
     for i in order:
         t = targets[i]
         spent += visit_experiments(targets, t) * pace_s(targets, t)
-        if spent > left_s and (paid or (not t.history and PAYBACK * pace_s(targets, t) > left_s
-                                        and any(o.history for o in targets))):
+        if spent > left_s and (paid or (not t.history and any(o.history for o in targets)
+                                        and not baseline_pays(scores[i], pace_s(targets, t), left_s, searched))):
             break
         paid.append(i)
     return paid
+
+
+def baseline_pays(score: float, pace: float, left_s: float, searched: Sequence[float]) -> bool:
+    """Whether a target's baseline pays back in the time left where its visit does not fit whole:
+    of the experiments the time left holds at its pace, the baseline is one that wins nothing, and
+    what the others win per minute must still match the best target already measured."""
+    n = left_s / pace
+    return n >= 2 and score * (1.0 - 1.0 / n) >= max(searched, default=0.0)
 
 
 def visit_experiments(targets: Sequence[TargetState], t: TargetState) -> float:

@@ -188,10 +188,16 @@ def test_with_minutes_left_no_baseline_is_started_but_a_run_s_first_one_is():
         t.history = []
         return t
     parked = paced("parked", share=0.05, seconds_per_experiment=60.0, experiments=6, status="parked")
-    choice = schedule.choose([parked, fresh("a", 0.5), fresh("b", 0.3)], left_s=5 * 60)
-    assert choice.index == 0 and not choice.why.startswith("the baseline round")  # five minutes: no visit fits
+    # ninety seconds at a minute an experiment: a baseline and nothing after it
+    choice = schedule.choose([parked, fresh("a", 0.5), fresh("b", 0.3)], left_s=90)
+    assert choice.index == 0 and not choice.why.startswith("the baseline round")
     assert schedule.choose([parked, fresh("a", 0.5)], left_s=20 * 60).index == 1  # twenty: the large one's baseline
+    # five minutes: four experiments after the baseline; they pay only where they beat the measured one
+    assert schedule.choose([parked, fresh("a", 0.5)], left_s=5 * 60).index == 1
+    strong = paced("strong", share=0.9, seconds_per_experiment=60.0, experiments=2, status="parked")
+    assert schedule.choose([strong, fresh("a", 0.2)], left_s=5 * 60).index == 0
+    assert schedule.choose([strong, fresh("a", 0.2)], left_s=8 * 3600).index == 1  # a night: every baseline
     gone = paced("gone", share=0.05, seconds_per_experiment=60.0, experiments=6, status="done")
-    assert schedule.choose([gone, fresh("a", 0.5)], left_s=5 * 60) is None  # nothing left that can pay back
+    assert schedule.choose([gone, fresh("a", 0.5)], left_s=90) is None  # nothing left that can pay back
     # a three-minute run: nothing measured yet, so no pace to go by, and its largest target is measured
     assert schedule.choose([fresh("b", 0.3), fresh("a", 0.5)], left_s=3 * 60).index == 1
