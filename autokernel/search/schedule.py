@@ -14,8 +14,11 @@ roofline ceiling is done, unless its best went beyond the roofline, which shows 
 The frame is bounded by the time left (`left_s`): a visit is worth what it can return before the
 budget ends, so a target whose next experiment (at its own pace) cannot end before the budget does
 is not visited, and the baseline round and the minimum of turns cover only the targets the time
-left can pay back: the most worth per minute first, as many as the time left holds a visit of
-PAYBACK experiments each. With a night ahead that is every target; with three minutes, the largest.
+left can pay back: the most worth per minute first, each claiming the experiments its gap would take
+(PAYBACK to PAYBACK_MAX), as many as the time left holds; a baseline whose claim does not fit is
+measured only where the experiments after it still win what the best measured target does. With a
+night ahead that is every target; with three minutes, the largest. A visit under way goes on to its
+plateau before a baseline the time left comes to pay back later.
 
 Everything here is a pure function of the targets' states (autokernel.search.run.TargetState):
 the search (run_search.py) and the simulated night (benchmarks/night.py) use the same code.
