@@ -1,5 +1,5 @@
 """The worlds of the simulated night (benchmarks/night.py): seeded models whose targets each hide
-what the search must find out, in two families.
+what the search must find out, in three families.
 
 "plan": the first family, as the night was first measured. Every plan ceiling is 1-1.6x above
 the hidden one (the roofline is optimistic but never wrong the other way), failure rates 20-70%,
@@ -20,6 +20,17 @@ changed to suit it. Each target is one of these kinds:
 A fifth of the targets are near-dead (90-97% of candidates fail), the rest fail 20-70%. Verdicts
 take 10-100 s (log-uniform: a small softmax against a large attention's shape sweep), and shares
 are drawn from a lognormal with sigma 1.5, so one target often holds half of the model.
+
+"many": the third family, many small targets, where a short budget covers only part of them. It
+was written down, with these ranges, before the scheduler was tuned against it (in the commit that
+added it), and is not changed to suit it:
+
+- 20-40 targets (uniform), covering 75-95% of the model's time;
+- shares from a lognormal with sigma 1.0, then capped: no target holds more than 15% of the model
+  (what a cap cuts is spread over the others in proportion, until none is above it);
+- each target is of the second family's kinds (near peak, over-promised, tight, under-promised,
+  unknown), with the same ranges; a fifth near-dead (90-97% of candidates fail), the rest 20-70%;
+- verdicts of 10-100 s (log-uniform), starters of 0.5-1.1x (within 10% of the ceiling near peak).
 """
 from __future__ import annotations
 
@@ -29,7 +40,8 @@ from dataclasses import dataclass
 from autokernel.search.run import TargetState
 
 VERDICT_S = 10.0  # a passing verdict's simulated seconds, unless the world says otherwise
-FAMILIES = ("plan", "wrong")
+FAMILIES = ("plan", "wrong", "many")
+MANY_CAP = 0.15  # the largest share of the model one target of the "many" family holds
 KINDS = ("near_peak", "over", "tight", "under", "unknown")
 
 
@@ -44,10 +56,11 @@ class Hidden:
 
 
 def make_world(family: str, seed: int, count: int = 8) -> tuple[list[TargetState], dict[str, Hidden]]:
-    """The world's targets in the plan's order, and what each hides."""
+    """The world's targets in the plan's order, and what each hides (`count`: the targets of the
+    first two families; the third draws its own)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown family of worlds {family!r}: one of {', '.join(FAMILIES)}")
-    make = plan_world if family == "plan" else wrong_world
+    make = {"plan": plan_world, "wrong": wrong_world, "many": many_world}[family]
     targets, hidden = make(seed, count)
     # the plan's order: what each target could win at its (roofline) ceiling, most first
     targets.sort(key=lambda t: -t.share * (1 - 1 / (t.ceiling_speedup or 2.0)))
@@ -78,16 +91,40 @@ def wrong_world(seed: int, count: int) -> tuple[list[TargetState], dict[str, Hid
     rng = random.Random(10_000 + seed)  # apart from the first family's seeds
     weights = [rng.lognormvariate(0.0, 1.5) for _ in range(count)]
     coverage = rng.uniform(0.75, 0.95)
+    return _wrong_targets(rng, "w", seed, [coverage * w / sum(weights) for w in weights])
+
+
+def many_world(seed: int, count: int) -> tuple[list[TargetState], dict[str, Hidden]]:
+    """The third family: 20-40 small targets, none above MANY_CAP of the model (`count` unused)."""
+    rng = random.Random(20_000 + seed)  # apart from the other families' seeds
+    weights = [rng.lognormvariate(0.0, 1.0) for _ in range(rng.randint(20, 40))]
+    coverage = rng.uniform(0.75, 0.95)
+    return _wrong_targets(rng, "m", seed, capped([coverage * w / sum(weights) for w in weights], MANY_CAP))
+
+
+def capped(shares: list[float], cap: float) -> list[float]:
+    """The shares with none above `cap`: what is cut is spread over the others in proportion."""
+    shares = list(shares)
+    while max(shares) > cap * (1 + 1e-9):
+        over = sum(s - cap for s in shares if s > cap)
+        under = sum(s for s in shares if s < cap)
+        shares = [cap if s >= cap else s + over * s / under for s in shares]
+    return shares
+
+
+def _wrong_targets(rng: random.Random, prefix: str, seed: int,
+                   shares: list[float]) -> tuple[list[TargetState], dict[str, Hidden]]:
+    """Targets of the second family's kinds, failure rates and verdict times, with these shares."""
     targets, hidden = [], {}
-    for i, w in enumerate(weights):
-        name = f"w{i}[{seed}]"
+    for i, share in enumerate(shares):
+        name = f"{prefix}{i}[{seed}]"
         kind = rng.choice(KINDS)
         ceiling, plan = _ceilings(kind, rng)
         starter = ceiling * rng.uniform(0.9, 1.0) if kind == "near_peak" else min(rng.uniform(0.5, 1.1), ceiling)
         failure = rng.uniform(0.9, 0.97) if rng.random() < 0.2 else rng.uniform(0.2, 0.7)
         verdict_s = VERDICT_S * 10 ** rng.uniform(0.0, 1.0)
         hidden[name] = Hidden(ceiling=ceiling, failure=failure, starter=starter, verdict_s=verdict_s)
-        targets.append(_target(name, coverage * w / sum(weights), plan))
+        targets.append(_target(name, share, plan))
     return targets, hidden
 
 

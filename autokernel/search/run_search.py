@@ -67,14 +67,22 @@ def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_prop
     """Give visits to the targets, the one worth most per minute first, until every target is
     done. Raises BudgetExhausted, NothingUsable or Interrupted (and KeyboardInterrupt) to end the
     run early. `slots`: judge slots (autokernel.search.slots) to keep several experiments in flight;
-    None judges one at a time. `choose`: the policy, (targets, current, cpu) -> Choice or None (the
+    None judges one at a time. `choose`: the policy, (targets, current, cpu, left_s) -> Choice or None (the
     simulated night compares schedule.choose with plain round robin through it); `at_ceiling`: when
     a target is done (round robin's is schedule.at_roofline, which trusts the plan)."""
     agent = state.agent
     current: list[int | None] = [next((i for i, t in enumerate(state.targets) if t.status == "searching"), None)]
 
+    def next_choice() -> schedule.Choice | None:
+        choice = choose(state.targets, current[0], cpu=settings.device == "cpu", left_s=state.budget_left_s)
+        if choice is None and any(schedule.eligible(t) for t in state.targets):
+            raise BudgetExhausted(f"{state.budget_left_s / 60:.1f} min of the time budget of "
+                                  f"{state.budget_s / 3600:.2f} h left: too little for any target's "
+                                  f"next experiment to end or pay back")
+        return choice
+
     def should_switch() -> str:
-        choice = choose(state.targets, current[0], cpu=settings.device == "cpu")
+        choice = next_choice()
         if choice is None or choice.index == current[0]:
             return ""
         return f"{state.targets[choice.index].name} comes next: {choice.why}"  # the baseline round
@@ -84,7 +92,7 @@ def search_all(run: RunDir, state: RunState, settings: SearchSettings, make_prop
     while True:
         if state.budget_left_s <= 0:
             raise BudgetExhausted(f"the time budget of {state.budget_s / 3600:.2f} h is spent")
-        choice = choose(state.targets, current[0], cpu=settings.device == "cpu")
+        choice = next_choice()
         if choice is None:
             blocked = [t for t in state.targets if t.blocked]
             if blocked:

@@ -11,6 +11,15 @@ to win (autokernel.search.estimate: its pass rate, whether its record says it st
 keeps win, a UCB term), divided by its minutes per experiment. A target within noise of its
 roofline ceiling is done, unless its best went beyond the roofline, which shows the roofline wrong.
 
+The frame is bounded by the time left (`left_s`): a visit is worth what it can return before the
+budget ends, so a target whose next experiment (at its own pace) cannot end before the budget does
+is not visited, and the baseline round and the minimum of turns cover only the targets the time
+left can pay back: the most worth per minute first, each claiming the experiments its gap would take
+(PAYBACK to PAYBACK_MAX), as many as the time left holds; a baseline whose claim does not fit is
+measured only where the experiments after it still win what the best measured target does. With a
+night ahead that is every target; with three minutes, the largest. A visit under way goes on to its
+plateau before a baseline the time left comes to pay back later.
+
 Everything here is a pure function of the targets' states (autokernel.search.run.TargetState):
 the search (run_search.py) and the simulated night (benchmarks/night.py) use the same code.
 """
@@ -30,6 +39,9 @@ DEFAULT_CEILING = 2.0
 PRIOR_SECONDS = 60.0  # per experiment, until a target has a record of its own
 FLOOR = 0.35  # of round robin's even split: the experiments every eligible target is sure of
 MIN_NOISE = 0.03  # a best within 3% of the ceiling is at the ceiling, whatever its spread says
+# experiments a target needs to pay back its baseline: the baseline, a plateau's 8 and a keep
+PAYBACK = 10
+PAYBACK_MAX = 30  # experiments: the most of the time left one target's payback may claim
 
 LLM_STRATEGIES = ("refine", "next_tier", "different_algorithm", "ideas_first")
 TUNER_STRATEGIES = ("tune", "reseed")
@@ -130,47 +142,125 @@ def eligible(t: TargetState) -> bool:
     return t.status != "done" and not t.blocked
 
 
-def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False) -> Choice | None:
-    """The target for the next experiment (None: no target is left to search). Round robin's frame,
-    kept exactly: every target's baseline first, the current target keeps its turn until a plateau
-    parks it, and eligible means not done and not blocked. Then a target with fewer than FLOOR of
-    the experiments round robin would have given it comes first (the fewest first), so no target
-    is written off early; otherwise the one with the highest expected end-to-end gain per minute.
-    `cpu`: the timings are the Triton interpreter's, and the reason given says so instead of a ceiling."""
-    left = [i for i, t in enumerate(targets) if eligible(t)]
+def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False,
+           left_s: float = math.inf) -> Choice | None:
+    """The target for the next experiment (None: no target is left to search, or none whose next
+    experiment can end, or pay back, within `left_s`, the seconds of budget left). Round robin's frame, kept
+    exactly where the time left holds every target: every target's baseline first, the current
+    target keeps its turn until a plateau parks it, and eligible means not done and not blocked.
+    Then a target with fewer than FLOOR of the experiments round robin would have given it comes
+    first (the fewest first), so no target is written off early; otherwise the one with the highest
+    expected end-to-end gain per minute. The baseline round and the minimum of turns cover only the
+    targets the time left can pay back (`payback`); a target whose next experiment cannot end
+    before the budget does is not visited at all. `cpu`: the timings are the Triton interpreter's,
+    and the reason given says so instead of a ceiling."""
+    left = [i for i, t in enumerate(targets) if eligible(t) and fits(targets, t, left_s)]
     if not left:
         return None
-    fresh = [i for i in left if not targets[i].history]
-    if fresh:  # every target measured once (its baseline) before any is searched further
-        first = min(fresh, key=lambda i: (-targets[i].share, i))
-        measured = sum(1 for t in targets if t.history)
-        return Choice(first, 0.0, f"the baseline round: each target's starter is measured once before "
-                      f"any is searched ({measured} of {len(targets)} measured so far); "
-                      f"{targets[first].share:.0%} of the model")
-    if current in left and targets[current].proposals:  # past the baseline round: its visit goes on
+    if current in left and targets[current].proposals:  # a visit goes on: a baseline waits for its plateau
         return Choice(current, gain_per_min(targets, targets[current]), "its visit goes on until a plateau")
     scores = {i: gain_per_min(targets, targets[i]) for i in left}
-    fair = fair_share(targets, left)
-    behind = [i for i in left if len(targets[i].history) < FLOOR * fair]
+    if any(not targets[i].history for i in left):
+        fresh = [i for i in payback(targets, left, scores, left_s) if not targets[i].history]
+        if fresh:  # every target the time left can pay back measured once before any is searched further
+            first = min(fresh, key=lambda i: (-targets[i].share, i))
+            measured = sum(1 for t in targets if t.history)
+            return Choice(first, 0.0, f"the baseline round: each target's starter is measured once before any "
+                          f"is searched ({measured} of {len(targets)} measured so far"
+                          f"{_covering(targets, left, scores, left_s)}); {targets[first].share:.0%} of the model")
+    paid = payback(targets, left, scores, left_s)
+    measured = [i for i in left if targets[i].history]  # a baseline outside the payback is not measured
+    if not measured:  # none measured can be searched, and no baseline can pay back in the time left
+        return None
+    fair = fair_share(targets, paid)
+    behind = [i for i in paid if len(targets[i].history) < FLOOR * fair]
     if behind:
         first = min(behind, key=lambda i: (len(targets[i].history), i))
         return Choice(first, scores[first], f"{len(targets[first].history)} experiments, fewer than "
                       f"{FLOOR:.0%} of an even split ({fair:.0f}): every target keeps a minimum of turns")
-    best = max(left, key=lambda i: (scores[i], -i))
+    best = max(measured, key=lambda i: (scores[i], -i))
     return Choice(best, scores[best], _why(targets, best, scores, cpu))
 
 
-def fair_share(targets: Sequence[TargetState], left: Sequence[int]) -> float:
-    """The experiments each eligible target would have had under round robin: the run's experiments,
-    less those of the targets no longer eligible, split evenly."""
-    gone = sum(len(t.history) for i, t in enumerate(targets) if i not in left)
-    return (sum(len(t.history) for t in targets) - gone) / len(left)
+def fits(targets: Sequence[TargetState], t: TargetState, left_s: float) -> bool:
+    """Its next experiment, at its pace (`pace_s`), can end before the budget does. Before anything
+    has run there is no pace to go by, and every target fits."""
+    if not any(o.history and o.seconds > 0 for o in targets):
+        return True
+    return pace_s(targets, t) <= left_s
 
 
-def round_robin(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False) -> Choice | None:
+def pace_s(targets: Sequence[TargetState], t: TargetState) -> float:
+    """Seconds per experiment of its search: its own once it has proposals; before, at least the
+    pace of the targets searched so far (a baseline is a verdict alone, without the proposal a
+    search's experiment waits for), PRIOR_SECONDS before any was searched."""
+    own = t.seconds / len(t.history) if t.history and t.seconds > 0 else 0.0
+    if t.proposals:
+        return max(own, 1e-3)
+    searched = [o for o in targets if o.proposals and o.seconds > 0]
+    run = (sum(o.seconds for o in searched) / sum(len(o.history) for o in searched)) if searched else PRIOR_SECONDS
+    return max(own, run)
+
+
+def payback(targets: Sequence[TargetState], left: Sequence[int], scores: dict[int, float],
+            left_s: float) -> list[int]:
+    """The targets the time left can pay back: the most expected gain per minute first, each taking
+    the experiments it can use (`visit_experiments`) at its pace, while the time left holds them.
+    The first is always among them where it has been measured, or where nothing has been (a run's
+    first baseline has no pace to go by); one not yet measured otherwise only where its baseline
+    pays back (`baseline_pays`). With a night ahead that is every target."""
+    order = sorted(left, key=lambda i: (-scores[i], i))
+    searched = [scores[i] for i in left if targets[i].history]
+    paid, spent = [], 0.0
+    for i in order:
+        t = targets[i]
+        spent += visit_experiments(targets, t) * pace_s(targets, t)
+        if spent > left_s and (paid or (not t.history and any(o.history for o in targets)
+                                        and not baseline_pays(scores[i], pace_s(targets, t), left_s, searched))):
+            break
+        paid.append(i)
+    return paid
+
+
+def baseline_pays(score: float, pace: float, left_s: float, searched: Sequence[float]) -> bool:
+    """Whether a target's baseline pays back in the time left where its visit does not fit whole:
+    of the experiments the time left holds at its pace, the baseline is one that wins nothing, and
+    what the others win per minute must still match the best target already measured."""
+    n = left_s / pace
+    return n >= 2 and score * (1.0 - 1.0 / n) >= max(searched, default=0.0)
+
+
+def visit_experiments(targets: Sequence[TargetState], t: TargetState) -> float:
+    """The experiments a target can use: what its gap to its reachable ceiling would take at its
+    expected gain per experiment, at least PAYBACK (its baseline and a visit to a plateau) and at
+    most PAYBACK_MAX (a target that pays slowly is not given the whole run on its estimate)."""
+    gain = expected_log_gain(targets, t)
+    reach, _ = estimate.reachable(t, ceiling_of(t), speedup_now(t))
+    gap = math.log(max(reach / speedup_now(t), 1.0))
+    if gain <= 0.0:
+        return PAYBACK
+    return min(max(gap / gain, PAYBACK), PAYBACK_MAX)
+
+
+def _covering(targets: Sequence[TargetState], left: Sequence[int], scores: dict[int, float],
+              left_s: float) -> str:
+    paid = payback(targets, left, scores, left_s)
+    if len(paid) == sum(1 for t in targets if eligible(t)):
+        return ""
+    return f"; the time left pays back {len(paid)} of them, the most worth first"
+
+
+def fair_share(targets: Sequence[TargetState], among: Sequence[int]) -> float:
+    """The experiments each of `among` would have had under round robin among them alone: their
+    experiments, split evenly."""
+    return sum(len(targets[i].history) for i in among) / max(len(among), 1)
+
+
+def round_robin(targets: Sequence[TargetState], current: int | None = None, cpu: bool = False,
+                left_s: float = math.inf) -> Choice | None:
     """The plain policy every scheduler must beat: the target being searched keeps its turn until a
     plateau parks it; then the eligible target with the fewest experiments (the plan's order on a
-    tie). It knows nothing of shares, ceilings or records."""
+    tie). It knows nothing of shares, ceilings, records or the time left."""
     left = [i for i, t in enumerate(targets) if eligible(t)]
     if not left:
         return None

@@ -272,3 +272,26 @@ def test_a_run_from_before_the_scheduler_resumes(tmp_path):
     assert t.status == "done" and len(t.elites) >= 1
     from autokernel.search.seal import check_run
     assert check_run(run.path).errors == []
+
+
+def test_the_run_starts_no_experiment_that_cannot_end_before_the_budget(tmp_path):
+    """Ten-minute verdicts and a quarter of an hour: after the baseline, five minutes are left and
+    the scheduler stops, where round robin starts another verdict and runs five minutes over."""
+    from autokernel.errors import BudgetExhausted
+    from autokernel.search import loop, schedule
+    spent = {}
+    for name, policy in (("new", schedule.choose), ("round robin", schedule.round_robin)):
+        run = runs.RunDir(tmp_path / name)
+        run.create()
+        state = RunState(run_id=name, agent="tune", budget_s=900.0,
+                         targets=[TargetState(name="softmax[8x128:float32]", share=1.0, **SOFTMAX)])
+        run.write_json(run.config_path, {"options": {"budget_s": 900.0}})
+        clock = SimClock()
+        with pytest.raises(BudgetExhausted) as stop:
+            run_search.search_all(run, state, loop.SearchSettings(clock=clock),
+                                  run_search.proposer_factory("tune", seed=0),
+                                  starter_source=run_search.starter_sources(run),
+                                  judge=never_faster_judge(clock, 600.0), choose=policy)
+        spent[name] = (state.elapsed_s, str(stop.value))
+    assert spent["new"][0] == 600.0 and "too little for any target's next experiment" in spent["new"][1]
+    assert spent["round robin"][0] == 1200.0  # the plain policy runs over

@@ -130,3 +130,74 @@ def test_the_chosen_line_says_the_baseline_round_and_on_the_cpu_promises_no_ceil
     on_gpu, on_cpu = schedule.choose(measured).why, schedule.choose(measured, cpu=True).why
     assert "roofline 4x" in on_gpu and "end to end" in on_gpu and "its record suggests up to" in on_gpu
     assert "interpreter" in on_cpu and "roofline" not in on_cpu and "up to" not in on_cpu
+
+
+def paced(name, share, seconds_per_experiment, experiments=3, **kw):
+    """A target with a record: `experiments` entries (its baseline first), each taking this long."""
+    t = target(name, share=share, history=reverts(experiments - 1), **kw)
+    t.seconds = seconds_per_experiment * experiments
+    return t
+
+
+def test_a_target_whose_next_experiment_cannot_end_before_the_budget_is_not_visited():
+    slow = paced("slow", share=0.8, seconds_per_experiment=600.0)  # ten minutes a verdict, most of the model
+    quick = paced("quick", share=0.04, seconds_per_experiment=60.0)
+    assert schedule.choose([slow, quick]).index == 0  # a night ahead: the largest gain per minute
+    assert schedule.choose([slow, quick], left_s=8 * 3600).index == 0
+    assert schedule.choose([slow, quick], left_s=300.0).index == 1  # five minutes left
+    assert schedule.choose([slow, quick], current=0, left_s=300.0).index == 1  # nor does its visit go on
+    assert schedule.choose([slow], left_s=300.0) is None  # nothing can end in time: nothing is chosen
+    assert schedule.choose([slow], left_s=600.0).index == 0
+
+
+def test_a_baseline_is_measured_only_where_the_time_left_can_pay_it_back():
+    def baselines(left_s):
+        """The baselines the baseline round measures with `left_s` left, at a minute an experiment."""
+        done = paced("measured", share=0.05, seconds_per_experiment=60.0, experiments=12, status="parked")
+        fresh = [target(f"f{i}", share=0.9 * (0.8 ** i) / 4, ceiling=4.0) for i in range(8)]
+        for t in fresh:
+            t.history = []
+        world, measured = [done, *fresh], []
+        while (choice := schedule.choose(world, left_s=left_s)).why.startswith("the baseline round"):
+            world[choice.index].history = [{"decision": "BASELINE", "verdict": "PASS"}]
+            world[choice.index].seconds = 60.0
+            measured.append(world[choice.index].name)
+        return measured
+    everyone = [f"f{i}" for i in range(8)]
+    assert baselines(8 * 3600) == everyone  # a night ahead: every baseline, the largest first
+    assert baselines(25 * 60) == ["f0"]  # a lunch break: the largest share x gap alone can pay back
+    assert baselines(60 * 60) == everyone[:3]
+    # each target is given what its gap would take at its expected pace (15-30 experiments here)
+    assert 15 <= schedule.visit_experiments([], target("x", share=0.2)) <= schedule.PAYBACK_MAX
+
+
+def test_the_minimum_of_turns_covers_only_the_targets_the_time_left_pays_back():
+    kept = {"decision": "KEEP", "verdict": "PASS", "speedup_vs_best": 1.1}
+    big = paced("big", share=0.6, seconds_per_experiment=60.0, experiments=1, best=60.0)
+    big.history += (reverts(2) + [kept]) * 10
+    big.seconds = 60.0 * len(big.history)
+    small = paced("small", share=0.02, seconds_per_experiment=60.0, experiments=2)
+    assert len(small.history) < schedule.FLOOR * schedule.fair_share([big, small], [0, 1])
+    assert "minimum of turns" in schedule.choose([big, small], left_s=8 * 3600).why  # a night: its turns are kept
+    assert schedule.choose([big, small], left_s=12 * 60).index == 0  # twelve minutes: the large one alone pays
+
+
+def test_with_minutes_left_no_baseline_is_started_but_a_run_s_first_one_is():
+    def fresh(name, share):
+        t = target(name, share=share)
+        t.history = []
+        return t
+    parked = paced("parked", share=0.05, seconds_per_experiment=60.0, experiments=6, status="parked")
+    # ninety seconds at a minute an experiment: a baseline and nothing after it
+    choice = schedule.choose([parked, fresh("a", 0.5), fresh("b", 0.3)], left_s=90)
+    assert choice.index == 0 and not choice.why.startswith("the baseline round")
+    assert schedule.choose([parked, fresh("a", 0.5)], left_s=20 * 60).index == 1  # twenty: the large one's baseline
+    # five minutes: four experiments after the baseline; they pay only where they beat the measured one
+    assert schedule.choose([parked, fresh("a", 0.5)], left_s=5 * 60).index == 1
+    strong = paced("strong", share=0.9, seconds_per_experiment=60.0, experiments=2, status="parked")
+    assert schedule.choose([strong, fresh("a", 0.2)], left_s=5 * 60).index == 0
+    assert schedule.choose([strong, fresh("a", 0.2)], left_s=8 * 3600).index == 1  # a night: every baseline
+    gone = paced("gone", share=0.05, seconds_per_experiment=60.0, experiments=6, status="done")
+    assert schedule.choose([gone, fresh("a", 0.5)], left_s=90) is None  # nothing left that can pay back
+    # a three-minute run: nothing measured yet, so no pace to go by, and its largest target is measured
+    assert schedule.choose([fresh("b", 0.3), fresh("a", 0.5)], left_s=3 * 60).index == 1
