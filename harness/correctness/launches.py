@@ -22,7 +22,7 @@ Under the Triton interpreter, install() also makes the interpreter run a kernel 
 tl.dot computed as tensor cores compute it (TF32 where asked, bf16 emulated:
 harness/correctness/interpreter_numerics.py), and the grid routed through the monitor
 (harness/correctness/program_order.py): `grid_dims` is each launch's grid (`grids`, while a list,
-collects (kernel, programs, seconds) of each launch: the verdict's grid, harness/verdict/grid_fill.py),
+collects (kernel, programs, seconds, programs that stored anything) of each launch: the verdict's grid, harness/verdict/grid_fill.py),
 and where the judge's worker sets `orders`, every launch runs its programs in a secret order, a
 checked one in two where its programs share memory.
 """
@@ -161,6 +161,10 @@ class LaunchMonitor:
         # while `grids` is a list, each interpreted launch appends (kernel name, programs, seconds)
         self.grids: list | None = None
         self.grid_dims: tuple | None = None  # the interpreter's grid of the launch in progress
+        # while `grids` is a list: the programs of the launch in progress that stored (or ran an atomic
+        # on) at least one element, by their place in the run; programs that return at once do no work
+        self.working: set | None = None
+        self.program_place: tuple = (0, 0, 0)
         self.tf32_dots = 0  # interpreted dots whose fp32 operands were rounded to TF32, as a GPU rounds them
 
     @property
@@ -278,6 +282,7 @@ def _wrap_run(monitor: LaunchMonitor, cls: type, interpreted: bool = False) -> N
         monitor.paused = True
         monitor.in_triton += 1
         start, monitor.grid_dims = _perf_counter(), None
+        monitor.working = set() if monitor.grids is not None else None
         try:
             if interpreted and monitor.orders is not None:
                 return monitor.orders.run(lambda: original(kernel, *args, grid=grid, warmup=warmup, **kwargs),
@@ -288,7 +293,8 @@ def _wrap_run(monitor: LaunchMonitor, cls: type, interpreted: bool = False) -> N
             monitor.paused = was
             if monitor.grids is not None and monitor.grid_dims is not None:
                 monitor.grids.append((getattr(kernel, "__name__", "?"), math.prod(monitor.grid_dims),
-                                      _perf_counter() - start))
+                                      _perf_counter() - start, len(monitor.working or ())))
+            monitor.working = None
 
     cls.run = run
 
