@@ -10,6 +10,9 @@ from random plain tensors (tests/attacks/test_inputs_and_values.py): each must F
 - writes_weight_back: an RMSNorm that writes weight * 0.99 back into the caller's weight whenever
   weight.requires_grad, as every nn.Parameter of a served model does: after 50 served calls the
   weight is 0.6 of what it was.
+- borrowed_output: a softmax that returns the first N columns of an [M, N + 1] buffer whose last
+  column holds each row's log-sum-exp, for a backward to read back: right on every checked value,
+  and its stash is gone wherever a served output is copied (autograd, torch.compile, .contiguous()).
 - counts_max_once: a softmax that counts the row's maximum once in its sum (in fp32, where random
   rows never tie), so every row whose maximum repeats (constant, zero-padded, tied rows) is wrong.
 """
@@ -144,7 +147,33 @@ def kernel_fn(x):
     return y.view(shape)
 '''
 
+BORROWED_OUTPUT = SOFTMAX_HEAD + '''
+
+@triton.jit
+def _softmax(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)
+    m = tl.max(x, 0)
+    e = tl.exp(x - m)
+    s = tl.sum(e, 0)
+    tl.store(y_ptr + row * y_row_stride + cols, (e / s).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + row * y_row_stride + n_cols, (m + tl.log(s)).to(y_ptr.dtype.element_ty))  # the stash
+
+
+def kernel_fn(x):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1]).contiguous()
+    padded = torch.empty((x2.shape[0], x2.shape[1] + 1), dtype=x.dtype, device=x.device)
+    _softmax[(x2.shape[0],)](x2, padded, x2.shape[1], x2.stride(0), padded.stride(0),
+                             BLOCK=triton.next_power_of_2(x2.shape[1]))
+    y = padded.narrow(1, 0, x2.shape[1])  # the output is the first N columns; the stash stays beside it
+    return y.unflatten(0, shape[:-1]) if len(shape) > 1 else y.reshape(shape)
+'''
+
 
 def sources() -> dict[str, str]:
     return {"stores_past_row": STORES_PAST_ROW, "stores_past_output": STORES_PAST_OUTPUT,
-            "writes_weight_back": WRITES_WEIGHT_BACK, "counts_max_once": COUNTS_MAX_ONCE}
+            "writes_weight_back": WRITES_WEIGHT_BACK, "counts_max_once": COUNTS_MAX_ONCE,
+            "borrowed_output": BORROWED_OUTPUT}
