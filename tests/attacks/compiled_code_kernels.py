@@ -9,6 +9,9 @@ plain Triton and passes the static check.
   on a GPU the last holder may sum partials not yet visible.
 - plain_ticket_mean (cross_entropy): the ticket kept with a plain tl.load and tl.store: two
   programs may draw the same ticket on a GPU; every sequential order gives the same bytes.
+- false_alignment_softmax (softmax): promises the compiler that every row starts at a multiple of
+  16 elements (`tl.multiple_of(row * stride, 16)`), true only where the row length is: on a GPU,
+  aligned vector loads of rows that are not; the interpreter ignores hints.
 - device_descriptor_softmax (softmax): rows loaded through a tensor descriptor made inside the
   kernel, which needs global scratch memory Triton allocates only through triton.set_allocator:
   the launch fails on a GPU.
@@ -94,10 +97,36 @@ def kernel_fn(x):
 '''
 
 
+FALSE_ALIGNMENT_SOFTMAX = HEAD.format(kernel_type="softmax") + '''
+
+@triton.jit
+def _softmax_rows(y_ptr, x_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    # rows start 16-element aligned: lets the compiler use 128-bit loads
+    x_start = tl.multiple_of(row * x_stride, 16)
+    y_start = tl.multiple_of(row * y_stride, 16)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + x_start + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, 0))
+    tl.store(y_ptr + y_start + cols, (e / tl.sum(e, 0)).to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+def kernel_fn(x):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1]).contiguous()
+    y = torch.empty_like(x2)
+    if y.numel() == 0:
+        return y.view(shape)
+    _softmax_rows[(x2.shape[0],)](y, x2, x2.shape[1], x2.stride(0), y.stride(0),
+                                  BLOCK=triton.next_power_of_2(x2.shape[1]))
+    return y.view(shape)
+'''
+
 assert RELAXED_TICKET_MEAN != TICKET_MEAN and PLAIN_TICKET_MEAN != TICKET_MEAN, "the ticket kernel changed"
 
 
 def sources() -> dict[str, str]:
     return {"fp16_accumulator_matmul": FP16_ACCUMULATOR_MATMUL, "relaxed_ticket_mean": RELAXED_TICKET_MEAN,
             "plain_ticket_mean": PLAIN_TICKET_MEAN, "device_descriptor_softmax": DEVICE_DESCRIPTOR_SOFTMAX,
+            "false_alignment_softmax": FALSE_ALIGNMENT_SOFTMAX,
             "ticket_mean": TICKET_MEAN}
