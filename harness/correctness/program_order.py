@@ -168,8 +168,10 @@ def install_hooks(monitor) -> None:
         return set_idx(self, *orders.program(x, y, z))
 
     def _seen(ptrs, mask, write: bool, atomic: bool = False) -> None:
-        if write and monitor.working is not None and (mask is None or np.any(mask.data)):
-            monitor.working.add(monitor.program_place)  # the grid's rule counts programs that do work
+        working = monitor.working
+        if write and working is not None and monitor.program_place not in working \
+                and (mask is None or np.any(mask.data)):
+            working.add(monitor.program_place)  # the grid's rule counts programs that do work
         orders = monitor.orders
         if orders is None:
             return
