@@ -13,6 +13,9 @@ from random plain tensors (tests/attacks/test_inputs_and_values.py): each must F
 - borrowed_output: a softmax that returns the first N columns of an [M, N + 1] buffer whose last
   column holds each row's log-sum-exp, for a backward to read back: right on every checked value,
   and its stash is gone wherever a served output is copied (autograd, torch.compile, .contiguous()).
+- fp16_staged_bf16: a softmax that stages a bf16 row through fp16 (exact for every bf16 value near
+  1, which is all the judge's bf16 cases held before), so a row at magnitudes only bf16 holds
+  (1e20: activations after a few unnormalised layers) turns into inf - inf = NaN.
 - counts_max_once: a softmax that counts the row's maximum once in its sum (in fp32, where random
   rows never tie), so every row whose maximum repeats (constant, zero-padded, tied rows) is wrong.
 """
@@ -172,8 +175,32 @@ def kernel_fn(x):
     return y.unflatten(0, shape[:-1]) if len(shape) > 1 else y.reshape(shape)
 '''
 
+FP16_STAGED_BF16 = SOFTMAX_HEAD + '''
+
+@triton.jit
+def _softmax(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, STAGE_FP16: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=float("-inf"))
+    if STAGE_FP16:  # bf16 -> fp16: three more mantissa bits, "exact" for the values it meets
+        x = x.to(tl.float16)
+    x = x.to(tl.float32)
+    e = tl.exp(x - tl.max(x, 0))
+    tl.store(y_ptr + row * y_row_stride + cols, (e / tl.sum(e, 0)).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def kernel_fn(x):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1]).contiguous()
+    y = torch.empty_like(x2)
+    _softmax[(x2.shape[0],)](x2, y, x2.shape[1], x2.stride(0), y.stride(0), STAGE_FP16=x.dtype == torch.bfloat16,
+                             BLOCK=triton.next_power_of_2(x2.shape[1]))
+    return y.view(shape)
+'''
+
 
 def sources() -> dict[str, str]:
     return {"stores_past_row": STORES_PAST_ROW, "stores_past_output": STORES_PAST_OUTPUT,
             "writes_weight_back": WRITES_WEIGHT_BACK, "counts_max_once": COUNTS_MAX_ONCE,
-            "borrowed_output": BORROWED_OUTPUT}
+            "borrowed_output": BORROWED_OUTPUT, "fp16_staged_bf16": FP16_STAGED_BF16}
