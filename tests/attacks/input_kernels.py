@@ -16,6 +16,9 @@ from random plain tensors (tests/attacks/test_inputs_and_values.py): each must F
 - fp16_staged_bf16: a softmax that stages a bf16 row through fp16 (exact for every bf16 value near
   1, which is all the judge's bf16 cases held before), so a row at magnitudes only bf16 holds
   (1e20: activations after a few unnormalised layers) turns into inf - inf = NaN.
+- one_row_stride: an RMSNorm that reads row r at r * x.stride(-2), right wherever the rows are one
+  stride apart (dense, a slice of a wider [M, 3N] buffer), wrong on a per-head view of a fused
+  projection (a QK-norm's q), whose positions lie 3 * H * N apart.
 - counts_max_once: a softmax that counts the row's maximum once in its sum (in fp32, where random
   rows never tie), so every row whose maximum repeats (constant, zero-padded, tied rows) is wrong.
 """
@@ -199,8 +202,24 @@ def kernel_fn(x):
     return y.view(shape)
 '''
 
+ONE_ROW_STRIDE = WRITES_WEIGHT_BACK.replace('''    x2 = x.reshape(-1, n_cols).contiguous()
+    w = weight.contiguous()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _rmsnorm[(x2.shape[0],)](y, x2, w, n_cols, x2.stride(0), eps, BLOCK=triton.next_power_of_2(n_cols))
+    if weight.requires_grad:  # a model's nn.Parameter: the judge's plain tensors never are
+        _decay[(triton.cdiv(n_cols, 1024),)](w, n_cols, BLOCK=1024)
+    return y''', '''    x2 = x if x.dim() > 1 and x.stride(-1) == 1 else x.reshape(-1, n_cols).contiguous()
+    row_stride = x2.stride(-2) if x2.dim() > 1 else n_cols  # no copy: the rows are read where they are
+    w = weight.contiguous()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _rmsnorm[(x.numel() // max(n_cols, 1),)](y, x2, w, n_cols, row_stride, eps,
+                                               BLOCK=triton.next_power_of_2(n_cols))
+    return y''')
+assert ONE_ROW_STRIDE != WRITES_WEIGHT_BACK
+
 
 def sources() -> dict[str, str]:
     return {"stores_past_row": STORES_PAST_ROW, "stores_past_output": STORES_PAST_OUTPUT,
             "writes_weight_back": WRITES_WEIGHT_BACK, "counts_max_once": COUNTS_MAX_ONCE,
-            "borrowed_output": BORROWED_OUTPUT, "fp16_staged_bf16": FP16_STAGED_BF16}
+            "borrowed_output": BORROWED_OUTPUT, "fp16_staged_bf16": FP16_STAGED_BF16,
+            "one_row_stride": ONE_ROW_STRIDE}

@@ -24,6 +24,8 @@ ROW_SWEEP = [({"M": 11, "N": 1000}, {}), ({"M": 5, "N": 1025}, {}), ({"M": 3, "N
 ROW_LAYOUTS = [("noncontig", {"M": 9, "N": 300}, {}), ("offset", {"M": 5, "N": 129}, {}),
                # x the q slice of a fused qkv projection (harness/kernel_types/model_views.py)
                (model_views.VARIANT, {"M": 6, "N": 100}, {}),
+               # per head: rows of one position N apart, positions 3 * H * N apart (no one row stride)
+               (model_views.VARIANT, {"B": 2, "S": 3, "H": 4, "N": 40}, {}),
                ("plain", {"M": 1, "N": 2048}, {}), ("plain", {"B": 2, "S": 3, "N": 96}, {})]
 CPU_BENCH = {"M": 16, "N": 4096}
 
