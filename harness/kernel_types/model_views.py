@@ -58,8 +58,12 @@ def _rowwise(case: Case, args: list, gen: torch.Generator) -> list:
     x = args[0].reshape(-1, args[0].shape[-1])
     n = x.shape[1]
     if case.kernel_type == "cross_entropy":
-        # the model's logits: the first V columns of a vocabulary padded to a multiple of 64
-        return [slice_of(x, n + VOCAB_PAD - n % VOCAB_PAD, gen), *args[1:]]
+        # the model's logits: the first V columns of a vocabulary padded to a multiple of 64; the
+        # targets a column of a wider integer buffer (labels kept beside their positions), stride 2
+        targets = args[1]
+        pairs = torch.randint(0, n, (targets.shape[0], 2), generator=gen, dtype=targets.dtype)
+        pairs[:, 0] = targets
+        return [slice_of(x, n + VOCAB_PAD - n % VOCAB_PAD, gen), pairs[:, 0], *args[2:]]
     if args[0].dim() >= 3:
         # per head, as a QK-norm takes q: [..., H, N] of a projection laid out [..., 3, H, N], so
         # the rows of one position are N apart and the positions 3 * H * N: no one row stride

@@ -19,6 +19,8 @@ from random plain tensors (tests/attacks/test_inputs_and_values.py): each must F
 - one_row_stride: an RMSNorm that reads row r at r * x.stride(-2), right wherever the rows are one
   stride apart (dense, a slice of a wider [M, 3N] buffer), wrong on a per-head view of a fused
   projection (a QK-norm's q), whose positions lie 3 * H * N apart.
+- dense_targets: a cross-entropy that reads target i at targets + i, right wherever the targets are
+  a dense tensor, as every case gave them, wrong where they are a column of a wider buffer.
 - counts_max_once: a softmax that counts the row's maximum once in its sum (in fp32, where random
   rows never tie), so every row whose maximum repeats (constant, zero-padded, tied rows) is wrong.
 """
@@ -217,9 +219,47 @@ ONE_ROW_STRIDE = WRITES_WEIGHT_BACK.replace('''    x2 = x.reshape(-1, n_cols).co
     return y''')
 assert ONE_ROW_STRIDE != WRITES_WEIGHT_BACK
 
+DENSE_TARGETS = SOFTMAX_HEAD.replace('"softmax"', '"cross_entropy"') + '''
+
+@triton.jit
+def _row_loss(loss_ptr, logits_ptr, targets_ptr, n_classes, row_stride, col_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(logits_ptr + row * row_stride + cols * col_stride, mask=cols < n_classes,
+                other=float("-inf")).to(tl.float32)
+    target = tl.load(targets_ptr + row)  # the targets' own stride not read: dense, as they always came
+    top = tl.max(x, 0)
+    lse = top + tl.log(tl.sum(tl.exp(x - top), 0))
+    counts = target != -100
+    tl.store(loss_ptr + row * 2, tl.where(counts, lse - tl.sum(tl.where(cols == target, x, 0.0), 0), 0.0))
+    tl.store(loss_ptr + row * 2 + 1, counts.to(tl.float32))
+
+
+@triton.jit
+def _mean(out_ptr, loss_ptr, n_rows, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    total = tl.zeros([BLOCK], tl.float32)
+    count = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n_rows, BLOCK):
+        mask = start + offs < n_rows
+        total += tl.load(loss_ptr + (start + offs) * 2, mask=mask, other=0.0)
+        count += tl.load(loss_ptr + (start + offs) * 2 + 1, mask=mask, other=0.0)
+    tl.store(out_ptr, tl.sum(total, 0) / tl.sum(count, 0))
+
+
+def kernel_fn(logits, targets):
+    n_rows, n_classes = logits.shape
+    out = torch.empty((), dtype=torch.float32, device=logits.device)
+    loss = torch.empty((n_rows, 2), dtype=torch.float32, device=logits.device)
+    _row_loss[(n_rows,)](loss, logits, targets, n_classes, logits.stride(0), logits.stride(1),
+                         BLOCK=triton.next_power_of_2(n_classes))
+    _mean[(1,)](out, loss, n_rows, BLOCK=128)
+    return out
+'''
+
 
 def sources() -> dict[str, str]:
     return {"stores_past_row": STORES_PAST_ROW, "stores_past_output": STORES_PAST_OUTPUT,
             "writes_weight_back": WRITES_WEIGHT_BACK, "counts_max_once": COUNTS_MAX_ONCE,
             "borrowed_output": BORROWED_OUTPUT, "fp16_staged_bf16": FP16_STAGED_BF16,
-            "one_row_stride": ONE_ROW_STRIDE}
+            "one_row_stride": ONE_ROW_STRIDE, "dense_targets": DENSE_TARGETS}

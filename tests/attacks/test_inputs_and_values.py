@@ -37,6 +37,8 @@ EXPECTED = {
     "fp16_staged_bf16": ("stability", ("softmax[6x300:bfloat16,scale:1e20]", "NaN where the reference has none")),
     # a QK-norm's q, per head of a fused projection: no one row stride
     "one_row_stride": ("edge_cases", ("rmsnorm[2x3x4x40:float32,model_views]", "out of tolerance")),
+    # the targets a column of a wider integer buffer: read densely, every other label is another's
+    "dense_targets": ("edge_cases", ("cross_entropy[6x100:float32,model_views]",)),
     # random rows never tie at their maximum; constant, zero and tied rows do
     "counts_max_once": ("stability", ("softmax[11x100:float32,structured]", "row 0: a constant row (its maximum repeats",
                                       "row 2: ties at the maximum", "right on: ", "a one-hot row")),
