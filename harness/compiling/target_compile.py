@@ -30,6 +30,7 @@ from typing import Any
 
 from harness import cuda_build
 from harness.cuda_build import parse_arch
+from harness.compiling import ir_rules
 from harness.compiling.triton_specialization import compiled_mode, is_autotuned, specialize
 
 # Opt-in maximum shared memory per thread block, in bytes, by compute capability: the row "Maximum
@@ -63,6 +64,9 @@ class KernelResources:
     hash: str = ""  # sha256 of the kernel's compiled code (a prefix): "different compiled code"
     config: str = ""  # what was specialized: constexprs and launch options
     threads: int = 0  # per block when the compiler fixes it (Triton: 32 * num_warps); 0 unknown
+    # why it would compute wrong or not launch on a GPU while the interpreter runs it right
+    # (harness/compiling/ir_rules.py): never pruned as an autotune config, whatever else compiles
+    gpu_problems: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -228,6 +232,9 @@ def compile_triton(records: list, arch: str = "sm_90") -> TargetCompile:
             if key not in _CACHE:
                 _CACHE[key] = _compile_specialization(src, options, target, _config_label(record, options))
             compiled[key] = (record.fn, _CACHE[key])
+    wrong = [p for _, r in compiled.values() if isinstance(r, KernelResources) for p in r.gpu_problems]
+    if wrong:
+        return TargetCompile(False, _gpu_problems_detail(wrong, cc))
     kernels, pruned = _prune_autotune_configs(list(compiled.values()), cc)
     failed = next((r for _, r in compiled.values() if isinstance(r, str) and r not in pruned), None)
     if failed:
@@ -269,14 +276,23 @@ def lower_triton(records: list, arch: str = "sm_90") -> TargetCompile:
                                          backend.get_module_map(), context)
                     metadata = {"hash": src.hash(), "target": target, **options.__dict__}
                     with _captured_stderr():
-                        for stage in ("ttir", "ttgir"):
-                            module = stages[stage](module, metadata)
-                    _CACHE[key] = None
+                        module = stages["ttir"](module, metadata)
+                        wrong = ir_rules.problems(str(module), label)
+                        if not wrong:
+                            module = stages["ttgir"](module, metadata)
+                    _CACHE[key] = _gpu_problems_detail(wrong, cc) if wrong else None
+                if _CACHE[key] is not None:
+                    return TargetCompile(False, _CACHE[key])
             except Exception as e:
                 if not rejected_source(e) and type(e).__name__ not in ("UnsupportedLanguageConstruct", "RuntimeError"):
                     raise  # ours: the caller reports it as a fault of the compile-for-target support
                 return TargetCompile(False, f"{label} does not compile for sm_{cc}:\n{_tail(f'{type(e).__name__}: {e}')}")
     return TargetCompile(True, f"{len(records)} Triton specialization(s) lowered for sm_{cc}")
+
+
+def _gpu_problems_detail(problems: list[str], cc: int) -> str:
+    return (f"compiled for sm_{cc}, it would not run as the interpreter ran it:\n"
+            + "\n".join(f"- {p}" for p in dict.fromkeys(problems)))
 
 
 def rejected_source(e: BaseException) -> bool:
@@ -354,7 +370,10 @@ def _compile_specialization(src, options, target, config: str) -> KernelResource
     if error is not None:
         return (f"{src.name} [{config}] does not compile for sm_{target.arch}:\n"
                 f"{_tail(error + chr(10) + stderr['text'])}")
-    return _triton_resources(kernel, target.arch, config)
+    resources = _triton_resources(kernel, target.arch, config)
+    resources.gpu_problems = tuple(ir_rules.problems(kernel.asm.get("ttir", ""), f"{src.name} [{config}]",
+                                                     int(getattr(kernel.metadata, "global_scratch_size", 0) or 0)))
+    return resources
 
 
 def _triton_resources(kernel, cc: int, config: str) -> KernelResources:

@@ -116,6 +116,7 @@ class CallResult:
     digests: list | None = None
     strays: list[dict] | None = None
     aliased: bool = False
+    borrowed: str = ""  # how the output fails to own its storage (a view of a larger buffer), or ""
     plain: bool = True
     device: str = ""
     seconds: float = 0.0
@@ -126,7 +127,7 @@ class CallResult:
         return {"launches": self.launches, "forbidden": sorted(set(self.forbidden)),
                 "device_to_host": self.device_to_host, "host_reads": sorted(set(self.host_reads)),
                 "mutated": self.mutated,
-                "aliased": self.aliased, "plain": self.plain, "device": self.device,
+                "aliased": self.aliased, "borrowed": self.borrowed, "plain": self.plain, "device": self.device,
                 "program_order": self.program_order, "tf32_dots": self.tf32_dots,
                 **({"writes": self.writes, "digests": self.digests} if self.digests is not None else {}),
                 **({"strays": self.strays} if self.strays is not None else {})}
@@ -212,9 +213,29 @@ def observe(result: CallResult, out, args: list, snapshots: list, recorder: Comp
         # an output that shares storage with an input changes when the caller reuses that input
         ptr = _storage_ptr(out)
         result.aliased = any(isinstance(a, torch.Tensor) and _storage_ptr(a) == ptr for a in args)
+        result.borrowed = borrowed_storage(out)
     else:
         result.plain = False
     return result
+
+
+def borrowed_storage(t: torch.Tensor) -> str:
+    """How `t` fails to own its storage, in words, or "": its elements must span the whole storage
+    from its first byte. A view of a larger buffer carries bytes no reference checks (per-row
+    statistics stashed past the output for a backward to read back), which a served call does not
+    keep: autograd, torch.compile or a caller's .contiguous() hand the backward a tensor of the
+    output's own size."""
+    if t.numel() == 0 or t.layout != torch.strided:
+        return ""
+    try:
+        nbytes = t.untyped_storage().nbytes()
+    except Exception:
+        return ""
+    span = (1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))) * t.element_size()
+    if t.storage_offset() == 0 and span == nbytes:
+        return ""
+    return (f"a {str(t.dtype).replace('torch.', '')} {list(t.shape)} view at element offset {t.storage_offset()} "
+            f"spanning {span} of its storage's {nbytes} bytes")
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

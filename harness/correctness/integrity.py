@@ -170,6 +170,11 @@ def observation_problem(label: str, obs: dict, device: str) -> str | None:
     if obs.get("aliased"):
         # an output sharing an input's storage changes when the caller reuses that input
         return f"{label}: the output shares storage with an input"
+    if obs.get("borrowed"):
+        # bytes past the output that no reference checks (a stash a backward reads back) and that a
+        # served call, whose output autograd or a caller may copy, does not carry
+        return (f"{label}: the output does not own its storage: it is {obs['borrowed']}; return the tensor "
+                "you allocated (or a view of all of it), with nothing else in its storage")
     if not obs.get("plain", True):
         # a Tensor subclass or lazy object can fake values when inspected
         return f"{label}: the output is not a plain dense torch.Tensor"

@@ -22,7 +22,7 @@ Under the Triton interpreter, install() also makes the interpreter run a kernel 
 tl.dot computed as tensor cores compute it (TF32 where asked, bf16 emulated:
 harness/correctness/interpreter_numerics.py), and the grid routed through the monitor
 (harness/correctness/program_order.py): `grid_dims` is each launch's grid (`grids`, while a list,
-collects (kernel, programs, seconds) of each launch: the verdict's grid, harness/verdict/grid_fill.py),
+collects (kernel, programs, seconds, programs that stored anything) of each launch: the verdict's grid, harness/verdict/grid_fill.py),
 and where the judge's worker sets `orders`, every launch runs its programs in a secret order, a
 checked one in two where its programs share memory.
 """
@@ -161,6 +161,11 @@ class LaunchMonitor:
         # while `grids` is a list, each interpreted launch appends (kernel name, programs, seconds)
         self.grids: list | None = None
         self.grid_dims: tuple | None = None  # the interpreter's grid of the launch in progress
+        # while `grids` is a list: the programs of the launch in progress that stored (or ran an atomic
+        # on) at least one element, by their place in the run; programs that return at once do no work
+        self.working: set | None = None
+        self.program_place: tuple = (0, 0, 0)
+        self.kernel_name = "?"  # the Triton kernel of the launch in progress (a finding names it)
         self.tf32_dots = 0  # interpreted dots whose fp32 operands were rounded to TF32, as a GPU rounds them
 
     @property
@@ -222,9 +227,10 @@ def install() -> LaunchMonitor:
     if interpreter is not None:
         _wrap_run(monitor, interpreter.InterpretedFunction, interpreted=True)
         # relative: an exported kernel package carries this file beside launches.py in its guard/
-        from . import interpreter_numerics, program_order
+        from . import compiler_hints, interpreter_numerics, program_order
         interpreter_numerics.install(monitor)  # tl.dot computed as a GPU's tensor cores compute it
         program_order.install_hooks(monitor)  # the grid seen, and run in the judge's orders
+        compiler_hints.install(monitor)  # tl.multiple_of and tl.max_constancy held to their values
     from torch.utils import cpp_extension
     for name in ("load_inline", "load"):
         _wrap_loader(monitor, cpp_extension, name)
@@ -253,6 +259,7 @@ def entry_points() -> dict[str, object]:
         # the interpreter made to run as a GPU does: its dot, its grid's order, its memory accesses
         for name in INTERPRETER_HOOKS:
             out[f"triton.runtime.interpreter.InterpreterBuilder.{name}"] = getattr(interpreter.InterpreterBuilder, name)
+        out["triton.runtime.interpreter.TensorHandle.set_attr"] = interpreter.TensorHandle.set_attr
     from torch.utils import cpp_extension
     out.update({f"torch.utils.cpp_extension.{n}": getattr(cpp_extension, n) for n in ("load_inline", "load")})
     launcher = sys.modules.get("harness.cuda_launcher")
@@ -278,6 +285,8 @@ def _wrap_run(monitor: LaunchMonitor, cls: type, interpreted: bool = False) -> N
         monitor.paused = True
         monitor.in_triton += 1
         start, monitor.grid_dims = _perf_counter(), None
+        monitor.kernel_name = getattr(kernel, "__name__", "?")
+        monitor.working = set() if monitor.grids is not None else None
         try:
             if interpreted and monitor.orders is not None:
                 return monitor.orders.run(lambda: original(kernel, *args, grid=grid, warmup=warmup, **kwargs),
@@ -288,7 +297,8 @@ def _wrap_run(monitor: LaunchMonitor, cls: type, interpreted: bool = False) -> N
             monitor.paused = was
             if monitor.grids is not None and monitor.grid_dims is not None:
                 monitor.grids.append((getattr(kernel, "__name__", "?"), math.prod(monitor.grid_dims),
-                                      _perf_counter() - start))
+                                      _perf_counter() - start, len(monitor.working or ())))
+            monitor.working = None
 
     cls.run = run
 

@@ -113,10 +113,13 @@ class ProgramOrders:
             with self._order("secret"):
                 result = launch()
             shared = self.accesses.first_shared()
+            unordered = self.accesses.first_unordered_read() if shared is not None else None
         finally:
             self.accesses = None
         other, atomics = self.last_order, self.atomics
         if other == "id order" or shared is None:  # one program, or none reads what another writes
+            if unordered is not None and len(self.findings) < MAX_FINDINGS:
+                self.findings.append(_describe_race(kernel, unordered, buffers))
             return result
         after = [b.clone() for _, b in buffers]
         for (_, b), saved in zip(buffers, before):
@@ -128,6 +131,9 @@ class ProgramOrders:
             if found is not None and len(self.findings) < MAX_FINDINGS:
                 self.findings.append(_describe(kernel, names, found, other, atomics, shared, buffers))
                 break
+        else:  # the same bytes in both orders: a read no atomic orders is still a race on a GPU
+            if unordered is not None and len(self.findings) < MAX_FINDINGS:
+                self.findings.append(_describe_race(kernel, unordered, buffers))
         return result
 
     def program_started(self, place: int) -> None:
@@ -154,6 +160,7 @@ def install_hooks(monitor) -> None:
         return set_dim(self, nx, ny, nz)
 
     def set_grid_idx(self, x, y, z):
+        monitor.program_place = (x, y, z)
         orders = monitor.orders
         if orders is None:
             return set_idx(self, x, y, z)
@@ -161,12 +168,16 @@ def install_hooks(monitor) -> None:
         return set_idx(self, *orders.program(x, y, z))
 
     def _seen(ptrs, mask, write: bool, atomic: bool = False) -> None:
+        working = monitor.working
+        if write and working is not None and monitor.program_place not in working \
+                and (mask is None or np.any(mask.data)):
+            working.add(monitor.program_place)  # the grid's rule counts programs that do work
         orders = monitor.orders
         if orders is None:
             return
         orders.atomics += atomic
         if orders.accesses is not None:
-            orders.accesses.access(ptrs, mask, write)
+            orders.accesses.access(ptrs, mask, write, atomic)
 
     def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
         _seen(ptrs, mask, False)
@@ -244,6 +255,17 @@ def _describe(kernel, names: list[str], offset: int, other: str, atomics: int, s
                  "run, so its bits change from run to run on a GPU too; reduce in a fixed order, e.g. partial "
                  "sums per program and a second kernel)")
     return text
+
+
+def _describe_race(kernel, unordered, buffers) -> str:
+    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "?")
+    return (f"program order: in the launch of {name}, {_where(unordered[0], buffers)} is written by one of its "
+            "programs and read by another with a plain load, and no atomic orders the two (the writer's after "
+            "its write, the reader's before its read): on a GPU the programs run concurrently and the read "
+            "may see the value before or after the write, whatever order the interpreter ran them in (a "
+            "counter kept with tl.load and tl.store, a flag stored without an atomic); take a ticket with "
+            "tl.atomic_add after the writes and read the others' results only as its last holder, or pass "
+            "results through a second launch")
 
 
 def _where(address: int, buffers) -> str:

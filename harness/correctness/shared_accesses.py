@@ -8,6 +8,15 @@ interpreter's four memory primitives: masked loads and stores, which every load,
 descriptor goes through, and the two atomics) and runs the launch a second time, in another order,
 only where some address is shared that way (harness/correctness/program_order.py).
 
+Where they share one, running the other order shows a dependence only if the bytes come out
+different; a plain read of what another program of the launch writes is a race on a GPU even when
+every sequential order gives the same bytes (a counter kept with a plain load and store and used as
+a ticket, a flag stored without an atomic). So `first_unordered_read` names such a read unless an
+atomic orders the two programs: the writer takes one after its write and the reader one before its
+read, as a ticket whose last holder sums every program's partials does (Triton's atomics are
+acq_rel by default; a relaxed one is refused where the target compiles it: harness/compiling/
+ir_rules.py).
+
 Addresses are compared in units of the smallest element the launch accessed; an access wider than a
 unit, or not aligned to one, covers every unit it overlaps, so a shared byte is never missed (an
 access that only shares a unit's other bytes at worst costs a second run, never a miss).
@@ -23,8 +32,9 @@ class SharedAccesses:
     def __init__(self):
         self.program = -1  # the program running now (its place in the run)
         self._chunks: list[tuple[np.ndarray, int, int, bool]] = []  # (addresses, program, bytes, write)
+        self._atomic: list[bool] = []  # per chunk: an atomic's
 
-    def access(self, ptrs, mask, write: bool) -> None:
+    def access(self, ptrs, mask, write: bool, atomic: bool = False) -> None:
         """A memory primitive's pointers (a TensorHandle) and mask (TensorHandle, or None: every lane)."""
         addresses = np.asarray(ptrs.data, dtype=np.uint64).ravel()
         if mask is not None:
@@ -32,6 +42,38 @@ class SharedAccesses:
         if addresses.size:
             element = getattr(ptrs.get_element_ty(), "primitive_bitwidth", 8)
             self._chunks.append((addresses, self.program, max(1, element // 8), write))
+            self._atomic.append(atomic)
+
+    def first_unordered_read(self) -> tuple[int, int, int] | None:
+        """(address, a program that writes it, another program that reads it with a plain load) where
+        no atomic orders the two (the writer's after its write, the reader's before its read); None
+        when every such read is ordered. Call only where first_shared() found a shared address."""
+        atomic_at = [i for i, a in enumerate(self._atomic) if a]
+        first_atomic: dict[int, int] = {}
+        last_atomic: dict[int, int] = {}
+        for i in atomic_at:
+            program = self._chunks[i][1]
+            first_atomic.setdefault(program, i)
+            last_atomic[program] = i
+        writes = [(c[0], c[1], c[2], i) for i, c in enumerate(self._chunks) if c[3]]
+        reads = [(c[0], c[1], c[2], i) for i, c in enumerate(self._chunks) if not c[3] and not self._atomic[i]]
+        if not writes or not reads:
+            return None
+        unit = min(c[2] for c in self._chunks)
+        # a write some atomic of its program releases after it; a read some atomic of its program acquires before it
+        released = [last_atomic.get(w[1], -1) > w[3] for w in writes]
+        acquired = [first_atomic.get(r[1], len(self._chunks)) < r[3] for r in reads]
+        w_units, w_programs = _units([w[:3] for w in writes], unit)
+        w_free = np.repeat(np.array(released), _unit_counts([w[:3] for w in writes], unit))
+        r_units, r_programs = _units([r[:3] for r in reads], unit)
+        r_free = np.repeat(np.array(acquired), _unit_counts([r[:3] for r in reads], unit))
+        # an unreleased write against every read, and every write against an unacquired read
+        for (wu, wp), (ru, rp) in (((w_units[~w_free], w_programs[~w_free]), (r_units, r_programs)),
+                                   ((w_units, w_programs), (r_units[~r_free], r_programs[~r_free]))):
+            found = _other_program(wu, wp, ru, rp)
+            if found is not None:
+                return found[0] * unit, found[1], found[2]
+        return None
 
     def first_shared(self) -> tuple[int, int, int] | None:
         """(address, a program that writes it, another program that touches it), or None when no
@@ -57,6 +99,33 @@ class SharedAccesses:
             return None
         i = shared[0]
         return int(r_units[i]) * unit, int(w_programs[at[i]]), int(r_programs[i])
+
+
+def _other_program(w_units, w_programs, r_units, r_programs) -> tuple[int, int, int] | None:
+    """(unit, writer, reader) of the first read unit that a different program writes, or None."""
+    if not w_units.size or not r_units.size:
+        return None
+    order = np.argsort(w_units, kind="stable")
+    w_units, w_programs = w_units[order], w_programs[order]
+    starts = np.flatnonzero(np.r_[True, w_units[1:] != w_units[:-1]])
+    keys = w_units[starts]
+    lowest, highest = np.minimum.reduceat(w_programs, starts), np.maximum.reduceat(w_programs, starts)
+    at = np.minimum(np.searchsorted(keys, r_units), keys.size - 1)
+    hit = np.flatnonzero((keys[at] == r_units) & ((lowest[at] != r_programs) | (highest[at] != r_programs)))
+    if not hit.size:
+        return None
+    i = hit[0]
+    writer = int(lowest[at[i]]) if int(lowest[at[i]]) != int(r_programs[i]) else int(highest[at[i]])
+    return int(r_units[i]), writer, int(r_programs[i])
+
+
+def _unit_counts(chunks: list, unit: int) -> np.ndarray:
+    """How many units (see _units) each chunk's accesses cover, in total per chunk."""
+    out = []
+    for addresses, _, size, *_ in chunks:
+        first = addresses // np.uint64(unit)
+        out.append(int(((addresses + np.uint64(size) - np.uint64(1)) // np.uint64(unit) - first + np.uint64(1)).sum()))
+    return np.array(out, dtype=np.int64)
 
 
 def _units(chunks: list, unit: int) -> tuple[np.ndarray, np.ndarray]:

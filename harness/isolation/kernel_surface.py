@@ -87,8 +87,19 @@ CLASSES = {
 # Attributes of any value: tensor metadata, allocation, views and casts; device facts; Triton's
 # values inside a jit function; what a dict, list or string of sizes needs.
 TENSOR_METADATA = frozenset({"shape", "stride", "size", "dtype", "device", "numel", "dim", "ndim", "element_size",
-                             "itemsize", "is_contiguous", "is_cuda", "data_ptr", "storage_offset", "layout",
-                             "is_floating_point", "requires_grad", "T", "mT"})
+                             "itemsize", "is_contiguous", "data_ptr", "storage_offset", "layout",
+                             "is_floating_point", "T", "mT"})
+# Facts that differ between a judged call and a served one while the values do not, so that a
+# branch on them is a kernel judged on one path and served on another. Named in a refusal so that
+# it says why (they are simply not on the list above). `device` stays: outputs are allocated on it,
+# and a grid is sized by the device's multiprocessors.
+TELLS = {
+    "requires_grad": "says how the model is run (training, torch.no_grad, inference_mode, a frozen weight, a "
+                     "compiled graph), not what the values are: a branch on it is judged on one path and served "
+                     "on another, and a kernel's arithmetic never depends on it",
+    "is_cuda": "tells the CPU the judge may run on from the GPU a winner is served on; allocate with "
+               "device=x.device and size a grid by torch.cuda.get_device_properties where a GPU is present",
+}
 TENSOR_ALLOCATION = frozenset({"new_empty", "new_zeros", "new_full", "new_empty_strided", "empty_like",
                                "zero_", "fill_", "clone", "copy_"})
 TENSOR_VIEWS = frozenset({"view", "reshape", "contiguous", "transpose", "permute", "expand", "expand_as",
@@ -267,6 +278,9 @@ def in_words() -> str:
         "  every other attribute store is refused, whatever it is set on.",
         "- Never an attribute or a name that begins with an underscore (`x._typed_storage()`, `__dict__`),",
         "  except `super().__init__()`.",
+        f"- Never a fact that tells a judged call from a served one: {_names(TELLS)} (whether a weight requires",
+        "  grad says how the model is run, not what it holds; the judge may run on the CPU and serve on a GPU).",
+        "  Allocate on `x.device`; a branch on the device sizes a grid, never changes the arithmetic.",
         "- Never compute on the host: no `.apply_`, `.map_`, `.tolist()`, `.numpy()`, `.item()`, `.cpu()`;",
         "  no builtin that reads a tensor's values (`float(t)`, `int(t)`, `bool(t)`, `list(t)`, `print(t)`,",
         "  `f\"{t}\"`); no iteration over a tensor or unpacking of one. At run time, any scalar read of a",

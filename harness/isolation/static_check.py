@@ -202,6 +202,8 @@ class _Checker(ast.NodeVisitor):
                                             "kernel's (a storage's file writes, the interpreter's internals)")
         elif attr in self.values or attr in self.own_attributes:
             return
+        elif attr in kernel_surface.TELLS:
+            self.flag(node, "judge tell", f".{attr} {kernel_surface.TELLS[attr]}")
         elif attr in kernel_surface.HOST_METHODS:
             self.flag(node, "host compute", f".{attr} moves a tensor's values to the host, out of sight of "
                                             "the kernels the judge watches")

@@ -1,7 +1,8 @@
 """Inputs laid out as a model passes them: the inputs of a type's "model_views" edge case.
 
 A model rarely hands a kernel a fresh dense tensor. Attention's q, k and v are slices of one fused
-projection (q = qkv[..., :d], its rows a stride apart that is three times their width), k and v
+projection (q = qkv[..., :d], its rows a stride apart that is three times their width; taken per
+head for a QK-norm, rows N apart within a position and 3 * H * N apart across them), k and v
 during decoding the first positions of a KV cache, a linear layer's weight is passed transposed,
 a vocabulary is padded to a multiple of 64 and the logits are its first V columns, rotary's cos
 and sin are the first rows of tables built for the longest sequence. A kernel that stores one
@@ -36,6 +37,15 @@ def projection_slice(t: torch.Tensor, which: int, gen: torch.Generator) -> torch
     return proj[:, :, which].transpose(1, 2)
 
 
+def per_head_slice(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """`t` [..., H, N] as the first of three [H, N] blocks of each position of a fused projection
+    [..., 3, H, N] (the other two random)."""
+    *lead, h, n = t.shape
+    proj = torch.randn(*lead, 3, h, n, generator=gen).to(t.dtype)
+    proj[..., 0, :, :] = t
+    return proj[..., 0, :, :]
+
+
 def cache_slice(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """`t` [B, H, S, D] as the first S positions of a KV cache twice as long (the rest random)."""
     b, h, s, d = t.shape
@@ -48,8 +58,16 @@ def _rowwise(case: Case, args: list, gen: torch.Generator) -> list:
     x = args[0].reshape(-1, args[0].shape[-1])
     n = x.shape[1]
     if case.kernel_type == "cross_entropy":
-        # the model's logits: the first V columns of a vocabulary padded to a multiple of 64
-        return [slice_of(x, n + VOCAB_PAD - n % VOCAB_PAD, gen), *args[1:]]
+        # the model's logits: the first V columns of a vocabulary padded to a multiple of 64; the
+        # targets a column of a wider integer buffer (labels kept beside their positions), stride 2
+        targets = args[1]
+        pairs = torch.randint(0, n, (targets.shape[0], 2), generator=gen, dtype=targets.dtype)
+        pairs[:, 0] = targets
+        return [slice_of(x, n + VOCAB_PAD - n % VOCAB_PAD, gen), pairs[:, 0], *args[2:]]
+    if args[0].dim() >= 3:
+        # per head, as a QK-norm takes q: [..., H, N] of a projection laid out [..., 3, H, N], so
+        # the rows of one position are N apart and the positions 3 * H * N: no one row stride
+        return [per_head_slice(args[0], gen), *args[1:]]
     # the q slice of a fused qkv projection: a store past a row's end lands in k
     return [slice_of(x, 3 * n, gen).view(args[0].shape), *args[1:]]
 

@@ -9,7 +9,8 @@ that keeps kernels for their CPU speed learns the interpreter, not the GPU.
 So every CPU verdict's timing carries the grid of its heaviest launch (the Triton kernel the timed
 calls spent the most interpreter time in: the worker records each launch's programs and seconds),
 and the rule: that launch has at least min(SMs of the target, units of work at the target shape)
-programs, where a unit is what a GPU kernel of the type gives one program at the least:
+programs that work (store at least one element, or run an atomic: a grid of 132 programs of which
+131 return at once and one does every row fills one multiprocessor), where a unit is what a GPU kernel of the type gives one program at the least:
 - a row (softmax, layernorm, rmsnorm, reduce, cross_entropy: all leading dims);
 - a (batch, position) of rotary_embedding, every head of it;
 - a 128 x 128 tile of matmul's output, of fused_mlp's [M, F] intermediate;
@@ -48,18 +49,20 @@ def units(kernel_type: str, dims: dict) -> int:
 
 
 def heaviest(grids: list) -> dict | None:
-    """From the timed launches' (kernel, programs, seconds): the kernel they spent the most time in,
-    with its largest grid; None when nothing was launched through the interpreter."""
+    """From the timed launches' (kernel, programs, seconds[, programs that stored anything]): the kernel
+    they spent the most time in, with its largest grid and the most programs of a launch that worked;
+    None when nothing was launched through the interpreter."""
     total: dict[str, list] = {}
-    for name, programs, seconds in grids:
-        entry = total.setdefault(name, [0.0, 0, 0])
+    for name, programs, seconds, *working in grids:
+        entry = total.setdefault(name, [0.0, 0, 0, 0])
         entry[0] += seconds
         entry[1] = max(entry[1], programs)
         entry[2] += 1
+        entry[3] = max(entry[3], working[0] if working else programs)
     if not total:
         return None
-    name, (seconds, programs, launches) = max(total.items(), key=lambda kv: kv[1][0])
-    return {"kernel": name, "programs": programs, "launches": launches, "seconds": seconds}
+    name, (seconds, programs, launches, working) = max(total.items(), key=lambda kv: kv[1][0])
+    return {"kernel": name, "programs": programs, "launches": launches, "seconds": seconds, "working": working}
 
 
 def recorded(events: list[dict]) -> dict | None:
@@ -75,15 +78,18 @@ def assess(case, grid: dict | None, arch: str) -> dict:
     GPU at the timed case's shape; `fills_target` False keeps the search from keeping it for speed."""
     sms = SMS.get(arch, SMS[DEFAULT_ARCH])
     need = min(sms, units(case.kernel_type, case.dims))
-    rule = (f"programs of the heaviest launch >= min({sms} multiprocessors of {arch if arch in SMS else DEFAULT_ARCH}, "
+    rule = (f"programs of the heaviest launch that store anything >= min({sms} multiprocessors of {arch if arch in SMS else DEFAULT_ARCH}, "
             f"{units(case.kernel_type, case.dims)} units of work at {case.label()})")
     if grid is None:
         return {"fills_target": False, "needed": need, "rule": rule,
                 "detail": "no launch was seen through the interpreter while timed"}
-    fills = grid["programs"] >= need
-    detail = (f"{grid['kernel']} ran {grid['programs']} program(s) per launch; "
+    working = grid.get("working", grid["programs"])
+    fills = working >= need
+    idle = (f", {working} of which stored anything (the others returned without work)"
+            if working < grid["programs"] else "")
+    detail = (f"{grid['kernel']} ran {grid['programs']} program(s) per launch{idle}; "
               + ("enough to fill the target GPU" if fills else
-                 f"{need} would fill the target GPU: its CPU time does not choose for a GPU, so the search "
-                 "does not keep it for speed"))
-    return {"fills_target": fills, "needed": need, "rule": rule, "detail": detail,
+                 f"{need} working would fill the target GPU: its CPU time does not choose for a GPU, so the "
+                 "search does not keep it for speed"))
+    return {"fills_target": fills, "needed": need, "rule": rule, "detail": detail, "working": working,
             **{k: grid[k] for k in ("kernel", "programs", "launches")}}

@@ -396,7 +396,8 @@ def time_candidate(w: Worker, case: Case, stage: str = "timing", budget: dict | 
     salt = w.noise.salt(stage)  # revealed in the stage's final record, after its last timed call
     key = w.noise.salt(f"{stage}:outputs")  # which outputs are saved, their checksums' key: revealed likewise
     target = stage == "timing"
-    # the target's timed launches, each (kernel, programs, seconds): the verdict's grid (grid_fill.py)
+    # the target's timed launches, each (kernel, programs, seconds, working programs): the verdict's
+    # grid (grid_fill.py)
     w.monitor.grids = [] if target and w.device == "cpu" else None
     try:
         run = measurement.time_kernel(

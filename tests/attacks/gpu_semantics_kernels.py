@@ -17,6 +17,8 @@ them (tests/attacks/test_gpu_semantics.py). Each lie passes the static check: it
 - one_program_softmax (softmax), honest and slow on a GPU: one program over every row, a block of
   rows at a time. Correct, so it may PASS; on the CPU it is much faster than one program per row (a
   few numpy calls), and must not be kept for that.
+- idle_grid_softmax (softmax), correct: the same one program's work in a grid of one program per
+  row whose other programs return at once: it has the programs a GPU needs and one of them works.
 - stores_past_the_end (softmax): its last program stores one element past the output (a GPU's
   compute-sanitizer memcheck names it; benchmarks/gpu_check.sh runs it).
 - racy_block_sum (reduce, CUDA C++): the CUDA starter without the barrier between the warps'
@@ -228,6 +230,11 @@ def kernel_fn(x):
                             BLOCK_N=block_n)
     return y.view(shape)
 '''
+# one program per row launched, and program 0 alone does every row: the rest return at once
+IDLE_GRID_SOFTMAX = ONE_PROGRAM_SOFTMAX.replace(
+    "    cols = tl.arange(0, BLOCK_N)\n    for start", "    if tl.program_id(0) != 0:\n        return\n"
+    "    cols = tl.arange(0, BLOCK_N)\n    for start").replace("_softmax_all_rows[(1,)]", "_softmax_all_rows[(x2.shape[0],)]")
+assert IDLE_GRID_SOFTMAX.count("return\n") == 1 and "[(x2.shape[0],)]" in IDLE_GRID_SOFTMAX
 # one program per row; the last row's program stores one element past the row, which is past the end
 STORES_PAST_THE_END = (HEAD.format(kernel_type="softmax") + SOFTMAX_ROW).replace(
     "range(first_row, n_rows, STEP)", "range(tl.program_id(0), tl.program_id(0) + 1)").replace(
@@ -246,4 +253,5 @@ def racy_block_sum() -> str:
 def sources() -> dict[str, str]:
     return {"chained_mean": CHAINED_MEAN, "float_atomic_mean": FLOAT_ATOMIC_MEAN, "ticket_mean": TICKET_MEAN,
             "tf32_matmul": TF32_MATMUL, "bf16_drops_tail": BF16_DROPS_TAIL, "ieee_matmul": IEEE_MATMUL,
-            "one_program_softmax": ONE_PROGRAM_SOFTMAX, "stores_past_the_end": STORES_PAST_THE_END}
+            "one_program_softmax": ONE_PROGRAM_SOFTMAX, "idle_grid_softmax": IDLE_GRID_SOFTMAX,
+            "stores_past_the_end": STORES_PAST_THE_END}

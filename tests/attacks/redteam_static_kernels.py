@@ -87,6 +87,15 @@ ATTACKS = {
     "annotation_run_as_code": (_kernel('def _f(a: "getattr(len, \'__self__\')"):\n    pass\n\n\n'
                                        "_hints = typing.get_type_hints(_f)", "y = x.softmax(-1)"),
                                "not on the kernel allow-list", "get_type_hints"),
+    # judged with its weight an nn.Parameter that requires grad; served inside a custom op, a frozen
+    # layer or a compiled graph, another path
+    "requires_grad_tell": (_kernel("", "y = torch.empty_like(x)",
+                                   "scale = 1.0 if x.requires_grad else 1.01"), "judge tell", "requires_grad"),
+    "requires_grad_by_hasattr": (_kernel("", "y = torch.empty_like(x)",
+                                         'frozen = hasattr(x, "requires_grad")'), "judge tell", "requires_grad"),
+    # judged on the CPU, served on a GPU
+    "is_cuda_tell": (_kernel("", "y = torch.empty_like(x)", "scale = 1.01 if x.is_cuda else 1.0"),
+                     "judge tell", "is_cuda"),
 }
 
 # modules that run code later or elsewhere: threads, signals, exit hooks, weak references
@@ -101,4 +110,5 @@ HONEST = _kernel(
     "rows = sum(1 for _ in _Rows(x.shape[0]).items())",
     "try:", "    cols = x.shape[1]", "except IndexError:", "    cols = 1", "finally:", "    rows += 0",
     "seen = {}", "seen[rows] = (x.shape, block)",
+    "out = torch.empty(x.shape, dtype=x.dtype, device=x.device)",  # the device, to allocate on
     "y = torch.empty_like(x)")

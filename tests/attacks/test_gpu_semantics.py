@@ -22,8 +22,8 @@ STARTERS = ROOT / "starter_kernels" / "triton"
 TARGETS = {"cross_entropy": {"N": 16, "V": 256}, "matmul": {"M": 64, "K": 80, "N": 48}, "softmax": {"M": 16, "N": 256}}
 ATTACKS = {"cross_entropy": ("chained_mean", "float_atomic_mean", "ticket_mean"),
            "matmul": ("tf32_matmul", "bf16_drops_tail", "ieee_matmul"),
-           "softmax": ("one_program_softmax",)}
-HONEST = {"ticket_mean", "ieee_matmul", "one_program_softmax"}
+           "softmax": ("one_program_softmax", "idle_grid_softmax")}
+HONEST = {"ticket_mean", "ieee_matmul", "one_program_softmax", "idle_grid_softmax"}
 
 # name -> (the stage that fails it, phrases its reason must hold)
 EXPECTED = {
@@ -98,6 +98,21 @@ def test_a_grid_that_would_leave_the_gpu_idle_passes_and_is_not_kept_for_speed(j
                          dtype="float32", best_median_us=one["timing"]["median_us"] * 100, best_iqr_us=0.0, best_reps=50)
     assert decide(one, target) == "REVERT"
     assert decide({**rows, "timing": {**rows["timing"], "median_us": one["timing"]["median_us"]}}, target) == "KEEP"
+
+
+def test_a_grid_whose_programs_return_without_work_is_not_kept_for_speed(judged):
+    """One program per row launched, one of them doing every row: the programs are there, the work
+    is not; the rule counts the programs that stored anything."""
+    idle = judged[("idle_grid_softmax", "float32")]
+    grid = idle["timing"]["grid"]
+    assert (grid["programs"], grid["working"], grid["needed"], grid["fills_target"]) == (16, 1, 16, False)
+    assert "1 of which stored anything" in grid["detail"]
+    target = TargetState(name="softmax[16x256:float32]", kernel_type="softmax", dims=TARGETS["softmax"],
+                         dtype="float32", best_median_us=idle["timing"]["median_us"] * 100, best_iqr_us=0.0,
+                         best_reps=50)
+    assert decide(idle, target) == "REVERT"
+    rows = judged[("starter:softmax", "float32")]["timing"]["grid"]
+    assert rows["working"] == rows["programs"] and rows["fills_target"] is True
 
 
 CHAINED_RELU = '''import torch

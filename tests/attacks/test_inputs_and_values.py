@@ -27,12 +27,23 @@ EXPECTED = {
     "stores_past_output": ("integrity", ("softmax[8x128:float32]", "wrote past the end of the output",
                                          "byte offset 4096 of a storage of 4096 bytes")),
     # the judge passes weights as nn.Parameters with requires_grad=True, as every served model does
+    # (judged with the static check off: with it on, reading requires_grad is refused before import)
     "writes_weight_back": ("integrity", ("rmsnorm[8x256:float32]", "modified its input weight",
                                          "nn.Parameter with requires_grad=True")),
+    # a view of a wider buffer it allocated: the stash past each row is gone where a served output is copied
+    "borrowed_output": ("integrity", ("softmax[", "the output does not own its storage",
+                                      "spanning", "of its storage's")),
+    # bf16 holds 1e20, fp16 does not: a row staged through fp16 turns into NaN
+    "fp16_staged_bf16": ("stability", ("softmax[6x300:bfloat16,scale:1e20]", "NaN where the reference has none")),
+    # a QK-norm's q, per head of a fused projection: no one row stride
+    "one_row_stride": ("edge_cases", ("rmsnorm[2x3x4x40:float32,model_views]", "out of tolerance")),
+    # the targets a column of a wider integer buffer: read densely, every other label is another's
+    "dense_targets": ("edge_cases", ("cross_entropy[6x100:float32,model_views]",)),
     # random rows never tie at their maximum; constant, zero and tied rows do
     "counts_max_once": ("stability", ("softmax[11x100:float32,structured]", "row 0: a constant row (its maximum repeats",
                                       "row 2: ties at the maximum", "right on: ", "a one-hot row")),
 }
+STATIC_CHECK_OFF = ("writes_weight_back",)  # reaches the layer behind the check
 HONEST = {"honest_softmax": ROOT / "starter_kernels/triton/softmax.py",
           "honest_softmax_rows": judge_kernels.GOOD / "softmax_rows.py",
           "honest_rmsnorm": ROOT / "starter_kernels/triton/rmsnorm.py",
@@ -46,7 +57,14 @@ def judged(tmp_path_factory):
     for name, text in input_kernels.sources().items():
         paths[name] = folder / f"{name}.py"
         paths[name].write_text(text)
-    return judge_batch(paths, None)
+    behind = {name: paths.pop(name) for name in STATIC_CHECK_OFF}
+    return {**judge_batch(paths, None), **judge_batch(behind, None, static_check=False)}
+
+
+def test_a_branch_on_requires_grad_is_refused_before_import():
+    from harness.isolation.static_check import check_source
+    found = check_source(input_kernels.sources()["writes_weight_back"])
+    assert [v.rule for v in found] == ["judge tell"] and "requires_grad" in found[0].detail, [v.text() for v in found]
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,11 @@ serving range), never hands a backward the gradient another use of the same outp
 and passes grad_out uncopied only in a layout the judge judged."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from autokernel.deploy import routing
+from autokernel.deploy.routing import ops
 from autokernel.deploy.routing.ops import judged_layout
 from autokernel.deploy.routing.serving import ServingRange, Shape
 from autokernel.deploy.winners import training_serving_range
@@ -122,3 +124,32 @@ def test_grad_out_reaches_a_backward_uncopied_only_in_a_layout_the_judge_judged(
     # judged: a row broadcast as autograd hands it, a scalar over every element (never judged) copied;
     # a backward judged before layouts were: dense copies
     assert seen == [(0, 1), (32, 1), (32, 1), (32, 1)]
+
+
+def test_layouts_autograd_may_give_that_the_judge_never_judged_are_copied_to_a_fresh_tensors_strides():
+    """A dense grad_out whose size-1 dims carry odd strides is `is_contiguous()` (and `.contiguous()`
+    hands it back as it is); a column-major grad_out of a rank the judge did not judge it at (a
+    transposed 3-D activation of a row type): neither reaches a backward uncopied."""
+    odd = torch.randn(3, 1, 8).as_strided((3, 1, 8), (8, 5, 1))
+    assert odd.is_contiguous() and not judged_layout(odd, "rmsnorm")
+    assert ops.dense(odd).stride() == (8, 8, 1) and torch.equal(ops.dense(odd), odd)
+    three_d = torch.randn(2, 8, 6).transpose(-1, -2)  # [2, 6, 8], column-major in its last two dims
+    assert not judged_layout(three_d, "rmsnorm") and judged_layout(three_d[0], "rmsnorm")  # 2-D: judged
+    assert judged_layout(torch.randn(2, 3, 8, 6).transpose(-1, -2), "flash_attention")
+
+
+@pytest.mark.parametrize("kernel_type", ["softmax", "rmsnorm", "layernorm", "matmul", "flash_attention",
+                                         "rotary_embedding", "fused_mlp", "reduce"])
+def test_the_column_major_rank_is_the_judges_own(kernel_type):
+    """The served op's table agrees with the rank of the column-major grad_out the judge builds."""
+    from harness.correctness import backward_cases, backward_values
+    from harness.kernel_types import registry
+    case = next(c for c in backward_cases.layouts(kernel_type) if c.variant == "bwd:grad_transposed") \
+        if kernel_type != "reduce" else None
+    if case is None:
+        assert kernel_type not in ops.COLUMN_MAJOR_RANK  # broadcast only: a row of sums
+        return
+    args, kwargs = registry.build_inputs(case, "cpu")
+    g = backward_values.upstream(case, args, kwargs)
+    assert g.dim() == ops.COLUMN_MAJOR_RANK.get(kernel_type, 2)
+    assert judged_layout(g, kernel_type), g.stride()

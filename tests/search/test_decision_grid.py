@@ -52,8 +52,20 @@ def test_units_of_work_per_type_and_the_rule_in_words():
 
 def test_the_heaviest_launch_decides_not_a_cheap_one_beside_it():
     grids = [("_row_loss", 16, 0.30), ("_mean", 1, 0.01), ("_row_loss", 16, 0.29), ("_mean", 1, 0.01)]
-    assert grid_fill.heaviest(grids) == {"kernel": "_row_loss", "programs": 16, "launches": 2, "seconds": 0.59}
+    assert grid_fill.heaviest(grids) == {"kernel": "_row_loss", "programs": 16, "launches": 2, "seconds": 0.59,
+                                         "working": 16}
     assert grid_fill.heaviest([]) is None
+
+
+def test_programs_that_return_without_work_do_not_fill_the_gpu():
+    """A grid of one program per row where one program does every row and the rest return at once
+    uses one multiprocessor: the rule counts the programs that stored anything."""
+    case = Case.make("softmax", {"M": 16, "N": 256}, "float32")
+    idle = grid_fill.assess(case, grid_fill.heaviest([("_rows", 16, 0.3, 1), ("_rows", 16, 0.3, 1)]), "sm_90")
+    assert (idle["programs"], idle["working"], idle["fills_target"]) == (16, 1, False)
+    assert "1 of which stored anything" in idle["detail"] and "does not keep it for speed" in idle["detail"]
+    busy = grid_fill.assess(case, grid_fill.heaviest([("_rows", 16, 0.3, 16)]), "sm_90")
+    assert (busy["working"], busy["fills_target"]) == (16, True) and "stored anything" not in busy["detail"]
 
 
 def test_a_pass_not_kept_for_its_grid_tells_the_proposer_why():

@@ -24,8 +24,17 @@ ROW_SWEEP = [({"M": 11, "N": 1000}, {}), ({"M": 5, "N": 1025}, {}), ({"M": 3, "N
 ROW_LAYOUTS = [("noncontig", {"M": 9, "N": 300}, {}), ("offset", {"M": 5, "N": 129}, {}),
                # x the q slice of a fused qkv projection (harness/kernel_types/model_views.py)
                (model_views.VARIANT, {"M": 6, "N": 100}, {}),
+               # per head: rows of one position N apart, positions 3 * H * N apart (no one row stride)
+               (model_views.VARIANT, {"B": 2, "S": 3, "H": 4, "N": 40}, {}),
                ("plain", {"M": 1, "N": 2048}, {}), ("plain", {"B": 2, "S": 3, "N": 96}, {})]
 CPU_BENCH = {"M": 16, "N": 4096}
+
+# bf16 has fp32's range, fp16 stops at 65504: a bf16 case at magnitudes only bf16 holds fails a kernel
+# that stages bf16 values through fp16 (a scratch buffer, a cast "to save registers"), which every
+# other case, near 1, passes. 1e20 for the types whose arithmetic subtracts the row maximum; 1e15 for
+# the norms, whose fp32 statistics square it (1e30, well inside fp32).
+BF16_RANGE = "scale:1e20"
+BF16_RANGE_NORMS = "scale:1e15"
 
 
 def structured_case(kernel_type: str, rows_dim: str, cols_dim: str) -> tuple:
@@ -62,7 +71,8 @@ TYPES.append(KernelType(
                ("scale:100", {"M": 6, "N": 1000}, ("float32", "float16")),
                ("fp16max", {"M": 8, "N": 2000}, ("float32", "float16")),
                ("masked", {"M": 6, "N": 300}, ("float32", "float16")),
-               ("mixed_rows", {"M": 7, "N": 513}, ("float32", "float16"))],
+               ("mixed_rows", {"M": 7, "N": 513}, ("float32", "float16")),
+               (BF16_RANGE, {"M": 6, "N": 300}, ("bfloat16",))],
     edge_cases=ROW_LAYOUTS + [("plain", {"M": 1, "N": 1}, {})],
     bench_shape={"M": 4096, "N": 32000},
     cpu_bench_shape=CPU_BENCH,
@@ -99,6 +109,7 @@ TYPES.append(KernelType(
     stability=[structured_case("layernorm", "M", "N"),
                ("scale:1e-4", {"M": 8, "N": 1000}, ("float32", "float16")),
                ("scale:1e-6", {"M": 8, "N": 1000}, ("float32",)),
+               (BF16_RANGE_NORMS, {"M": 6, "N": 300}, ("bfloat16",)),
                ("offset_mean:1e3", {"M": 8, "N": 4097}, ("float32",)),
                ("scale:300", {"M": 8, "N": 2048}, ("float16",)),
                ("mixed_rows", {"M": 7, "N": 513}, ("float32", "float16"))],
@@ -147,6 +158,7 @@ TYPES.append(KernelType(
     stability=[structured_case("rmsnorm", "M", "N"),
                ("scale:1e-4", {"M": 8, "N": 1000}, ("float32", "float16")),
                ("scale:1e-6", {"M": 8, "N": 1000}, ("float32",)),
+               (BF16_RANGE_NORMS, {"M": 6, "N": 300}, ("bfloat16",)),
                ("scale:300", {"M": 8, "N": 2048}, ("float16",)),
                ("mixed_rows", {"M": 7, "N": 513}, ("float32", "float16"))],
     edge_cases=ROW_LAYOUTS + [("plain", {"M": 4, "N": 1}, {}), ("plain", {"M": 6, "N": 200}, {"eps": 1e-2})],
@@ -188,7 +200,8 @@ TYPES.append(KernelType(
     stability=[structured_case("reduce", "M", "N"),
                ("mixed_rows", {"M": 7, "N": 513}, ("float32", "float16")),
                ("overflow_rows", {"M": 6, "N": 64}, ("float16",)),
-               ("cancel", {"M": 8, "N": 4000}, ("float32",))],
+               ("cancel", {"M": 8, "N": 4000}, ("float32",)),
+               (BF16_RANGE, {"M": 6, "N": 300}, ("bfloat16",))],
     edge_cases=ROW_LAYOUTS + [("plain", {"M": 1, "N": 1}, {})],
     bench_shape={"M": 16384, "N": 4096},
     cpu_bench_shape=CPU_BENCH,
@@ -224,7 +237,8 @@ TYPES.append(KernelType(
     stability=[structured_case("cross_entropy", "N", "V"),
                ("scale:100", {"N": 6, "V": 1000}, ("float32", "float16")),
                ("fp16max", {"N": 8, "V": 2000}, ("float32", "float16")),
-               ("mixed_rows", {"N": 7, "V": 513}, ("float32", "float16"))],
+               ("mixed_rows", {"N": 7, "V": 513}, ("float32", "float16")),
+               (BF16_RANGE, {"N": 6, "V": 300}, ("bfloat16",))],
     edge_cases=[("noncontig", {"N": 9, "V": 300}, {}), ("offset", {"N": 5, "V": 129}, {}),
                 (model_views.VARIANT, {"N": 6, "V": 100}, {}),  # the first V columns of a padded vocabulary
                 ("plain", {"N": 1, "V": 4096}, {})],

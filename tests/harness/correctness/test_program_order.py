@@ -43,6 +43,45 @@ def _int_sum(total_ptr, x_ptr):
     tl.atomic_add(total_ptr, tl.load(x_ptr + tl.program_id(0)))
 
 
+@triton.jit
+def _plain_ticket(out_ptr, partial_ptr, counter_ptr, x_ptr, n):
+    """Each program stores its partial and takes a ticket kept with a plain load and store; the last
+    holder sums every partial in a fixed order: the same bytes in every sequential order."""
+    i = tl.program_id(0)
+    tl.store(partial_ptr + i, tl.load(x_ptr + i) * 2.0)
+    ticket = tl.load(counter_ptr)
+    tl.store(counter_ptr, ticket + 1)
+    if ticket == n - 1:
+        total = 0.0
+        for j in range(0, n):
+            total += tl.load(partial_ptr + j)
+        tl.store(out_ptr, total)
+
+
+@triton.jit
+def _atomic_ticket(out_ptr, partial_ptr, counter_ptr, x_ptr, n):
+    """The same with the ticket an (acq_rel) atomic: the partials are ordered before the last read."""
+    i = tl.program_id(0)
+    tl.store(partial_ptr + i, tl.load(x_ptr + i) * 2.0)
+    ticket = tl.atomic_add(counter_ptr, 1)
+    if ticket == n - 1:
+        total = 0.0
+        for j in range(0, n):
+            total += tl.load(partial_ptr + j)
+        tl.store(out_ptr, total)
+
+
+@triton.jit
+def _unfenced_flag(out_ptr, data_ptr, flag_ptr, x_ptr):
+    """Program 0 publishes a value and sets a flag with plain stores; the others read the flag."""
+    i = tl.program_id(0)
+    if i == 0:
+        tl.store(data_ptr, tl.load(x_ptr) * 3.0)
+        tl.store(flag_ptr, 1)
+    ready = tl.load(flag_ptr)
+    tl.store(out_ptr + i, tl.load(x_ptr + i) + ready.to(tl.float32) * 0.0)
+
+
 @pytest.fixture
 def monitor():
     """The process's launch monitor with the judge's orders on it for one test, then as it was."""
@@ -184,3 +223,46 @@ def test_shared_accesses_see_a_masked_lane_as_no_access_and_a_wide_access_as_eve
     log.program = 2
     log.access(_Handle([2000], bits=32), None, write=False)  # an fp32 read over program 0's two fp16
     assert log.first_shared() in ((2000, 0, 2), (2002, 0, 2))
+
+
+@pytest.mark.parametrize("kernel", ["_plain_ticket", "_unfenced_flag"])
+def test_a_plain_read_of_another_programs_write_with_no_atomic_between_is_a_race(monitor, kernel):
+    """Right in every order a CPU runs programs one after another (the bytes agree), and a race on
+    a GPU: found by the accesses themselves, not by the bytes."""
+    x = torch.arange(1.0, 17.0)
+    out, partial, counter = torch.zeros(16), torch.empty(16), torch.zeros(1, dtype=torch.int32)
+    with monitor.orders.compared():
+        if kernel == "_plain_ticket":
+            _plain_ticket[(16,)](out, partial, counter, x, 16)
+        else:
+            _unfenced_flag[(16,)](out, partial, counter, x)
+    found = monitor.orders.take_findings()
+    assert len(found) == 1, found
+    assert f"in the launch of {kernel}" in found[0] and "no atomic orders the two" in found[0]
+    if kernel == "_plain_ticket":
+        assert out[0].item() == float(x.sum() * 2)  # right here: only the accesses show it
+
+
+def test_a_ticket_taken_by_an_atomic_orders_the_partials_its_last_holder_reads(monitor):
+    x = torch.arange(1.0, 17.0)
+    out, partial, counter = torch.zeros(1), torch.empty(16), torch.zeros(1, dtype=torch.int32)
+    with monitor.orders.compared():
+        _atomic_ticket[(16,)](out, partial, counter, x, 16)
+    assert monitor.orders.take_findings() == []
+    assert out.item() == float(x.sum() * 2)
+
+
+def test_unordered_reads_are_named_only_across_programs_and_where_no_atomic_orders_them():
+    from harness.correctness.shared_accesses import SharedAccesses
+    log = SharedAccesses()
+    log.program = 0
+    log.access(_Handle([4000]), None, write=True)
+    log.access(_Handle([4000]), None, write=False)  # its own write: no one else's
+    log.access(_Handle([6000]), None, write=True, atomic=True)  # the ticket, after its write
+    log.program = 1
+    log.access(_Handle([6000]), None, write=True, atomic=True)  # the ticket, before its read
+    log.access(_Handle([4000]), None, write=False)
+    assert log.first_shared() is not None and log.first_unordered_read() is None
+    log.program = 2
+    log.access(_Handle([4000]), None, write=False)  # no ticket first
+    assert log.first_unordered_read() == (4000, 0, 2)

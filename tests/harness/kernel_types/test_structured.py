@@ -81,7 +81,24 @@ def test_a_wrong_row_is_named_by_what_it_is():
 
 @pytest.mark.parametrize("kernel_type", registry.names())
 def test_the_model_views_case_passes_the_types_values_as_views_into_wider_buffers(kernel_type):
-    (case32, case16) = _cases(kernel_type, model_views.VARIANT)
+    cases = _cases(kernel_type, model_views.VARIANT)
+    assert {c.dtype for c in cases} == {"float32", "float16"} and len(cases) % 2 == 0
+    for case32 in [c for c in cases if c.dtype == "float32"]:
+        _check_model_views(kernel_type, case32)
+
+
+def test_a_row_types_4d_model_view_is_per_head_with_no_one_row_stride():
+    """A QK-norm's q: [B, S, H, N] per head of a [B, S, 3, H, N] projection; rows of one position
+    N apart, positions 3 * H * N apart, so no row stride reaches every row."""
+    case = next(c for c in _cases("rmsnorm", model_views.VARIANT) if len(c.dims) == 4)
+    x = registry.build_inputs(case)[0][0]
+    b, s, h, n = x.shape
+    assert x.stride() == (s * 3 * h * n, 3 * h * n, n, 1)
+    with pytest.raises(RuntimeError):
+        x.view(-1, n)  # not one stride: a reshape copies
+
+
+def _check_model_views(kernel_type, case32):
     args, _ = registry.build_inputs(case32)
     plain, _ = registry.build_inputs(case32.replace(variant="plain"))
     assert all(torch.equal(a, p) for a, p in zip(args, plain))  # the same values, laid out otherwise
