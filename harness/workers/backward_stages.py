@@ -117,8 +117,11 @@ def compile_stage(w, cases: list[Case]) -> bool:
 
 def _spacers(device: str, call: int) -> list:
     """Allocations between two calls, kept until the stage ends: whatever the next call allocates
-    lands at other addresses (a sum whose order follows an address, as atomics' does, shows)."""
-    return [torch.empty(2 ** k + 64 * call, dtype=torch.uint8, device=device) for k in range(8, 24, 3)]
+    lands at other addresses (a sum whose order follows an address, as atomics' does, shows). One of
+    them grows by 64 bytes a call: six that each grew so would move the next allocation by 384 bytes
+    a call, which leaves an address's 64-byte line the same modulo 2, 3 or 6."""
+    return [torch.empty(2 ** k, dtype=torch.uint8, device=device) for k in range(8, 24, 3)] + \
+        [torch.empty(64 * (call + 1), dtype=torch.uint8, device=device)]
 
 
 def determinism_stage(w, cases: list[Case]) -> bool:

@@ -25,13 +25,13 @@ def _rows(case: Case) -> int:
 
 
 @pytest.mark.parametrize("kernel_type", sorted(backward_cases.ROWS_DIM))
-def test_every_type_is_judged_past_the_sm_counts_at_the_timing_shape_and_three_times_over(kernel_type):
+def test_every_type_is_judged_past_the_sm_counts_at_the_timing_shape_and_five_times_over(kernel_type):
     bp = _plan(kernel_type)
     rows = backward_cases.ROWS_DIM[kernel_type]
     assert any(c.dims.get(rows, 0) > max(backward_cases.SM_COUNTS) for c in bp.stages["shape_sweep"])
     timing = bp.timing
     assert any(backward_cases.same_problem(timing, c) for c in bp.stages["shape_sweep"])
-    assert len(bp.stages["determinism"]) == 1 and backward.DETERMINISM_CALLS == 3
+    assert len(bp.stages["determinism"]) == 1 and backward.DETERMINISM_CALLS >= 5
     gpu = _plan(kernel_type, GPU)
     assert {c.dims.get(rows) for c in gpu.stages["shape_sweep"]} >= set(backward_cases.GPU_PAST_SMS)
 
