@@ -21,6 +21,11 @@ import input_kernels  # noqa: E402  (the attack suite's kernels: one writes into
 NORM_TARGET = TARGETS[0]  # rmsnorm[8x32:float32], served for the model's three RMSNorm modules
 
 
+# the attack's writer reads weight.requires_grad, which the static check now refuses before import;
+# verify's check of served parameters is shown here with a writer that writes on every call
+WRITES_WEIGHT_BACK = input_kernels.WRITES_WEIGHT_BACK.replace("if weight.requires_grad:", "if True:", 1)
+assert WRITES_WEIGHT_BACK != input_kernels.WRITES_WEIGHT_BACK
+
 def _norm_winner(path) -> routing.Winner:
     module = routing.load_kernel(path, f"winner_{path.stem}")
     target, kernel_type, dims, kwargs, route, modules, _ = NORM_TARGET
@@ -47,7 +52,7 @@ def test_an_honest_winner_served_1000_times_leaves_every_parameter_bit_identical
 
 def test_a_winner_that_writes_into_its_weight_is_named_by_the_parameter_it_changed(tmp_path):
     path = tmp_path / "writes_weight_back.py"
-    path.write_text(input_kernels.WRITES_WEIGHT_BACK)
+    path.write_text(WRITES_WEIGHT_BACK)
     _, model, tokens = llama()
     fingerprint = verify_parameters.fingerprint(model)
     with routing.Router([_norm_winner(path)]).patched(model), torch.no_grad():
@@ -60,7 +65,7 @@ def test_a_winner_that_writes_into_its_weight_is_named_by_the_parameter_it_chang
 def test_verify_fails_naming_the_parameter_a_winner_wrote_into(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # verify sets it too; this puts it back afterwards
     run = make_run(tmp_path, targets=[NORM_TARGET], name="run-writes-weight")
-    rewrite_winner(RunDir(run), NORM_TARGET[0], input_kernels.WRITES_WEIGHT_BACK)
+    rewrite_winner(RunDir(run), NORM_TARGET[0], WRITES_WEIGHT_BACK)
     result = verifier.verify(run, seeds=(0,))
     assert result["status"] == "failed" and result["ok"] is False
     assert result["parameters_changed"] == sorted(f"{m['name']}.weight" for m in NORMS)
