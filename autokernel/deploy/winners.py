@@ -98,7 +98,8 @@ def choose_alternatives(found: list[WinnerFile], plan: dict) -> list[dict]:
     kernels to one call. For each chain with a winner, the side that saves more of the end-to-end
     time by its measured figures is served; the other's winners are marked `not_served` with both
     figures. A side with no figure loses to one with a figure; a tie keeps the members (the
-    model's own ops). Returns the decisions, one per chain with a winner, as verify records them."""
+    model's own ops), as does a chain no form can bind in a model yet (its winner is then not
+    served at all, saying so, rather than failing verify for serving nothing). Returns the decisions, one per chain with a winner, as verify records them."""
     from autokernel.profile.chain_plan import members
     by_target = {f.target: f for f in found}
     decisions = []
@@ -113,7 +114,9 @@ def choose_alternatives(found: list[WinnerFile], plan: dict) -> list[dict]:
         members_save = sum(x for x in rival_saves if x is not None) if any(x is not None for x in rival_saves) else None
         decision = {"chain": chain.target, "members": [f.target for f in rivals], "chain_saves": chain_saves,
                     "members_save": members_save}
-        if not rivals:
+        if not bindable(chain.kernel_type):
+            decision.update(served="members", why=f"no form binds a {chain.kernel_type} chain in a model yet")
+        elif not rivals:
             decision.update(served="chain", why="no member of the chain has a winner")
         elif chain_saves is not None and (members_save is None or chain_saves > members_save):
             decision.update(served="chain", why=f"the chain saves {_pct(chain_saves)} of the end-to-end time, its "
@@ -127,6 +130,14 @@ def choose_alternatives(found: list[WinnerFile], plan: dict) -> list[dict]:
         chain.decision = decision
         decisions.append(decision)
     return decisions
+
+
+def bindable(kernel_type: str) -> bool:
+    """Whether the router can bind a winner of this type into a model: a hand-written form of it
+    (routing/calls.py FORMS) or a torch op it serves (routing/binding.py KINDS)."""
+    from autokernel.deploy.routing.binding import KINDS
+    from autokernel.deploy.routing.calls import FORMS
+    return kernel_type in FORMS or kernel_type in KINDS.values()
 
 
 def _pct(x: Optional[float]) -> str:

@@ -28,15 +28,12 @@ ATTENTION = [{"name": f"{layer}.self_attn", "class": "LlamaAttention"} for layer
 MLPS = [{"name": f"{layer}.mlp", "class": "LlamaMLP"} for layer in LAYERS]
 ROTARY_QK, ROTARY = "rotary_qk[1x2x2x16x32:float32]", "rotary_embedding[1x2x16x32:float32]"
 SILU_MUL, MLP = "silu_mul[16x128:float32]", "fused_mlp[16x64x128:float32]"
-ADD_NORM = "add_rmsnorm[16x64:float32]"
 # the HF LLaMA's chains and their members at its profiled input (1 x 16 tokens), as the plan names them
 TARGETS = {
     ROTARY: ("rotary_embedding", {"B": 1, "H": 2, "S": 16, "D": 32}, {}, "pattern", ATTENTION),
     ROTARY_QK: ("rotary_qk", {"B": 1, "HQ": 2, "HK": 2, "S": 16, "D": 32}, {}, "pattern", ATTENTION),
     MLP: ("fused_mlp", {"M": 16, "D": 64, "F": 128}, {}, "module", MLPS),
     SILU_MUL: ("silu_mul", {"M": 16, "N": 128}, {}, "module", MLPS),
-    ADD_NORM: ("add_rmsnorm", {"M": 16, "N": 64}, {"eps": 1e-6}, "pattern",
-               [{"name": layer, "class": "LlamaDecoderLayer"} for layer in LAYERS]),
 }
 
 
@@ -48,13 +45,13 @@ def _run(root, names, figures=None):
 def test_the_side_that_saves_more_is_served_and_the_other_is_left_out_with_both_figures(tmp_path):
     # (share, best us, eager us): rotary_qk saves 5% x (1 - 1/2) = 2.5% against rotary_embedding's
     # 4% x (1 - 1/1.25) = 0.8%; silu_mul 2% x (1 - 1/1.5) = 0.67% against fused_mlp's 10% x
-    # (1 - 1/1.2) = 1.67%; add_rmsnorm has no member with a winner
+    # (1 - 1/1.2) = 1.67%
     figures = {ROTARY_QK: (0.05, 50.0, 100.0), ROTARY: (0.04, 80.0, 100.0), SILU_MUL: (0.02, 20.0, 30.0),
-               MLP: (0.10, 100.0, 120.0), ADD_NORM: (0.01, 100.0, 100.0)}
-    run = _run(tmp_path, [ROTARY, MLP, ROTARY_QK, SILU_MUL, ADD_NORM], figures)
+               MLP: (0.10, 100.0, 120.0)}
+    run = _run(tmp_path, [ROTARY, MLP, ROTARY_QK, SILU_MUL], figures)
     files = {f.target: f for f in winner_files(run)}
     served = sorted(t for t, f in files.items() if not f.not_served)
-    assert served == sorted([ROTARY_QK, MLP, ADD_NORM])
+    assert served == sorted([ROTARY_QK, MLP])
     rotary = files[ROTARY_QK].decision
     assert (rotary["served"], rotary["members"]) == ("chain", [ROTARY])
     assert rotary["chain_saves"] == pytest.approx(0.025) and rotary["members_save"] == pytest.approx(0.008)
@@ -63,7 +60,6 @@ def test_the_side_that_saves_more_is_served_and_the_other_is_left_out_with_both_
     mlp = files[SILU_MUL].decision
     assert mlp["served"] == "members" and mlp["members_save"] == pytest.approx(0.1 * (1 - 1 / 1.2))
     assert "+1.667%" in files[SILU_MUL].not_served
-    assert files[ADD_NORM].decision["why"] == "no member of the chain has a winner"
     # a chain's route and modules are its plan row's: bound where the chain ran
     assert (files[ROTARY_QK].route, files[ROTARY_QK].modules) == ("pattern", ATTENTION)
     # export binds the same side: the other is left out, saying why, and the decisions travel
@@ -71,15 +67,23 @@ def test_the_side_that_saves_more_is_served_and_the_other_is_left_out_with_both_
     assert sorted(k["target"] for k in manifest["kernels"]) == served
     assert {x["target"]: x["reason"] for x in manifest["left_out"]} == {
         ROTARY: files[ROTARY].not_served, SILU_MUL: files[SILU_MUL].not_served}
-    assert [c["chain"] for c in manifest["chains"]] == [ROTARY_QK, SILU_MUL, ADD_NORM]
+    assert [c["chain"] for c in manifest["chains"]] == [ROTARY_QK, SILU_MUL]
 
 
-def test_a_tie_or_an_unmeasured_chain_keeps_the_members(tmp_path):
+def test_a_tie_keeps_the_members_a_lone_chain_serves_and_one_no_form_binds_does_not(tmp_path, monkeypatch):
+    from autokernel.deploy import winners
     # equal savings: the members (the model's own ops) are kept
     figures = {ROTARY_QK: (0.1, 50.0, 100.0), ROTARY: (0.1, 50.0, 100.0)}
-    files = {f.target: f for f in winner_files(_run(tmp_path, [ROTARY, ROTARY_QK], figures))}
+    files = {f.target: f for f in winner_files(_run(tmp_path / "tie", [ROTARY, ROTARY_QK], figures))}
     assert files[ROTARY_QK].decision["served"] == "members" and not files[ROTARY].not_served
     assert files[ROTARY_QK].not_served
+    # no member with a winner: the chain serves, whatever it measured
+    (alone,) = winner_files(_run(tmp_path / "alone", [ROTARY_QK]))
+    assert not alone.not_served and alone.decision["why"] == "no member of the chain has a winner"
+    # a chain type the router has no way to bind into a model: never bound (verify would find it served nothing)
+    monkeypatch.setattr(winners, "bindable", lambda kernel_type: kernel_type != "rotary_qk")
+    (unbound,) = winner_files(_run(tmp_path / "unbound", [ROTARY_QK]))
+    assert unbound.not_served.endswith("no form binds a rotary_qk chain in a model yet")
 
 
 # Run by a fresh interpreter with only site-packages: the repository must carry all it needs. The
