@@ -99,7 +99,8 @@ def choose_alternatives(found: list[WinnerFile], plan: dict) -> list[dict]:
     time by its measured figures is served; the other's winners are marked `not_served` with both
     figures. A side with no figure loses to one with a figure; a tie keeps the members (the
     model's own ops), as does a chain no form can bind in a model yet (its winner is then not
-    served at all, saying so, rather than failing verify for serving nothing). Returns the decisions, one per chain with a winner, as verify records them."""
+    served at all, saying so, rather than failing verify for serving nothing). Returns the
+    decisions, one per chain with a winner, as verify records them."""
     from autokernel.profile.chain_plan import members
     by_target = {f.target: f for f in found}
     decisions = []

@@ -119,8 +119,15 @@ def _bytes(graph: OpGraph, chain: Chain) -> tuple[int, int]:
         op = graph.ops[i]
         unfused += sum(math.prod(s) * _itemsize(d) for s, d in zip(op.shapes, op.dtypes))
         unfused += sum(graph.nbytes(v) for v in op.outputs)
-    fused = sum(graph.nbytes(v) for v in dict.fromkeys(chain.inputs)) + sum(graph.nbytes(v) for v in chain.outputs)
-    return unfused, fused
+    # an input is read as the chain's ops see it: a slice of a larger table (rotary's cos and sin
+    # cut from a cache of every position) costs the slice, not the table
+    read: dict[int, int] = {}
+    for i in chain.ops:
+        op = graph.ops[i]
+        for v, shape, dtype in zip(op.inputs, op.shapes, op.dtypes):
+            read[v] = max(read.get(v, 0), math.prod(shape) * _itemsize(dtype))
+    fused = sum(read.get(v, graph.nbytes(v)) for v in dict.fromkeys(chain.inputs))
+    return unfused, fused + sum(graph.nbytes(v) for v in chain.outputs)
 
 
 def _itemsize(dtype: str) -> int:
