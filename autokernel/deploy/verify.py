@@ -107,7 +107,7 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
     for name, why in skipped.items():
         log(f"verify: input set {name} left out: {why}")
     for d in (f.decision for f in files if f.decision):
-        log(f"verify: {d['chain']}: the {'chain' if d['served'] == 'chain' else 'members'} served: {d['why']}")
+        log(f"verify: {d['chain']}: {'the ' + d['served'] if d['served'] != 'neither' else 'neither'} served: {d['why']}")
     params = verify_parameters.fingerprint(loaded.model)  # every weight, bit for bit, before any winner runs
     full, rest, guilty, clean = judge_winners(loaded, winners, failed, sets, log)
     times = verify_workload.time_sets(loaded, sets, spec.device, clean, compile_baseline, log)

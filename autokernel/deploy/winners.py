@@ -116,7 +116,8 @@ def choose_alternatives(found: list[WinnerFile], plan: dict) -> list[dict]:
         decision = {"chain": chain.target, "members": [f.target for f in rivals], "chain_saves": chain_saves,
                     "members_save": members_save}
         if not bindable(chain.kernel_type):
-            decision.update(served="members", why=f"no form binds a {chain.kernel_type} chain in a model yet")
+            decision.update(served="members" if rivals else "neither",
+                            why=f"no form binds {chain.kernel_type} chains in a model yet")
         elif not rivals:
             decision.update(served="chain", why="no member of the chain has a winner")
         elif chain_saves is not None and (members_save is None or chain_saves > members_save):
@@ -126,8 +127,9 @@ def choose_alternatives(found: list[WinnerFile], plan: dict) -> list[dict]:
             decision.update(served="members", why=f"its members' winners save {_pct(members_save)} of the end-to-end "
                                                   f"time, the chain {_pct(chain_saves)}")
         losers = rivals if decision["served"] == "chain" else [chain]
+        both = f"the {chain.target} chain and its members run the same ops; " if rivals else ""
         for f in losers:
-            f.not_served = f"not served: the {chain.target} chain and its members run the same ops; {decision['why']}"
+            f.not_served = f"not served: {both}{decision['why']}"
         chain.decision = decision
         decisions.append(decision)
     return decisions

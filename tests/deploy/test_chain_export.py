@@ -83,7 +83,8 @@ def test_a_tie_keeps_the_members_a_lone_chain_serves_and_one_no_form_binds_does_
     # a chain type the router has no way to bind into a model: never bound (verify would find it served nothing)
     monkeypatch.setattr(winners, "bindable", lambda kernel_type: kernel_type != "rotary_qk")
     (unbound,) = winner_files(_run(tmp_path / "unbound", [ROTARY_QK]))
-    assert unbound.not_served.endswith("no form binds a rotary_qk chain in a model yet")
+    assert unbound.not_served == "not served: no form binds rotary_qk chains in a model yet"
+    assert unbound.decision["served"] == "neither"
 
 
 # Run by a fresh interpreter with only site-packages: the repository must carry all it needs. The
