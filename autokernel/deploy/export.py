@@ -102,7 +102,8 @@ def collect(run_path: str | Path) -> Exported:
     require_sealed(run.path, "export refused")  # never package a winner that is not the text that was judged
     verified = _read_verify(run)
     kernels, left_out, sources = [], [], {}
-    for f in winner_files(run):
+    files = winner_files(run)
+    for f in files:
         reason = leave_out_reason(f, verified)
         if reason:
             left_out.append({"target": f.target, "reason": reason})
@@ -113,7 +114,8 @@ def collect(run_path: str | Path) -> Exported:
     manifest = {"run_id": run.run_id, "exported": datetime.now().isoformat(timespec="seconds"),
                 "verified": bool(verified), "outputs_match": verified.get("outputs_match"),
                 "e2e_speedup": verified.get("e2e_speedup"), "device": verified.get("device"),
-                "cpu_figures": verified.get("cpu_figures"), "kernels": kernels, "left_out": left_out}
+                "cpu_figures": verified.get("cpu_figures"), "kernels": kernels, "left_out": left_out,
+                "chains": [f.decision for f in files if f.decision]}  # chain or its members: which is bound, and why
     return Exported(run, manifest, sources)
 
 
@@ -187,6 +189,8 @@ def leave_out_reason(f: WinnerFile, verified: dict) -> str:
         return f"guilty in verify.json: {why}"
     if f.unrun_dtype:  # a PASS that rests on a dtype the judge did not run serves nothing
         return f.unrun_dtype
+    if f.not_served:  # a chain or its members: only the side with the larger measured gain is bound
+        return f.not_served
     source = f.path.read_text(encoding="utf-8")
     try:
         tree = syntax.parse(source)

@@ -15,7 +15,8 @@ repository, which the `kernels` library loads (`get_local_kernel`, `LocalLayerRe
 Noarch variants because the package is Python: Triton compiles where it runs, and a CUDA C++
 winner's launch library is built by nvcc where it runs (the package's vendor/). The layers
 (autokernel/deploy/kernel_layers.py) carry the winners of the types a transformers layer computes
-(rmsnorm, fused_mlp, rotary_embedding); every other winner stays with the package's `patch()`.
+(rmsnorm, fused_mlp, rotary_embedding, and the chains silu_mul and rotary_qk under the MLP's and
+apply_rotary_pos_emb's names); every other winner stays with the package's `patch()`.
 """
 from __future__ import annotations
 
@@ -78,10 +79,11 @@ def layer_map(kernels: list[dict]) -> tuple[list[dict], list[str]]:
     """The layers that carry a winner ([{layer, layer_name, kernel_type, targets}]) and the targets
     no layer carries, which the package's patch() serves."""
     layers, carried = [], set()
-    for layer, (kernel_type, layer_name) in LAYERS.items():
-        targets = [k["target"] for k in kernels if k["kernel_type"] == kernel_type]
+    for layer, (types, layer_name) in LAYERS.items():
+        targets = [k["target"] for k in kernels if k["kernel_type"] in types]
         if targets:
-            layers.append({"layer": layer, "layer_name": layer_name, "kernel_type": kernel_type, "targets": targets})
+            served = [t for t in types if any(k["kernel_type"] == t for k in kernels)]
+            layers.append({"layer": layer, "layer_name": layer_name, "kernel_type": served[0], "targets": targets})
             carried.update(targets)
     return layers, [k["target"] for k in kernels if k["target"] not in carried]
 

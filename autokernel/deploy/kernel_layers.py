@@ -6,8 +6,13 @@ itself only LAYERS is read, by the exporter). `kernels.kernelize` replaces the `
 is registered under a layer name mapped to one of these classes:
 
     RMSNorm     "RMSNorm"         transformers' RMSNorm modules (LlamaRMSNorm, MistralRMSNorm...)
-    SwiGLUMLP   "SwiGLUMLP"       a SwiGLU MLP of three bias-free nn.Linear (LlamaMLP), registered by hand
-    RotaryPosEmb "rotary_pos_emb" transformers' apply_rotary_pos_emb, where it is kernel-aware
+    SwiGLUMLP   "SwiGLUMLP"       a SwiGLU MLP of three bias-free nn.Linear (LlamaMLP), registered by hand:
+                                  a fused_mlp kernel, or the silu_mul chain's between its projections
+    RotaryPosEmb "rotary_pos_emb" transformers' apply_rotary_pos_emb, where it is kernel-aware: the
+                                  rotary_qk chain's kernel (q and k in one launch), or rotary_embedding's
+
+A layer that computes a chain serves the chain's kernel or its member's, whichever the package
+carries: export binds one of the two (the one whose winner measured the larger end-to-end gain).
 
 Each forward runs bound to the module it replaces. It decides whether to serve a call exactly as
 the package's `patch()` does, through the same router (routing/, as `autokernel verify` used it):
@@ -32,28 +37,28 @@ import torch
 from . import routing
 from .routing.sites import FormSite
 
-# layer class -> (the kernel type it serves, the layer name it is mapped under)
-LAYERS = {"RMSNorm": ("rmsnorm", "RMSNorm"), "SwiGLUMLP": ("fused_mlp", "SwiGLUMLP"),
-          "RotaryPosEmb": ("rotary_embedding", "rotary_pos_emb")}
+# layer class -> (the kernel types it serves, first found first; the layer name it is mapped under)
+LAYERS = {"RMSNorm": (("rmsnorm",), "RMSNorm"), "SwiGLUMLP": (("silu_mul", "fused_mlp"), "SwiGLUMLP"),
+          "RotaryPosEmb": (("rotary_qk", "rotary_embedding"), "rotary_pos_emb")}
 _state: dict[str, Any] = {}  # "router": the layers' router, built on the first call of any layer
 _stand_ins: "weakref.WeakKeyDictionary[torch.nn.Module, Callable]" = weakref.WeakKeyDictionary()
 
 
-def _has_backward(kernel_type: str) -> bool:
-    """Whether a kernel of this type in the package has a judged backward (inside autokernel
+def _has_backward(layer: str) -> bool:
+    """Whether a kernel the layer serves in the package has a judged backward (inside autokernel
     itself, which reads only LAYERS here, there is no package: False)."""
     try:
         from . import KERNELS
     except ImportError:
         return False
-    return any(k["kernel_type"] == kernel_type and k.get("backward") for k in KERNELS)
+    return any(k["kernel_type"] in LAYERS[layer][0] and k.get("backward") for k in KERNELS)
 
 
 def router() -> "routing.Router":
     """The router of the kernels these layers can serve (loaded on first use)."""
     if "router" not in _state:
         from . import KERNELS, winners  # the package's (autokernel itself reads only LAYERS here)
-        types = {kernel_type for kernel_type, _ in LAYERS.values()}
+        types = {kernel_type for served, _ in LAYERS.values() for kernel_type in served}
         found = routing.Router(winners([k["target"] for k in KERNELS if k["kernel_type"] in types]))
         for w in found.winners:
             w.registered()  # each winner a custom op, for a model compiled after its first forward
@@ -66,22 +71,23 @@ def tally() -> dict:
     return router().tally.to_json()
 
 
-def _serve(kernel_type: str, module: torch.nn.Module, *args: Any) -> Any:
+def _serve(layer: str, module: torch.nn.Module, *args: Any) -> Any:
     stand_in = _stand_ins.get(module)
     if stand_in is None:
-        stand_in = _stand_ins[module] = _stand_in(kernel_type, module)
+        stand_in = _stand_ins[module] = _stand_in(layer, module)
     return stand_in(*args)
 
 
-def _stand_in(kernel_type: str, module: torch.nn.Module) -> Callable:
+def _stand_in(layer: str, module: torch.nn.Module) -> Callable:
     """The module's stand-in: patch()'s own site for a hand-written form, with the module's own
     forward (its class's; kernelize replaced only the instance's) as the original."""
     r = router()
     original = type(module).forward.__get__(module)
-    found = r.by_type.get(kernel_type)
+    types = LAYERS[layer][0]
+    found = next((r.by_type[t] for t in types if r.by_type.get(t)), None)
     if not found:
-        warnings.warn(f"{type(module).__name__} is mapped to this repository's {kernel_type} layer, but the "
-                      f"repository has no {kernel_type} kernel that runs here: its own forward runs",
+        warnings.warn(f"{type(module).__name__} is mapped to this repository's {layer} layer, but the "
+                      f"repository has no {' or '.join(types)} kernel that runs here: its own forward runs",
                       RuntimeWarning, stacklevel=4)
         return original
     site = FormSite(r, found[0], original, module, f"{type(module).__name__}.forward", uninstall=lambda: None)
@@ -93,27 +99,29 @@ class RMSNorm(torch.nn.Module):
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim, by an rmsnorm kernel."""
 
     can_torch_compile = False
-    has_backward = _has_backward("rmsnorm")
+    has_backward = _has_backward("RMSNorm")
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return _serve("rmsnorm", self, hidden_states)
+        return _serve("RMSNorm", self, hidden_states)
 
 
 class SwiGLUMLP(torch.nn.Module):
-    """down(silu(gate(x)) * up(x)) with three bias-free nn.Linear children, by a fused_mlp kernel."""
+    """down(silu(gate(x)) * up(x)) with three bias-free nn.Linear children, by a silu_mul kernel
+    between the module's own projections, or a fused_mlp kernel for the whole."""
 
     can_torch_compile = False
-    has_backward = _has_backward("fused_mlp")
+    has_backward = _has_backward("SwiGLUMLP")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _serve("fused_mlp", self, x)
+        return _serve("SwiGLUMLP", self, x)
 
 
 class RotaryPosEmb(torch.nn.Module):
-    """transformers' apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim) by a rotary_embedding kernel."""
+    """transformers' apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim) by a rotary_qk kernel (q and k
+    in one launch) or a rotary_embedding kernel (one launch each)."""
 
     can_torch_compile = False
-    has_backward = _has_backward("rotary_embedding")
+    has_backward = _has_backward("RotaryPosEmb")
 
     def forward(self, q, k, cos, sin, unsqueeze_dim=1):
-        return _serve("rotary_embedding", self, q, k, cos, sin, unsqueeze_dim)
+        return _serve("RotaryPosEmb", self, q, k, cos, sin, unsqueeze_dim)

@@ -289,8 +289,27 @@ def _inputs(w, gen: torch.Generator) -> tuple[list, dict]:
     if t == "fused_mlp":
         return [randn(d["M"], d["D"]), randn(d["F"], d["D"], scale=d["D"] ** -0.5),
                 randn(d["F"], d["D"], scale=d["D"] ** -0.5), randn(d["D"], d["F"], scale=d["F"] ** -0.5)], {}
+    if t in CHAIN_INPUTS:
+        return CHAIN_INPUTS[t](d, randn, gen), {k: v for k, v in w.kwargs.items() if k in ("eps", "ignore_index",
+                                                                                            "reduction")}
     shape = (d["B"], d["H"], d["S"], d["D"])
     if t == "flash_attention":
         return [randn(*shape), randn(*shape), randn(*shape)], {"causal": bool(w.kwargs.get("causal", False))}
     angles = torch.randn(d["S"], d["D"] // 2, generator=gen).repeat(1, 2)  # rotate-half tables
     return [randn(*shape), angles.cos().to(dtype), angles.sin().to(dtype)], {}
+
+
+def _rotary_tables(d: dict, gen: torch.Generator) -> list:
+    angles = torch.randn(d["S"], d["D"] // 2, generator=gen).repeat(1, 2)  # rotate-half tables
+    return [angles.cos(), angles.sin()]
+
+
+# the chain types' inputs (harness/kernel_types/types/chains.py), as the selftest needs them
+CHAIN_INPUTS = {
+    "add_rmsnorm": lambda d, randn, gen: [randn(d["M"], d["N"]), randn(d["M"], d["N"]), randn(d["N"])],
+    "silu_mul": lambda d, randn, gen: [randn(d["M"], d["N"]), randn(d["M"], d["N"])],
+    "rotary_qk": lambda d, randn, gen: [randn(d["B"], d["HQ"], d["S"], d["D"]), randn(d["B"], d["HK"], d["S"], d["D"]),
+                                        *(t.to(randn(1).dtype) for t in _rotary_tables(d, gen))],
+    "linear_cross_entropy": lambda d, randn, gen: [randn(d["N"], d["D"]), randn(d["V"], d["D"], scale=d["D"] ** -0.5),
+                                                   torch.randint(0, d["V"], (d["N"],), generator=gen)],
+}

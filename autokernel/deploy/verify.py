@@ -97,7 +97,8 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
     files = winner_files(run)
     loaded = load_model(spec)
     not_run = {f.target: why for f in files if (why := not_runnable(f, spec.device))}
-    winners, failed = load_winners([f for f in files if f.target not in not_run])
+    # a chain or its members, whichever measured the smaller gain (winners.choose_alternatives), is not bound
+    winners, failed = load_winners([f for f in files if f.target not in not_run and not f.not_served])
     input_sets, source, skipped = workload.input_sets(loaded, seeds)
     sets, reference_dtype = verify_workload.prepare(loaded, input_sets)
     log(f"verify: {len(winners)} winner(s) inside {Path(spec.path).name} on {spec.device}, over "
@@ -105,6 +106,8 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
         + (f"; {len(not_run)} not run here" if not_run else ""))
     for name, why in skipped.items():
         log(f"verify: input set {name} left out: {why}")
+    for d in (f.decision for f in files if f.decision):
+        log(f"verify: {d['chain']}: {'the ' + d['served'] if d['served'] != 'neither' else 'neither'} served: {d['why']}")
     params = verify_parameters.fingerprint(loaded.model)  # every weight, bit for bit, before any winner runs
     full, rest, guilty, clean = judge_winners(loaded, winners, failed, sets, log)
     times = verify_workload.time_sets(loaded, sets, spec.device, clean, compile_baseline, log)
@@ -187,6 +190,8 @@ def _verdict(result: dict, dtype: str, not_run: dict, reference_dtype: str,
             failures.append(f"{target}: the target's dtype {k['dtype'] or '(none)'} is not the model's {dtype}")
         if k["guilty"]:
             failures.append(f"{target}: {k['guilty_reason']}")
+        elif k.get("alternative"):  # not bound: the chain's other side measured a larger gain
+            k["not_served"] = k["alternative"]
         elif not k["not_run"] and k["calls_served"] == 0 and target in loss:
             trained = ((result.get("train") or {}).get("per_kernel") or {}).get(target)
             served = (trained or {}).get("calls_served")
@@ -272,6 +277,7 @@ def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: d
             "file": run.relative(f.path), "experiment": f.experiment, "share": f.share,
             "kernel_speedup_vs_eager": f.speedup_vs_eager, "serving": f.serving, "serving_range": _range_words(f),
             "backward": f.backward, "inference_only": f.inference_only,
+            "alternative": f.not_served or None, "chain_decision": f.decision,
             **{k: v for k, v in counts.items() if k != "kernel_type"},
             "guilty": f.target in guilty, "guilty_reason": guilty.get(f.target)}
     projected = amdahl_many((f.share, f.speedup_vs_eager) for f in files if f.target in served and f.speedup_vs_eager)
@@ -290,6 +296,7 @@ def _result(run: RunDir, spec: Any, files: list[WinnerFile], full: dict, rest: d
         "e2e_speedup": eager.median_us / patched.median_us if patched.median_us else None,
         "projected_e2e_speedup": projected, "timing_method": eager.method,
         "per_kernel": per_kernel, "per_op": full["tally"]["per_op"], "versions": versions(),
+        "chains": [f.decision for f in files if f.decision],  # chain or members: which serves, and both figures
     }
 
 

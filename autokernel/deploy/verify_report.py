@@ -56,6 +56,8 @@ def _kernel_verdict(k: dict) -> str:
         return "[yellow]NOT RUN[/]"
     if k.get("dtype_matches_model") is False:
         return "[red]WRONG DTYPE[/]"
+    if k.get("alternative"):  # a chain or its members: the other side measured the larger gain
+        return "[yellow]not bound: see chains[/]"
     if k.get("not_served"):  # right, only not faster on this GPU: PyTorch kept its calls
         return "[yellow]not faster here: not served[/]"
     if k["calls_served"] == 0:

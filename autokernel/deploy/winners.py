@@ -43,6 +43,8 @@ class WinnerFile:
     judged_layouts: bool = False  # its backward was judged under column-major and broadcast grad_outs
     inference_only: str = ""  # why a backward_fn the file gives does not serve ('' when it does, or has none)
     unrun_dtype: str = ""  # why its own dtype was never run by the judge ('' when it was)
+    not_served: str = ""  # why it is not bound: a chain and its members' winners measured against each other
+    decision: Optional[dict] = None  # a chain's: which of it and its members serves, with both figures
 
     @property
     def module_name(self) -> str:
@@ -54,12 +56,16 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
     state, plan = run.load_state(), _read_json(run.plan_path)
     by_rank = {e.get("rank"): e for e in plan.get("entries", [])}
     by_name = {e.get("target"): e for e in plan.get("entries", [])}
+    chains = {r.get("target"): r for r in (plan.get("chains") or {}).get("entries", [])}
     found = []
     for t in state.targets:
         path = run.best_file(t)
         if t.best_experiment is None or not path.is_file():
             continue
-        entry = by_rank.get(t.rank) or by_name.get(t.name.split("#")[0].replace(",causal]", "]"), {})
+        if t.name in chains and t.kernel_type == chains[t.name].get("chain_type"):
+            entry = {"route": CHAIN_ROUTES.get(t.kernel_type, "pattern"), **chains[t.name]}
+        else:
+            entry = by_rank.get(t.rank) or by_name.get(t.name.split("#")[0].replace(",causal]", "]"), {})
         verdict = _read_json(run.experiment_file(t, t.best_experiment, ".json"))
         backward, inference_only = backward_state(path, t.kernel_type, verdict)
         found.append(WinnerFile(target=t.name, kernel_type=t.kernel_type, dims=dict(t.dims), dtype=t.dtype,
@@ -71,7 +77,74 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
                                 judged_layouts=backward and bool((verdict.get("backward") or {})
                                                                  .get("grad_out_layouts")),
                                 inference_only=inference_only, unrun_dtype=unrun_dtype(verdict)))
+    choose_alternatives(found, plan)
     return found
+
+
+# how a chain's form binds (autokernel/deploy/routing/calls.py FORMS): rotary_qk through the function
+# the attention module calls (apply_rotary_pos_emb), silu_mul as the gated MLP's forward
+CHAIN_ROUTES = {"rotary_qk": "pattern", "silu_mul": "module"}
+
+
+def saving(f: WinnerFile) -> Optional[float]:
+    """The share of the end-to-end time a winner saves where it serves: share x (1 - 1/speedup),
+    its speedup over PyTorch's op as measured (None when unmeasured)."""
+    s = f.speedup_vs_eager
+    return f.share * (1.0 - 1.0 / s) if s else None
+
+
+def choose_alternatives(found: list[WinnerFile], plan: dict) -> list[dict]:
+    """A chain and its members (chain_plan.members) run the same ops: serving both would bind two
+    kernels to one call. For each chain with a winner, the side that saves more of the end-to-end
+    time by its measured figures is served; the other's winners are marked `not_served` with both
+    figures. A side with no figure loses to one with a figure; a tie keeps the members (the
+    model's own ops), as does a chain no form can bind in a model yet (its winner is then not
+    served at all, saying so, rather than failing verify for serving nothing). Returns the
+    decisions, one per chain with a winner, as verify records them."""
+    from autokernel.profile.chain_plan import members
+    by_target = {f.target: f for f in found}
+    decisions = []
+    for row in (plan.get("chains") or {}).get("entries", []):
+        chain = by_target.get(row.get("target"))
+        if chain is None or chain.not_served:
+            continue
+        names = set(row.get("members") or members(row, plan.get("entries", [])))
+        rivals = [f for f in found if f.target.split("#")[0] in names and not f.not_served]
+        chain_saves = saving(chain)
+        rival_saves = [saving(f) for f in rivals]
+        members_save = sum(x for x in rival_saves if x is not None) if any(x is not None for x in rival_saves) else None
+        decision = {"chain": chain.target, "members": [f.target for f in rivals], "chain_saves": chain_saves,
+                    "members_save": members_save}
+        if not bindable(chain.kernel_type):
+            decision.update(served="members" if rivals else "neither",
+                            why=f"no form binds {chain.kernel_type} chains in a model yet")
+        elif not rivals:
+            decision.update(served="chain", why="no member of the chain has a winner")
+        elif chain_saves is not None and (members_save is None or chain_saves > members_save):
+            decision.update(served="chain", why=f"the chain saves {_pct(chain_saves)} of the end-to-end time, its "
+                                                f"members' winners {_pct(members_save)}")
+        else:
+            decision.update(served="members", why=f"its members' winners save {_pct(members_save)} of the end-to-end "
+                                                  f"time, the chain {_pct(chain_saves)}")
+        losers = rivals if decision["served"] == "chain" else [chain]
+        both = f"the {chain.target} chain and its members run the same ops; " if rivals else ""
+        for f in losers:
+            f.not_served = f"not served: {both}{decision['why']}"
+        chain.decision = decision
+        decisions.append(decision)
+    return decisions
+
+
+def bindable(kernel_type: str) -> bool:
+    """Whether the router can bind a winner of this type into a model: a hand-written form of it
+    (routing/calls.py FORMS) or a torch op it serves (routing/binding.py KINDS)."""
+    from autokernel.deploy.routing.binding import KINDS
+    from autokernel.deploy.routing.calls import FORMS
+    return kernel_type in FORMS or kernel_type in KINDS.values()
+
+
+def _pct(x: Optional[float]) -> str:
+    return "an unmeasured share" if x is None else f"{x:+.3%}"
 
 
 def unrun_dtype(verdict: dict) -> str:

@@ -102,14 +102,32 @@ def _flops(graph: OpGraph, chain: Chain) -> float:
     return total
 
 
+def _enclosing(graph: OpGraph, chain: Chain) -> tuple[str, str]:
+    """The module the chain ran in: of its ops' modules, the one that holds all the others (SiLU x
+    up: the MLP, not its activation's module), else its first op's (an add in one layer whose norm
+    is the next module's)."""
+    where = [graph.ops[i].module for i in chain.ops]
+    for name, cls in where:
+        if name and all(other == name or other.startswith(name + ".") for other, _ in where):
+            return name, cls
+    return where[0]
+
+
 def _bytes(graph: OpGraph, chain: Chain) -> tuple[int, int]:
     unfused = 0
     for i in chain.ops:
         op = graph.ops[i]
         unfused += sum(math.prod(s) * _itemsize(d) for s, d in zip(op.shapes, op.dtypes))
         unfused += sum(graph.nbytes(v) for v in op.outputs)
-    fused = sum(graph.nbytes(v) for v in dict.fromkeys(chain.inputs)) + sum(graph.nbytes(v) for v in chain.outputs)
-    return unfused, fused
+    # an input is read as the chain's ops see it: a slice of a larger table (rotary's cos and sin
+    # cut from a cache of every position) costs the slice, not the table
+    read: dict[int, int] = {}
+    for i in chain.ops:
+        op = graph.ops[i]
+        for v, shape, dtype in zip(op.inputs, op.shapes, op.dtypes):
+            read[v] = max(read.get(v, 0), math.prod(shape) * _itemsize(dtype))
+    fused = sum(read.get(v, graph.nbytes(v)) for v in dict.fromkeys(chain.inputs))
+    return unfused, fused + sum(graph.nbytes(v) for v in chain.outputs)
 
 
 def _itemsize(dtype: str) -> int:
@@ -144,7 +162,7 @@ def entries(graph: OpGraph, found: list[Chain], rejected: list[Rejected], record
         row["calls"] += 1
         row["fwd_ms"] += fwd_us / 1e3
         row["bwd_ms"] += bwd_us / 1e3
-        where = graph.ops[chain.ops[0]].module
+        where = _enclosing(graph, chain)
         if where[0] and {"name": where[0], "class": where[1]} not in row["modules"]:  # as a group's modules
             row["modules"].append({"name": where[0], "class": where[1]})
         row["unmeasured_ops"] = sorted(set(row["unmeasured_ops"]) | set(unmeasured))
@@ -156,6 +174,39 @@ def entries(graph: OpGraph, found: list[Chain], rejected: list[Rejected], record
     return {"entries": list(rows.values()),
             "rejected": [{"chain_type": r.chain_type, "ops": [graph.ops[i].name for i in r.ops], "reason": r.reason}
                          for r in rejected]}
+
+
+# A chain's members: the plan's single-op targets that run some of its ops, by type and the dims
+# the two share (targets are keyed by type, dims and dtype, so a row with these dims holds the
+# chain's calls). Each chain type's rule: (member type, does a member row's dims match the chain's).
+MEMBERS = {
+    "add_rmsnorm": (("rmsnorm", lambda c, m: (m["M"], m["N"]) == (c["M"], c["N"])),),
+    "silu_mul": (("fused_mlp", lambda c, m: (m["M"], m["F"]) == (c["M"], c["N"])),),
+    "rotary_qk": (("rotary_embedding", lambda c, m: (m["B"], m["S"], m["D"]) == (c["B"], c["S"], c["D"])
+                   and m["H"] in (c["HQ"], c["HK"])),),
+    # the loss may read one row fewer than the projection makes (a shifted loss): V and D decide
+    "linear_cross_entropy": (("cross_entropy", lambda c, m: m["V"] == c["V"] and abs(m["N"] - c["N"]) <= 1),
+                             ("matmul", lambda c, m: (m["K"], m["N"]) == (c["D"], c["V"]))),
+}
+
+
+def members(row: dict, entries: list[dict]) -> list[str]:
+    """The targets of `entries` whose rows hold some of the chain `row`'s time: its alternatives
+    (the search weighs the chain against them by measured gain; serving binds one side, not both)."""
+    found = []
+    for kernel_type, match in MEMBERS.get(row.get("chain_type"), ()):
+        for e in entries:
+            if e.get("kernel_type") == kernel_type and e.get("dtype") == row.get("dtype") and e.get("dims") \
+                    and e.get("target") and _matches(match, row["dims"], e["dims"]):
+                found.append(e["target"])
+    return list(dict.fromkeys(found))
+
+
+def _matches(match: Any, chain_dims: dict, member_dims: dict) -> bool:
+    try:
+        return bool(match(chain_dims, member_dims))
+    except KeyError:  # a row from another version of its type: not a member
+        return False
 
 
 def table(plan: dict) -> Any:

@@ -20,7 +20,7 @@ On a CPU every figure is a CPU figure (timings and peaks of this CPU) and is lab
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from autokernel.profile.attribution import UNLINKED
 from harness.kernel_types import registry
@@ -163,7 +163,7 @@ def make_plan(profile: Any, peaks: dict, model: dict | None = None) -> dict:
     if getattr(profile, "train", None):
         plan["train"] = train_summary(profile.train, rows, profile.total_ms)
     if getattr(profile, "chains", None):
-        plan["chains"] = ranked_chains(profile.chains, peaks, BACKWARD_WORK)
+        plan["chains"] = ranked_chains(profile.chains, peaks, BACKWARD_WORK, plan["entries"])
     return plan
 
 
@@ -183,8 +183,12 @@ def chain_price(row: dict, peaks: dict, backward_work: float) -> dict:
             "projected_e2e_speedup": amdahl(min(row["share"], 1.0), s)}
 
 
-def ranked_chains(chains: dict, peaks: dict, backward_work: float) -> dict:
-    rows = [chain_price(r, peaks, backward_work) for r in chains.get("entries", [])]
+def ranked_chains(chains: dict, peaks: dict, backward_work: float, entries: Optional[list] = None) -> dict:
+    """The chains priced and ranked; each names its `members`: the targets of `entries` it is an
+    alternative to."""
+    from autokernel.profile.chain_plan import members
+    rows = [{**chain_price(r, peaks, backward_work), "members": members(r, entries or [])}
+            for r in chains.get("entries", [])]
     rows.sort(key=lambda r: -(r["projected_e2e_speedup"] or 0.0))
     return {**chains, "entries": rows}
 

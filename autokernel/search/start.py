@@ -44,13 +44,14 @@ def pick_targets(plan: dict, top: int | None, only: list[str] | None = None, cou
     """The top `top` entries of the plan that a starter kernel exists for, or that are module
     targets, in plan (Amdahl) order; `only`: of these kernel types, or targets named so (a prefix:
     "module[MLP.gelu"), alone. Without `count_modules` (the tuner, which skips them) module targets
-    are listed where they rank but take none of the `top` places."""
+    are listed where they rank but take none of the `top` places. Then the plan's chains
+    (chain_targets): alternatives to their members, so they take none of the places either."""
     from starter_kernels import KERNEL_TYPES
     targets, names = [], set()
     for e in plan.get("entries", []):
         if top is not None and sum(1 for t in targets if count_modules or t.kernel_type != "module") >= top:
             break
-        if only and e.get("kernel_type") not in only and not any(str(e.get("target")).startswith(o) for o in only):
+        if only and not _chosen(e, only):
             continue
         if e.get("kernel_type") == "module" and e.get("module") and e.get("target") and e["target"] not in names:
             # a module target: the module's KernelBench problem, searched by the LLM agent
@@ -73,7 +74,35 @@ def pick_targets(plan: dict, top: int | None, only: list[str] | None = None, cou
         targets.append(TargetState(name=name, kernel_type=e["kernel_type"], dims=dict(e["dims"]),
                                    dtype=e["dtype"], rank=e.get("rank", 0), share=e.get("share", 0.0),
                                    ceiling_speedup=e.get("ceiling_speedup"), kwargs=kwargs))
+    return targets + chain_targets(plan, {t.name for t in targets}, top is not None, only)
+
+
+def chain_targets(plan: dict, picked: set[str], limited: bool, only: list[str] | None = None) -> list[TargetState]:
+    """The plan's chains (plan["chains"]) as targets: each row whose chain type has a starter. A
+    chain's time is inside its members' rows (chain_plan.members), so it is their alternative, not
+    another place: under --top (`limited`) a chain is searched when one of its members was picked,
+    and takes no place of its own; without --top every chain is. A row never holds a chain whose
+    intermediate is read elsewhere (autokernel.profile.chains leaves it out, under `rejected`)."""
+    from starter_kernels import CHAIN_TYPES
+    rows = (plan.get("chains") or {}).get("entries", [])
+    targets = []
+    for i, row in enumerate(rows):
+        if row.get("chain_type") not in CHAIN_TYPES or not row.get("dims") or not row.get("target"):
+            continue  # a chain with no contract type: docs/profile-and-plan.md says why it is not searched
+        if row["target"] in picked or (only and not _chosen(row, only)):
+            continue
+        if limited and not picked & set(row.get("members", [])):
+            continue
+        picked.add(row["target"])
+        targets.append(TargetState(name=row["target"], kernel_type=row["chain_type"], dims=dict(row["dims"]),
+                                   dtype=row["dtype"], rank=len(plan.get("entries", [])) + i + 1,
+                                   share=min(row.get("share", 0.0), 1.0), ceiling_speedup=row.get("ceiling_speedup"),
+                                   kwargs=dict(row.get("options") or {})))
     return targets
+
+
+def _chosen(row: dict, only: list[str]) -> bool:
+    return row.get("kernel_type") in only or any(str(row.get("target")).startswith(o) for o in only)
 
 
 def model_names(llm: str) -> list[str]:

@@ -75,8 +75,9 @@ def test_chains_are_priced_by_the_bytes_fusion_saves(llama_chains):
     # unfused: silu reads and writes M*N, the product reads 2 M*N and writes M*N; fused: 2 in, 1 out
     assert silu["unfused_bytes"] == 5 * 16 * 128 * 4 and silu["fused_bytes"] == 3 * 16 * 128 * 4
     ce = rows["linear_cross_entropy"]
-    # fused: the hidden states, the weight, the ids the targets are a view of, the loss; never the logits
-    assert ce["fused_bytes"] == 16 * 64 * 4 + 256 * 64 * 4 + 16 * 8 + 4
+    # fused: the hidden states, the weight, the 15 targets the shifted loss reads (a view of the ids:
+    # its slice, not the whole), the loss; never the logits
+    assert ce["fused_bytes"] == 16 * 64 * 4 + 256 * 64 * 4 + 15 * 8 + 4
     assert ce["bytes_saved"] >= 3 * 15 * 256 * 4
     # no records: no measured time, so no ceiling claimed, and the row says why
     priced = plan.chain_price(ce, {"copy_gbps": 10.0, "matmul_tflops": {"float32": 0.1}}, 2.0)
@@ -97,17 +98,27 @@ class _Mlp(nn.Module):
         return self.down(h)
 
 
+def _searched(graph, found, rejected) -> list[str]:
+    """The targets the search would take from a plan holding these chains."""
+    from autokernel.search.start import pick_targets
+    return [t.name for t in pick_targets({"entries": [], "chains": chain_plan.entries(graph, found, rejected, None, 1.0)},
+                                         None)]
+
+
 def test_a_chain_whose_intermediate_is_used_elsewhere_is_never_proposed():
     x = torch.randn(4, 8)
     model = _Mlp(leak=False)
-    _, found, rejected = _found(model, lambda: model(x))
+    graph, found, rejected = _found(model, lambda: model(x))
     assert [c.chain_type for c in found] == ["silu_mul"] and not rejected
+    assert _searched(graph, found, rejected) == ["silu_mul[4x16:float32]"]
     model = _Mlp(leak=True)
     graph, found, rejected = _found(model, lambda: model(x))
     assert found == []
     assert len(rejected) == 1 and rejected[0].chain_type == "silu_mul"
     assert "SiLU's output" in rejected[0].reason and "aten::add" in rejected[0].reason
     assert "left unfused" in rejected[0].reason
+    # nor searched: the plan lists it under `rejected`, which the search never reads
+    assert _searched(graph, found, rejected) == []
 
 
 class _Head(nn.Module):
@@ -186,3 +197,62 @@ def test_profile_command_lists_chains_in_their_own_section(seeded_peaks):
     # alternatives, not additions: the shares of the plan's rows still add up to 1 without them
     assert sum(e["share"] for e in profiled["entries"]) == pytest.approx(1.0, abs=0.01)
     assert "chains:" in done.stderr and "linear_cross_entropy[15x64x256:fp32]" in done.stderr
+    # each names the targets it is an alternative to; the SiLU x up's module is the MLP that holds it
+    assert {t: r["members"] for t, r in rows.items()} == {
+        "add_rmsnorm": ["rmsnorm[16x64:float32]"], "silu_mul": ["fused_mlp[16x64x128:float32]"],
+        "rotary_qk": ["rotary_embedding[1x2x16x32:float32]"],
+        "linear_cross_entropy": ["cross_entropy[15x256:float32]", "matmul[16x64x256:float32]"]}
+    assert {m["class"] for m in rows["silu_mul"]["modules"]} == {"LlamaMLP"}
+    _chains_are_searched(profiled)
+
+
+def test_a_chain_with_no_contract_type_is_not_a_typed_target():
+    from autokernel.search.start import pick_targets
+    row = {"target": "gelu_mul[4x16:float32]", "kernel_type": "gelu_mul", "chain_type": "gelu_mul",
+           "dims": {"M": 4, "N": 16}, "dtype": "float32", "share": 0.5, "members": []}
+    assert pick_targets({"entries": [], "chains": {"entries": [row]}}, None) == []
+
+
+def _chains_are_searched(plan_):
+    """The search takes each chain as a target of its type, dims, dtype, share and ceiling; under
+    --top a chain rides with its members and takes no place of its own."""
+    from autokernel.search.start import pick_targets
+    rows = {r["target"]: r for r in plan_["chains"]["entries"]}
+    every = {t.name: t for t in pick_targets(plan_, None)}
+    for name, r in rows.items():
+        t = every[name]
+        assert (t.kernel_type, t.dims, t.dtype, t.share, t.ceiling_speedup) == (
+            r["chain_type"], r["dims"], r["dtype"], r["share"], r["ceiling_speedup"])
+    assert every["add_rmsnorm[16x64:float32]"].kwargs == {"eps": 1e-6}
+    for top in (1, 3):
+        picked = [t.name for t in pick_targets(plan_, top)]
+        singles = [n for n in picked if n not in rows]
+        assert len(singles) == top
+        riding = {n for n, r in rows.items() if {s.replace(",causal]", "]") for s in singles} & set(r["members"])}
+        assert set(picked) - set(singles) == riding
+
+
+class _Rotary(nn.Module):
+    """q and k rotated with cos and sin cut from caches of 64 positions, as many models keep them."""
+
+    def __init__(self):
+        super().__init__()
+        angles = torch.randn(64, 8).repeat(1, 2)
+        self.register_buffer("cos_cached", angles.cos())
+        self.register_buffer("sin_cached", angles.sin())
+
+    def forward(self, q, k):
+        cos, sin = self.cos_cached[: q.shape[2]], self.sin_cached[: q.shape[2]]
+
+        def rotate(x):
+            return torch.cat((-x[..., 8:], x[..., :8]), dim=-1)
+        return q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
+
+
+def test_a_slice_of_a_cache_is_priced_as_the_slice_the_chain_reads():
+    model, q, k = _Rotary(), torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16)
+    graph, found, rejected = _found(model, lambda: model(q, k))
+    (row,) = chain_plan.entries(graph, found, rejected, None, 1.0)["entries"]
+    assert row["chain_type"] == "rotary_qk"
+    # q and k in, both out, and 8 of the caches' 64 rows of cos and sin: never the whole caches
+    assert row["fused_bytes"] == 4 * (1 * 2 * 8 * 16) * 4 + 2 * (8 * 16) * 4

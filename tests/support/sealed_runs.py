@@ -24,28 +24,41 @@ def record_baseline(run: RunDir, target: TargetState, source: str, median_us: fl
     target.best_experiment, target.next_experiment = 0, 1
 
 
-def write_run(root, spec, targets, name: str = "run", dtype: str = "float32", verdict=None) -> RunDir:
+def write_run(root, spec, targets, name: str = "run", dtype: str = "float32", verdict=None,
+              figures=None) -> RunDir:
     """A finished run of the model `spec` (a ModelSpec) whose winners are given as sources:
-    targets are (target, kernel type, dims, kwargs, route, modules, source), in plan order;
-    `verdict(target_state)`, where given, is the verdict recorded beside a winner (or None)."""
+    targets are (target, kernel type, dims, kwargs, route, modules, source), in plan order; a
+    target of a chain type is a row of the plan's chains (its members found among the rest);
+    `verdict(target_state)`, where given, is the verdict recorded beside a winner (or None);
+    `figures`: {target: (share, best us, eager us)}, else (0.1, 100, 50)."""
+    from autokernel.profile.chain_plan import members
     from autokernel.search.run import RunState
+    from starter_kernels import CHAIN_TYPES
     run = RunDir(root / name)
     run.create()
     state = RunState(run_id=run.run_id, agent="tune", status="done")
-    entries = []
+    entries, chains = [], []
     for rank, (target, kernel_type, dims, kwargs, route, modules, source) in enumerate(targets, 1):
-        t = TargetState(name=target, kernel_type=kernel_type, dims=dims, dtype=dtype, rank=rank, share=0.1,
-                        kwargs=kwargs, status="done", best_experiment=0, best_median_us=100.0,
-                        baseline_median_us=100.0, eager_median_us=50.0)
+        share, best_us, eager_us = (figures or {}).get(target, (0.1, 100.0, 50.0))
+        t = TargetState(name=target, kernel_type=kernel_type, dims=dims, dtype=dtype, rank=rank, share=share,
+                        kwargs=kwargs, status="done", best_experiment=0, best_median_us=best_us,
+                        baseline_median_us=best_us, eager_median_us=eager_us)
         state.targets.append(t)
-        record_baseline(run, t, source, device=spec.device or "cpu")
+        record_baseline(run, t, source, median_us=best_us, device=spec.device or "cpu")
         recorded = verdict(t) if verdict is not None else None
         if recorded is not None:
             run.write_json(run.experiment_file(t, 0, ".json"), recorded)
-        entries.append({"rank": rank, "kernel_type": kernel_type, "target": target, "route": route, "modules": modules})
+        row = {"rank": rank, "kernel_type": kernel_type, "target": target, "route": route, "modules": modules,
+               "dims": dims, "dtype": dtype}
+        if kernel_type in CHAIN_TYPES:
+            chains.append({**row, "chain_type": kernel_type, "options": kwargs, "share": share})
+        else:
+            entries.append(row)
+    for row in chains:
+        row["members"] = members(row, entries)
     device = spec.device or "cpu"
     run.write_json(run.config_path, {"run_id": run.run_id, "model": spec.to_json(), "device": {"type": device}})
-    run.write_json(run.plan_path, {"device": device, "entries": entries})
+    run.write_json(run.plan_path, {"device": device, "entries": entries, "chains": {"entries": chains}})
     run.save_state(state)
     return run
 
