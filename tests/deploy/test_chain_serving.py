@@ -1,6 +1,7 @@
 """Chains served in transformers models built from a config (no weights): rotary on q and k in one
-launch and SiLU(gate) x up, bound where the chain occurs, each served call counted, the outputs
-those of the unpatched model."""
+launch, SiLU(gate) x up, the decoder layer's residual add + post-attention norm, and the causal LM's
+projection + loss in training with labels, bound where the chain occurs, each served call and
+fallback counted, the outputs those of the unpatched model, eager and under torch.compile."""
 import importlib.util
 
 import pytest
@@ -18,10 +19,14 @@ SEQ, HIDDEN, FFN, HEADS, KV_HEADS = 8, 32, 64, 4, 2
 
 
 def _starter(kernel_type):
+    return _starter_module(kernel_type).kernel_fn
+
+
+def _starter_module(kernel_type):
     spec = importlib.util.spec_from_file_location(f"starter_{kernel_type}", starter_path(kernel_type))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.kernel_fn
+    return module
 
 
 def _model(family):
@@ -70,19 +75,12 @@ def _chain_winners(model, *kernel_types):
     for kernel_type, dims, modules in (("add_rmsnorm", {"M": SEQ, "N": HIDDEN}, layers),
                                        ("linear_cross_entropy", {"N": SEQ, "D": HIDDEN, "V": 64}, lm)):
         starter = _starter_module(kernel_type)
-        winners[kernel_type] = routing.Winner(f"{kernel_type}[{'x'.join(map(str, dims.values()))}:float32]", kernel_type,
-                                              dims, "float32", starter.kernel_fn, {}, "module", modules,
-                                              backward_fn=starter.backward_fn)
+        target = f"{kernel_type}[{'x'.join(map(str, dims.values()))}:float32]"
+        winners[kernel_type] = routing.Winner(target, kernel_type, dims, "float32", starter.kernel_fn, {}, "module",
+                                              modules, backward_fn=starter.backward_fn)
     for kernel_type in ("rotary_qk", "silu_mul"):
         winners[kernel_type].backward_fn = _starter_module(kernel_type).backward_fn
     return [winners[t] for t in kernel_types]
-
-
-def _starter_module(kernel_type):
-    spec = importlib.util.spec_from_file_location(f"starter_module_{kernel_type}", starter_path(kernel_type))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _served(router):

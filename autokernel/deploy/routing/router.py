@@ -9,7 +9,9 @@ matches but cannot take it (autograd, a mask, a bias of another dtype...). Nothi
 op. On exit every replaced attribute is put back.
 
 Each winner is also a torch custom op (ops.py), which the stand-ins call while torch.compile
-traces, so a compiled model inside `patched` keeps the kernels.
+traces, so a compiled model inside `patched` keeps the kernels. Nothing is counted while Dynamo
+traces; the op counts the runs of its implementation that no eager stand-in made, which are a
+compiled graph's, and the tally adds them to the winner's served calls ("torch.compile graph").
 """
 from __future__ import annotations
 

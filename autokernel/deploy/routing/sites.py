@@ -14,7 +14,7 @@ of a call no winner can take is a key (the main input's shape, and dtype where i
 up in a dict of calls already refused, and an int added to a counter: no parsing, no strings.
 Reasons that need formatting are kept as tuples and worded when the tally is read. While Dynamo
 traces, nothing is counted (a count would be a side effect that recompiles the graph) and the
-winners are called as custom ops.
+winners are called as custom ops, which count the compiled graph's calls themselves (router.py).
 """
 from __future__ import annotations
 
