@@ -248,6 +248,8 @@ class FormSite(Site):
         self.seen = router.form_calls(winner.kernel_type)  # [calls], shared with the Watch
         self.rule: Optional[Callable] = None
         self.tried = False
+        # the rules' `skip` tests (a causal LM's: no labels), asked before any binding or serving
+        self.skips = [r.skip for r in FORMS[self.kernel_type] if getattr(r, "skip", None) is not None]
 
     def stand_in(self) -> Callable:
         refused, router, original, call, seen = self.refused, self.router, self.original, self.call, self.seen
@@ -271,7 +273,7 @@ class FormSite(Site):
         router = self.router
         if router.quiet:
             return self.original(*args, **kwargs)
-        why = self._skip(args, kwargs)
+        why = self._skip(args, kwargs) if self.skips else ""
         if why:  # a call the form leaves to the module (no labels: the caller reads the logits)
             if not compiling():
                 self.fell(why, self.winner.target)
@@ -287,11 +289,11 @@ class FormSite(Site):
             self.seen[0] += 1
         return self._serve(self._made(self.rule, args, kwargs), args, kwargs, x)
 
-    def _made(self, rule: Callable, args: tuple, kwargs: dict, quiet: bool = False) -> Any:
+    def _made(self, rule: Callable, args: tuple, kwargs: dict) -> Any:
         """rule's Requests for this call. A rule marked `runs_model` computes the module's own
         calls (a decoder layer's attention, a causal LM's base model): they run as the model's, so
-        the winners inside them serve and are counted, unless `quiet` (a binding check)."""
-        if getattr(rule, "runs_model", False) and not quiet:
+        the winners inside them serve and are counted (in a binding check they run quiet)."""
+        if getattr(rule, "runs_model", False):
             return rule(self.owner, args, kwargs)
         self.router.quiet += 1
         try:
@@ -302,9 +304,8 @@ class FormSite(Site):
     def _skip(self, args: tuple, kwargs: dict) -> str:
         """Why a form's rule leaves this call to the module ('' when it does not): asked before
         binding too, so a call it never serves (an eval forward) neither binds nor unbinds it."""
-        for rule in (self.rule,) if self.rule is not None else FORMS[self.kernel_type]:
-            skip = getattr(rule, "skip", None)
-            why = skip(self.owner, args, kwargs) if skip is not None else ""
+        for skip in self.skips:
+            why = skip(self.owner, args, kwargs)
             if why:
                 return why
         return ""
