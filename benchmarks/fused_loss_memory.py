@@ -6,7 +6,12 @@ logits against the next token. Fused: the same hidden states into the linear_cro
 Triton starter (starter_kernels/triton/linear_cross_entropy.py) served as a custom op with its
 backward (autokernel/deploy/routing/ops.py), so the [tokens, vocabulary] logits never exist.
 
+Served: the unmodified model called as a training loop calls it, model(ids, labels=ids).loss,
+with the same starter as a linear_cross_entropy winner patched in by autokernel's router (the
+causal LM's form, autokernel/deploy/routing/chain_forms.py): what `verify --train` runs.
+
 How peak memory is measured on the CPU (there is no torch.cuda.max_memory_allocated there):
+autokernel/deploy/step_memory.py, which verify --train uses too:
 - `allocator_peak_bytes`: torch.profiler's memory events (profile_memory=True) record every
   allocation and free of PyTorch's CPU allocator during the step (forward, loss, backward, AdamW
   step); the most held at once above what was held when the step began. What lives before the step
@@ -18,7 +23,8 @@ How peak memory is measured on the CPU (there is no torch.cuda.max_memory_alloca
   interpreter's numpy copies of kernel arguments).
 On a GPU the same step reports torch.cuda.max_memory_allocated beside them.
 
-    python benchmarks/fused_loss_memory.py [--tokens 1024] [--batch 2] [--vocab 32000] [--json PATH]
+    python benchmarks/fused_loss_memory.py [--tokens 1024] [--batch 2] [--vocab 32000] [--modes eager,fused,served]
+                                           [--json PATH]
 
 Each mode runs in its own process, so one mode's high-water mark never hides the other's.
 """
@@ -34,7 +40,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("eager", "fused")
+MODES = ("eager", "fused", "served")
 # On the CPU the Triton interpreter pays per program and per op, not per element: larger blocks
 # than a GPU's registers allow make the measurement minutes shorter and change no byte it counts.
 CPU_CONFIG = {"BLOCK_M": 128, "BLOCK_V": 256, "BLOCK_K": 64, "BWD_BLOCK_M": 128, "BWD_BLOCK_V": 128,
@@ -50,20 +56,40 @@ def build(vocab: int, hidden: int, layers: int, seed: int = 0):
     return LlamaForCausalLM(config).train()
 
 
-def fused_loss_op():
-    from autokernel.deploy.routing import ops
+def _starter():
     path = ROOT / "starter_kernels" / "triton" / "linear_cross_entropy.py"
     spec = importlib.util.spec_from_file_location("linear_cross_entropy_starter", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if os.environ.get("TRITON_INTERPRET") == "1":
         module.CONFIG = {**module.CONFIG, **CPU_CONFIG}
+    return module
+
+
+def fused_loss_op():
+    from autokernel.deploy.routing import ops
+    module = _starter()
     return ops.custom_op("linear_cross_entropy[memory]", "linear_cross_entropy", module.kernel_fn, module.backward_fn)
 
 
+def served_router(model, ids):
+    """The starter as the winner of the model's linear_cross_entropy chain, its range the call's."""
+    from autokernel.deploy import routing
+    module = _starter()
+    dims = {"N": ids.numel(), "D": model.config.hidden_size, "V": model.config.vocab_size}
+    dtype = routing.dtype_name(model.lm_head.weight)
+    target = f"linear_cross_entropy[{'x'.join(map(str, dims.values()))}:{dtype}]"
+    return routing.Router([routing.Winner(target, "linear_cross_entropy", dims, dtype, module.kernel_fn, {}, "module",
+                                          [{"name": "", "class": type(model).__name__}],
+                                          backward_fn=module.backward_fn)])
+
+
 def step_loss(model, ids, mode: str, op=None):
-    """The next-token loss of `ids`: eager through the logits, fused without them."""
+    """The next-token loss of `ids`: eager through the logits, fused without them, served by the
+    model's own loss with labels (inside the router's patch)."""
     import torch.nn.functional as F
+    if mode == "served":
+        return model(ids, labels=ids).loss
     if mode == "eager":
         logits = model(ids).logits
         return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1))
@@ -72,25 +98,16 @@ def step_loss(model, ids, mode: str, op=None):
     return op(x, model.lm_head.weight, ids[:, 1:].reshape(-1), -100, "mean")
 
 
-def _held(model, optimizer) -> int:
-    import torch
-    seen, total = set(), 0
-    tensors = list(model.parameters()) + [t for s in optimizer.state.values() for t in s.values()
-                                          if isinstance(t, torch.Tensor)]
-    for t in tensors:
-        key = t.untyped_storage().data_ptr()
-        if key not in seen:
-            seen.add(key)
-            total += t.untyped_storage().nbytes()
-    return total
-
-
 def measure(mode: str, batch: int, tokens: int, vocab: int, hidden: int, layers: int, device: str = "cpu") -> dict:
     """One mode's step, measured in this process (run it in a fresh one: see main)."""
+    import contextlib
+
     import torch
+    from autokernel.deploy import step_memory
     model = build(vocab, hidden, layers).to(device)
     ids = torch.randint(0, vocab, (batch, tokens), generator=torch.Generator().manual_seed(1)).to(device)
     op = fused_loss_op() if mode == "fused" else None
+    router = served_router(model, ids) if mode == "served" else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step():
@@ -100,37 +117,29 @@ def measure(mode: str, batch: int, tokens: int, vocab: int, hidden: int, layers:
         optimizer.zero_grad(set_to_none=True)
         return float(loss.detach())
 
-    first_loss = step()  # the warm-up: AdamW makes its state on its first step
-    held = _held(model, optimizer)
-    on_gpu = ids.is_cuda
-    if on_gpu:
-        torch.cuda.reset_peak_memory_stats()
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        second_loss = step()
-    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                    if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
-    live = peak = 0
-    for _, nbytes in events:
-        live += nbytes
-        peak = max(peak, live)
+    with router.patched(model) if router else contextlib.nullcontext():
+        first_loss = step()  # the warm-up: AdamW makes its state on its first step
+        held = step_memory.held_bytes(step_memory.trained_tensors(model, optimizer))
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        second_loss, figures = step_memory.measure_step(step, held, ids.is_cuda)
+        rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    served = router.tally.to_json()["per_kernel"] if router else None
     return {"mode": mode, "batch": batch, "tokens": tokens, "vocab": vocab, "hidden": hidden, "layers": layers,
-            "held_before_bytes": held, "allocator_peak_bytes": peak, "peak_bytes": held + peak,
-            "rss_rise_bytes": max(rss_after - rss_before, 0), "losses": [first_loss, second_loss],
-            "logits_bytes": batch * tokens * vocab * 4, "memory_events": len(events),
-            "cuda_max_memory_allocated": torch.cuda.max_memory_allocated() if on_gpu else None,
-            "device": "cuda" if on_gpu else "cpu", "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1"}
+            **figures, "rss_rise_bytes": max(rss_after - rss_before, 0), "losses": [first_loss, second_loss],
+            "logits_bytes": batch * tokens * vocab * 4, "served": served,
+            "device": "cuda" if ids.is_cuda else "cpu", "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1"}
 
 
-def run_all(batch: int, tokens: int, vocab: int, hidden: int, layers: int, device: str = "cpu") -> dict:
-    """Each mode in a fresh process; the fused one's peak against eager's. On the CPU the Triton
+def run_all(batch: int, tokens: int, vocab: int, hidden: int, layers: int, device: str = "cpu",
+            modes: tuple[str, ...] = ("eager", "fused")) -> dict:
+    """Each mode in a fresh process; each other mode's peak against eager's. On the CPU the Triton
     interpreter runs the fused kernel."""
+    from autokernel.deploy.step_memory import HOW
     out = {}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
-    for mode in MODES:
+    for mode in ("eager", *[m for m in modes if m != "eager"]):
         done = subprocess.run([sys.executable, __file__, "--one", mode, "--batch", str(batch), "--tokens", str(tokens),
                                "--vocab", str(vocab), "--hidden", str(hidden), "--layers", str(layers),
                                "--device", device],
@@ -138,12 +147,11 @@ def run_all(batch: int, tokens: int, vocab: int, hidden: int, layers: int, devic
         if done.returncode != 0:
             raise RuntimeError(f"the {mode} step failed:\n{done.stderr[-3000:]}")
         out[mode] = json.loads(done.stdout.strip().splitlines()[-1])
-    out["fused_over_eager_peak"] = out["fused"]["peak_bytes"] / out["eager"]["peak_bytes"]
-    out["fused_over_eager_allocator_peak"] = out["fused"]["allocator_peak_bytes"] / out["eager"]["allocator_peak_bytes"]
-    out["how"] = ("peak_bytes = held_before_bytes (weights and AdamW state, counted from the tensors) + "
-                  "allocator_peak_bytes (torch.profiler memory events: the most PyTorch's CPU allocator held at once "
-                  "during one step above what it held when the step began); rss_rise_bytes: ru_maxrss after the step "
-                  "less before it, a fresh process per mode")
+        if mode != "eager":
+            out[f"{mode}_over_eager_peak"] = out[mode]["peak_bytes"] / out["eager"]["peak_bytes"]
+            out[f"{mode}_over_eager_allocator_peak"] = (out[mode]["allocator_peak_bytes"]
+                                                        / out["eager"]["allocator_peak_bytes"])
+    out["how"] = HOW + "; rss_rise_bytes: ru_maxrss after the step less before it, a fresh process per mode"
     return out
 
 
@@ -155,26 +163,30 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--modes", default="eager,fused,served", help="comma-separated: eager, fused (the op by hand), "
+                   "served (the model's own loss with labels, the router's fused loss)")
     p.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
     p.add_argument("--json", help="write the figures here")
     a = p.parse_args(argv)
     if a.one:
         print(json.dumps(measure(a.one, a.batch, a.tokens, a.vocab, a.hidden, a.layers, a.device)))
         return 0
-    result = run_all(a.batch, a.tokens, a.vocab, a.hidden, a.layers, a.device)
+    modes = tuple(m for m in a.modes.split(",") if m)
+    result = run_all(a.batch, a.tokens, a.vocab, a.hidden, a.layers, a.device, modes)
     text = json.dumps(result, indent=2)
     if a.json:
         Path(a.json).write_text(text + "\n")
-    for mode in MODES:
+    for mode in [m for m in MODES if m in result]:
         r = result[mode]
-        print(f"{mode:5s}: peak {r['peak_bytes'] / 2**20:8.1f} MiB (held before {r['held_before_bytes'] / 2**20:.1f} MiB "
+        print(f"{mode:6s}: peak {r['peak_bytes'] / 2**20:8.1f} MiB (held before {r['held_before_bytes'] / 2**20:.1f} MiB "
               f"+ allocator peak {r['allocator_peak_bytes'] / 2**20:.1f} MiB), RSS rise {r['rss_rise_bytes'] / 2**20:.1f} MiB, "
               f"losses {r['losses']}"
               + (f", cuda max_memory_allocated {r['cuda_max_memory_allocated'] / 2**20:.1f} MiB"
                  if r["cuda_max_memory_allocated"] is not None else ""))
-    print(f"fused / eager peak: {result['fused_over_eager_peak']:.3f} "
-          f"(allocator peak alone {result['fused_over_eager_allocator_peak']:.3f}); logits would be "
-          f"{result['eager']['logits_bytes'] / 2**20:.1f} MiB")
+        if mode != "eager":
+            print(f"{mode} / eager peak: {result[f'{mode}_over_eager_peak']:.3f} "
+                  f"(allocator peak alone {result[f'{mode}_over_eager_allocator_peak']:.3f})")
+    print(f"logits would be {result['eager']['logits_bytes'] / 2**20:.1f} MiB")
     return 0
 
 

@@ -39,6 +39,7 @@ class Trajectory:
     change: dict = field(default_factory=dict)  # parameter name -> end minus start
     step_s: list = field(default_factory=list)
     peak_bytes: Optional[int] = None
+    step_memory: Optional[dict] = None  # one step's peak memory (step_memory.py), when asked for
     tally: Optional[dict] = None
     error: str = ""  # what raised, when the run could not finish
     how: str = ""
@@ -46,10 +47,11 @@ class Trajectory:
 
 
 def fine_tune(loaded: Any, winners: Optional[list], steps: int, compiled: bool = False,
-              catch: bool = False, workload: Optional[Workload] = None) -> Trajectory:
+              catch: bool = False, workload: Optional[Workload] = None, memory: bool = False) -> Trajectory:
     """`steps` training steps of `loaded` (with `winners` patched in, when given; on `workload`, when
     given); the model is left as it was found. `catch`: an error becomes Trajectory.error (a
-    winner's) instead of raising."""
+    winner's) instead of raising. `memory`: the peak memory of the second step (the first, when
+    there is one step), after the optimizer made its state, into Trajectory.step_memory."""
     import torch
     from autokernel.deploy import routing
     from autokernel.profile.training import training
@@ -72,7 +74,7 @@ def fine_tune(loaded: Any, winners: Optional[list], steps: int, compiled: bool =
             try:
                 with router.patched(loaded.model) if router else contextlib.nullcontext():
                     with _compiled(loaded, step, batches[0], compiled):
-                        _steps(loaded, step, batches, run, on_gpu)
+                        _steps(loaded, step, batches, run, on_gpu, memory)
             except Exception as e:  # noqa: BLE001 (a winner's error is a finding, not a crash)
                 if not catch:
                     raise
@@ -83,16 +85,16 @@ def fine_tune(loaded: Any, winners: Optional[list], steps: int, compiled: bool =
     return run
 
 
-def _steps(loaded: Any, step: Any, batches: list, run: Trajectory, on_gpu: bool) -> None:
+def _steps(loaded: Any, step: Any, batches: list, run: Trajectory, on_gpu: bool, memory: bool = False) -> None:
     import torch
+    from autokernel.deploy import step_memory
     from autokernel.profile.modelfile import _in_user_code
     from autokernel.profile.training import checked_loss
     path = loaded.spec.path
-    if on_gpu:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    for i, inputs in enumerate(batches):
-        began = time.perf_counter()
+    measured = min(1, len(batches) - 1) if memory else -1
+    peak = 0
+
+    def one(i: int, inputs: list) -> Any:
         loss = checked_loss(_in_user_code(path, step.how, lambda: step.loss(inputs)), step.how, path)
         _in_user_code(path, "the backward of the loss", loss.backward)
         if i == 0:
@@ -100,12 +102,24 @@ def _steps(loaded: Any, step: Any, batches: list, run: Trajectory, on_gpu: bool)
                          if p.grad is not None}
         _in_user_code(path, f"{step.optimizer_name}.step()", step.optimizer.step)
         step.optimizer.zero_grad(set_to_none=True)
+        return loss
+    if on_gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    for i, inputs in enumerate(batches):
+        began = time.perf_counter()
+        if i == measured:  # its own peak statistics: the run's peak so far is kept apart
+            peak = max(peak, torch.cuda.max_memory_allocated()) if on_gpu else 0
+            held = step_memory.held_bytes(step_memory.trained_tensors(loaded.model, step.optimizer))
+            loss, run.step_memory = step_memory.measure_step(lambda: one(i, inputs), held, on_gpu)
+        else:
+            loss = one(i, inputs)
         run.losses.append(float(loss.detach()))
         if on_gpu:
             torch.cuda.synchronize()
         run.step_s.append(time.perf_counter() - began)
     if on_gpu:
-        run.peak_bytes = torch.cuda.max_memory_allocated()
+        run.peak_bytes = max(peak, torch.cuda.max_memory_allocated())
 
 
 @contextlib.contextmanager

@@ -196,9 +196,12 @@ def _workload(w: dict) -> list[str]:
 
 def _training(train: dict) -> list[str]:
     """verify --train: the comparison, the loss per step, the figures per run."""
-    from autokernel.deploy.verify_report import train_rows, train_summary
+    from autokernel.deploy.verify_report import memory_words, train_rows, train_summary
     figures = train["throughput"]
     out = [_cell(train_summary(train)) + "."]
+    memory = memory_words(train)
+    if memory:
+        out += ["", _cell(memory) + "."]
     if train.get("failures"):
         out += [""] + [f"- **{_cell(f)}**" for f in train["failures"]]
     if not figures["representative_of_gpu"]:

@@ -50,6 +50,15 @@ def throughput(loaded: Any, winners: list, steps: int, eager: Any, patched: Any,
             **({} if on_gpu else {"note": CPU_NOTE})}
 
 
+def memory(eager: Any, patched: Any) -> dict:
+    """verify.json's `train.memory`: the second step's peak memory, eager and with the winners
+    (step_memory.py says how it is measured), or why there is none."""
+    from autokernel.deploy.step_memory import compared
+    if patched.error or eager.step_memory is None or patched.step_memory is None:
+        return {"skipped": f"the run raised {patched.error}" if patched.error else "not measured"}
+    return compared(eager.step_memory, patched.step_memory)
+
+
 def _unit(loaded: Any) -> tuple[str, int]:
     """('tokens/s', tokens per step) when the first input is token ids, else ('steps/s', 1)."""
     import torch

@@ -10,6 +10,7 @@ One step (forward, loss, backward) on
   different lengths (S-1, S-3, ... down to 2), the rest of each is padding (token 0) labelled -100,
   and the loss is the next-token cross-entropy that ignores those positions (F.cross_entropy's
   default ignore_index), whatever loss the file declares: a padded batch is how such a model trains.
+  A model that computes that loss itself from `labels` (a transformers causal LM) is given them.
   Any other model keeps its file's own step (or the default loss) at the ragged inputs;
 - zero-initialised norm weights: the weight of every norm (a module whose class name says Norm,
   holding a 1-D `weight`) set to exact zeros, all of it but in the last norm, whose even channels
@@ -112,8 +113,10 @@ def _padded(inputs: list, lengths_: list[int]) -> list:
 def padded_loss(model: Any, inputs: list, lengths_: list[int]) -> Any:
     """The next-token cross-entropy of a padded batch: the positions past each sequence's length
     (its padding) are labelled -100 and ignored."""
-    from autokernel.profile.training import tensor_of, next_token_loss
+    from autokernel.profile.training import next_token_loss, takes_labels, tensor_of
     labels = inputs[0].clone()
     for i, n in enumerate(lengths_):
         labels[i, n:] = IGNORE
+    if takes_labels(model):  # the same loss, computed by the model from its labels (it shifts them)
+        return model(*inputs, labels=labels).loss
     return next_token_loss(tensor_of(model(*inputs)), labels)

@@ -123,7 +123,8 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
         result["train"] = verify_train(loaded, clean, steps or DEFAULT_STEPS, compile_baseline, log,
                                        model_dtype(loaded))
     from autokernel.deploy.routing.binding import in_loss
-    loss = {f.target for f in files if in_loss(f.modules)}
+    # a fused projection + loss serves a training step with labels only: every forward here keeps its logits
+    loss = {f.target for f in files if in_loss(f.modules) or f.kernel_type == "linear_cross_entropy"}
     result["parameters_changed"] = touched
     result.update(_verdict(result, model_dtype(loaded), not_run, reference_dtype, loss))
     write_json_atomic(run.path / FILENAME, result)
@@ -197,8 +198,10 @@ def _verdict(result: dict, dtype: str, not_run: dict, reference_dtype: str,
             served = (trained or {}).get("calls_served")
             if trained is not None and not served:
                 failures.append(f"{target}: served no call of the training step's loss")
-            k["not_served"] = ("in the training step's loss, which the model's forward does not run"
-                               + (f": served {served} call(s) in verify --train" if served else ""))
+            where = ("a fused loss, served in a training step with labels (these forwards return logits)"
+                     if k.get("kernel_type") == "linear_cross_entropy"
+                     else "in the training step's loss, which the model's forward does not run")
+            k["not_served"] = where + (f": served {served} call(s) in verify --train" if served else "")
         elif not k["not_run"] and k["calls_served"] == 0:
             if k["fallbacks"] and only_for_speed(k.get("fallback_reasons") or {}):
                 # not wrong, only no faster here: PyTorch keeps every call, and verify says so

@@ -157,6 +157,26 @@ def train_summary(train: dict) -> str:
                    f"{_g(second.get('worst_loss_rel_err'))}, gradients {_worst_words(second.get('worst_grad_rel_err'))}")
 
 
+def memory_words(train: dict) -> str:
+    """The training step's peak memory, eager and with the winners, in one sentence ('' when not measured)."""
+    memory = train.get("memory") or {}
+    if not memory.get("eager"):
+        return f"Peak memory of one training step not measured: {memory['skipped']}" if memory.get("skipped") else ""
+    eager, patched = memory["eager"], memory["patched"]
+
+    def mib(n: Any) -> str:
+        return f"{n / 2**20:.2f} MiB"
+    text = (f"Peak memory of one training step (weights and optimizer state + the most the CPU allocator held "
+            f"during it): eager {mib(eager['peak_bytes'])}, with the winners {mib(patched['peak_bytes'])}, "
+            f"{memory['patched_over_eager_peak']:.3f} of eager's (the step's allocations alone: "
+            f"{mib(eager['allocator_peak_bytes'])} and {mib(patched['allocator_peak_bytes'])})")
+    if eager.get("cuda_max_memory_allocated") is not None and patched.get("cuda_max_memory_allocated") is not None:
+        text += (f"; torch.cuda.max_memory_allocated over the step: eager {mib(eager['cuda_max_memory_allocated'])}, "
+                 f"with the winners {mib(patched['cuda_max_memory_allocated'])}, "
+                 f"{memory['patched_over_eager_cuda_peak']:.3f} of eager's")
+    return text
+
+
 def _worst_words(worst: Any) -> str:
     """'3e-07 (norm.weight; tolerance 0.0001)' for a comparison's worst parameter."""
     if not worst:
@@ -194,6 +214,7 @@ def train_table(train: dict) -> Any:
         table.add_column(name, justify="left" if name in ("run", "not timed because") else "right", overflow="fold")
     for row in train_rows(train):
         table.add_row(*[escape(c) for c in row])
-    table.caption = escape(train_summary(train))
+    memory = memory_words(train)
+    table.caption = escape(train_summary(train) + (f". {memory}" if memory else ""))
     table.caption_justify = "left"
     return table

@@ -23,7 +23,9 @@ that differed: those that differ alone (or raise) are named guilty.
 
 Timed (train_figures.py): each run's steps after the first, tokens/s where the first input is
 token ids (else steps/s), peak memory on a GPU; against torch.compile of the model unmodified and
-patched, and Liger Kernel where it is installed and patches the model.
+patched, and Liger Kernel where it is installed and patches the model. Measured: one step's peak
+memory, eager and patched (step_memory.py: the CPU allocator's events, and
+torch.cuda.max_memory_allocated on a GPU), so a fused loss that never holds the logits shows.
 """
 from __future__ import annotations
 
@@ -161,8 +163,8 @@ def verify_train(loaded: Any, winners: list, steps: int = DEFAULT_STEPS, compile
     if steps < 1:
         raise UserError(f"--steps {steps}: a fine-tuning run needs at least one step", "e.g. --steps 20")
     log(f"verify --train: {steps} steps of {loaded.spec.path}, eager and with {len(winners)} winner(s)")
-    eager = fine_tune(loaded, None, steps)
-    patched = fine_tune(loaded, winners, steps, catch=True)
+    eager = fine_tune(loaded, None, steps, memory=True)
+    patched = fine_tune(loaded, winners, steps, catch=True, memory=True)
     compared = compare(eager, patched, dtype)
     checks = [Check("the fine-tuning run", steps, eager)] if not compared["match"] else []
     second, second_check, second_tally = second_workload_result(loaded, winners, dtype, log)
@@ -179,6 +181,7 @@ def verify_train(loaded: Any, winners: list, steps: int = DEFAULT_STEPS, compile
               **{k: v for k, v in compared.items() if k != "problems"}, "problems": compared["problems"],
               "second_workload": second, "served_under_autograd": served,
               "per_kernel": _training_tally(patched.tally), "guilty": guilty, "failures": failures}
+    result["memory"] = train_figures.memory(eager, patched)
     result["throughput"] = train_figures.throughput(loaded, winners, steps, eager, patched, compile_baseline, log)
     return result
 

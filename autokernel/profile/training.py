@@ -131,9 +131,26 @@ def _loss(loaded: Any, inputs: list) -> tuple[Callable[[list], Any], str]:
                         f"define {LOSS_FN}(output, inputs) or {TRAIN_STEP}(model, inputs) in the model file")
     if (ids is not None and not ids.is_floating_point() and not ids.is_complex() and ids.dim() >= 1
             and ids.shape[-1] >= 2 and tuple(out.shape[:-1]) == tuple(ids.shape)):
+        if takes_labels(model):  # its own loss, as a training loop calls it: where a fused loss is served
+            return (lambda xs: model(*xs, labels=xs[0]).loss), LABELS_LOSS
         return (lambda xs: next_token_loss(tensor_of(model(*xs)), xs[0]),
                 "default: cross-entropy of the logits against the inputs shifted by one (next-token prediction)")
     return (lambda xs: tensor_of(model(*xs)).pow(2).mean()), "default: the mean square of the output"
+
+
+LABELS_LOSS = ("default: the model's own loss, model(ids, labels=ids).loss (a causal LM shifts the labels "
+               "itself: the next-token cross-entropy)")
+
+
+def takes_labels(model: Any) -> bool:
+    """Whether the model computes its own loss from `labels` (transformers' *ForCausalLM): its
+    forward takes them and returns an output with a `loss` field."""
+    import inspect
+    try:  # the class's forward: a patched instance's stand-in takes (*args, **kwargs)
+        parameters = inspect.signature(type(model).forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "labels" in parameters and hasattr(type(model), "loss_function")
 
 
 def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,6 @@
-"""The fused final projection + cross-entropy in a training step: the same losses as eager, and a
-peak that never holds the logits (measured on the CPU from PyTorch's allocator events)."""
+"""The fused final projection + cross-entropy in a training step, called by hand and served by the
+router in the unmodified model's own loss: the same losses as eager, and a peak that never holds
+the logits (measured on the CPU from PyTorch's allocator events)."""
 import importlib.util
 
 import pytest
@@ -16,8 +17,9 @@ def _script():
 
 def test_the_fused_loss_trains_as_eager_does_without_ever_holding_the_logits():
     pytest.importorskip("transformers")
-    result = _script().run_all(batch=2, tokens=32, vocab=1000, hidden=32, layers=1)
-    eager, fused = result["eager"], result["fused"]
+    result = _script().run_all(batch=2, tokens=32, vocab=1000, hidden=32, layers=1,
+                               modes=("eager", "fused", "served"))
+    eager, fused, served = result["eager"], result["fused"], result["served"]
     # two AdamW steps: the second loss is after an update, so the gradients agreed too
     assert fused["losses"] == pytest.approx(eager["losses"], rel=1e-5)
     assert fused["held_before_bytes"] == eager["held_before_bytes"]
@@ -25,3 +27,9 @@ def test_the_fused_loss_trains_as_eager_does_without_ever_holding_the_logits():
     # eager holds a whole fp32 logits tensor at least (and its log-softmax, and their gradient) more
     assert fused["allocator_peak_bytes"] + eager["logits_bytes"] <= eager["allocator_peak_bytes"], result
     assert result["fused_over_eager_peak"] < 1.0
+    # the unmodified model's own loss with labels, the router serving the fused loss: the same
+    # losses, the same saving, and the call counted as served
+    assert served["losses"] == pytest.approx(eager["losses"], rel=1e-5)
+    assert served["allocator_peak_bytes"] + eager["logits_bytes"] <= eager["allocator_peak_bytes"], result
+    (kernel,) = served["served"].values()
+    assert kernel["calls_served"] == 2 and kernel["fallbacks"] == 0, kernel

@@ -7,22 +7,21 @@
   turns one call into a `Request` (or None: not this type's call, e.g. a softmax over dim 0).
   F.linear's bias, when it has one, is added to the matmul kernel's output by bias.py (Triton).
 - `FORMS`: rules that read a hand-written form's call (an RMSNorm module's forward(x), a SwiGLU
-  module, rotary (x, cos, sin) or (q, k, cos, sin), attention (q, k, v)) as Requests. A rule is
-  a guess; the router keeps it only if `reference(...)` reproduces the original's output.
+  module, rotary (x, cos, sin) or (q, k, cos, sin), attention (q, k, v); a decoder layer and a
+  causal LM's loss for the chains they hold: chain_forms.py) as Requests. A rule is a guess; the
+  router keeps it only if `reference(...)` reproduces the original's output.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
 
 from .chain_calls import DIMS as CHAIN_DIMS, REFERENCES as CHAIN_REFERENCES
-
-EPS_NAMES = ("eps", "variance_epsilon", "epsilon")
-
+from .chain_forms import causal_lm_loss, decoder_layer
+from .requests import EPS_NAMES, Request, first as _first, is_float as _is_float, plain as _plain
 
 def _rows(x: torch.Tensor, last: str = "N") -> dict:
     return {"M": math.prod(x.shape[:-1]), last: x.shape[-1]}
@@ -77,24 +76,6 @@ REFERENCES: dict[str, Callable[..., torch.Tensor]] = {
     "fused_mlp": _mlp_ref,
     **CHAIN_REFERENCES,
 }
-
-
-@dataclass
-class Request:
-    """One call a kernel could serve: its kernel_fn arguments and how to give the answer back."""
-
-    kernel_type: str
-    args: tuple  # as the call has them; `prepare` makes them the kernel's (e.g. 3-D x to 2-D)
-    kwargs: dict = field(default_factory=dict)
-    prepare: Optional[Callable[[tuple], tuple]] = None
-    finish: Callable[[torch.Tensor], Any] = lambda out: out
-    blocker: str = ""  # why a matching winner still may not serve it (a bias, a mask...)
-    late_check: Optional[Callable[[], str]] = None  # a blocker that costs a sync: only when matched
-    causal: Optional[bool] = None
-    op: str = ""  # the name it is counted under, when not the torch callable's (F.linear+bias)
-
-    def kernel_args(self) -> tuple:
-        return self.prepare(self.args) if self.prepare else self.args
 
 
 def label(kernel_type: str, dims: dict, dtype: str, causal: Optional[bool] = None) -> str:
@@ -238,20 +219,6 @@ if hasattr(F, "rms_norm"):  # torch >= 2.4
 
 
 # ---------------------------------------------------------------- forms: a callable's call -> Requests
-def _first(outs: list) -> Any:
-    return outs[0]
-
-
-def _is_float(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and t.is_floating_point()
-
-
-def _plain(values: list) -> bool:
-    """Extra arguments a form may carry and still be bound: flags and small ints (HF's
-    unsqueeze_dim), never tensors, whose values could change what the form computes."""
-    return all(v is None or isinstance(v, (bool, int)) for v in values)
-
-
 def _rmsnorm_module(owner, args, kwargs):
     if owner is None or kwargs or len(args) != 1 or not _is_float(args[0]):
         return None
@@ -381,6 +348,8 @@ FORMS: dict[str, tuple] = {
     "cross_entropy": (_cross_entropy_form,),
     "rotary_qk": (_rotary_pair,),
     "silu_mul": (_silu_mul_module,),
+    "add_rmsnorm": (decoder_layer,),
+    "linear_cross_entropy": (causal_lm_loss,),
 }
 
 

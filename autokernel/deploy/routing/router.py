@@ -9,7 +9,9 @@ matches but cannot take it (autograd, a mask, a bias of another dtype...). Nothi
 op. On exit every replaced attribute is put back.
 
 Each winner is also a torch custom op (ops.py), which the stand-ins call while torch.compile
-traces, so a compiled model inside `patched` keeps the kernels.
+traces, so a compiled model inside `patched` keeps the kernels. Nothing is counted while Dynamo
+traces; the op counts the runs of its implementation that no eager stand-in made, which are a
+compiled graph's, and the tally adds them to the winner's served calls ("torch.compile graph").
 """
 from __future__ import annotations
 
@@ -76,6 +78,9 @@ class Winner:
     training_serving: Optional[ServingRange] = None
     mutates_grad_out: bool = False  # its file declares MUTATES_GRAD_OUT: its backward gets a copy of grad_out
     judged_layouts: bool = False  # its backward was judged under strided grad_outs: it gets them uncopied
+    # runs of its op that no stand-in made in eager: a compiled graph's calls (Dynamo traced a
+    # stand-in's call of the op into the graph, where nothing is counted): the tally adds them
+    graph_calls: list = field(default_factory=lambda: [0], repr=False)
 
     def __post_init__(self) -> None:
         from .refusals import guarded
@@ -97,8 +102,8 @@ class Winner:
         (registered once, on first use)."""
         if self.op is None:
             from .ops import custom_op
-            self.op = custom_op(self.target, self.kernel_type, self.kernel_fn, self.backward_fn, self.mutates_grad_out,
-                                self.judged_layouts)
+            self.op = custom_op(self.target, self.kernel_type, _counted(self.kernel_fn, self.graph_calls),
+                                self.backward_fn, self.mutates_grad_out, self.judged_layouts)
         return self.op
 
     def autograd_refusal(self, dims: Optional[dict] = None) -> str:
@@ -110,6 +115,23 @@ class Winner:
         return f"training: {words(outside)} (for the backward)" if outside else ""
 
 
+# > 0 while a stand-in runs a kernel in eager (it counts that call itself): any other run of a
+# winner's op is a compiled graph's
+_EAGER = [0]
+
+
+def _counted(kernel_fn: Callable, calls: list) -> Callable:
+    """kernel_fn as the op runs it: a run no eager stand-in made is counted in `calls`."""
+    def run(*args, **kwargs):
+        if not _EAGER[0] and not compiling():  # compiling: a traced call run for real (a test's)
+            calls[0] += 1
+        return kernel_fn(*args, **kwargs)
+    return run
+
+
+GRAPH = "torch.compile graph"  # the op name the tally gives a compiled graph's calls
+
+
 class Tally:
     """What the router did, read from its stand-ins' counters: per target and per op."""
 
@@ -117,12 +139,31 @@ class Tally:
         self.winners = winners
         self.sites: list = []
         self.errors: dict[str, list[str]] = defaultdict(list)
+        self.graph_calls: dict[str, list[int]] = {}  # target -> [its op's graph runs on entry, on exit]
+
+    def watch_graphs(self, entering: bool) -> None:
+        """Mark where the patch began (and ended): the graph runs counted are those in between."""
+        for w in self.winners:
+            if entering:
+                self.graph_calls[w.target] = [w.graph_calls[0], -1]
+            elif w.target in self.graph_calls:
+                self.graph_calls[w.target][1] = w.graph_calls[0]
+
+    def _graph_runs(self, w: Winner) -> int:
+        began, ended = self.graph_calls.get(w.target, (w.graph_calls[0], -1))
+        return (ended if ended >= 0 else w.graph_calls[0]) - began
 
     def to_json(self) -> dict:
         per_kernel = {w.target: {"kernel_type": w.kernel_type, "calls_served": 0, "fallbacks": 0,
                                  "fallback_reasons": Counter(), "served_by_op": Counter(),
                                  "errors": list(self.errors.get(w.target, []))} for w in self.winners}
         per_op: dict[str, dict] = defaultdict(lambda: {"routed": 0, "fell_back": 0, "reasons": Counter()})
+        for w in self.winners:
+            n = self._graph_runs(w)
+            if n:
+                per_kernel[w.target]["calls_served"] += n
+                per_kernel[w.target]["served_by_op"][GRAPH] += n
+                per_op[GRAPH]["routed"] += n
         for site in self.sites:
             for (target, op), n in site.served.items():
                 per_kernel[target]["calls_served"] += n
@@ -175,9 +216,11 @@ class Router:
             if w.kernel_type != "module":  # a ModelNew is called as a module, not as a custom op
                 w.registered()
         self._undo = bind(self, model)
+        self.tally.watch_graphs(True)
         try:
             yield self
         finally:
+            self.tally.watch_graphs(False)
             while self._undo:
                 self._undo.pop()()
 
@@ -242,6 +285,7 @@ class Router:
             return NOTHING, falls if pure else None
         outs, compiled = [], not counting
         self.quiet += 1
+        _EAGER[0] += counting
         try:
             for (w, _), r in zip(decisions, requests):
                 # the op when autograd records the call (its backward is registered with it) or Dynamo traces
@@ -253,6 +297,7 @@ class Router:
             return NOTHING, None
         finally:
             self.quiet -= 1
+            _EAGER[0] -= counting
         if counting:
             for w, _ in decisions:
                 site.served[(w.target, op)] = site.served.get((w.target, op), 0) + 1

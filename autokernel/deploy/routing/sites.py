@@ -14,7 +14,7 @@ of a call no winner can take is a key (the main input's shape, and dtype where i
 up in a dict of calls already refused, and an int added to a counter: no parsing, no strings.
 Reasons that need formatting are kept as tuples and worded when the tally is read. While Dynamo
 traces, nothing is counted (a count would be a side effect that recompiles the graph) and the
-winners are called as custom ops.
+winners are called as custom ops, which count the compiled graph's calls themselves (router.py).
 """
 from __future__ import annotations
 
@@ -248,6 +248,8 @@ class FormSite(Site):
         self.seen = router.form_calls(winner.kernel_type)  # [calls], shared with the Watch
         self.rule: Optional[Callable] = None
         self.tried = False
+        # the rules' `skip` tests (a causal LM's: no labels), asked before any binding or serving
+        self.skips = [r.skip for r in FORMS[self.kernel_type] if getattr(r, "skip", None) is not None]
 
     def stand_in(self) -> Callable:
         refused, router, original, call, seen = self.refused, self.router, self.original, self.call, self.seen
@@ -271,6 +273,11 @@ class FormSite(Site):
         router = self.router
         if router.quiet:
             return self.original(*args, **kwargs)
+        why = self._skip(args, kwargs) if self.skips else ""
+        if why:  # a call the form leaves to the module (no labels: the caller reads the logits)
+            if not compiling():
+                self.fell(why, self.winner.target)
+            return self.original(*args, **kwargs)
         if not self.tried:
             if compiling():  # binding compares values: it happens in eager, before compiling
                 return self.original(*args, **kwargs)
@@ -280,12 +287,28 @@ class FormSite(Site):
             return self.original(*args, **kwargs)
         if not compiling():  # a count is a side effect that Dynamo would guard on: a recompile per call
             self.seen[0] += 1
-        router.quiet += 1
+        return self._serve(self._made(self.rule, args, kwargs), args, kwargs, x)
+
+    def _made(self, rule: Callable, args: tuple, kwargs: dict) -> Any:
+        """rule's Requests for this call. A rule marked `runs_model` computes the module's own
+        calls (a decoder layer's attention, a causal LM's base model): they run as the model's, so
+        the winners inside them serve and are counted (in a binding check they run quiet)."""
+        if getattr(rule, "runs_model", False):
+            return rule(self.owner, args, kwargs)
+        self.router.quiet += 1
         try:
-            made = self.rule(self.owner, args, kwargs)
+            return rule(self.owner, args, kwargs)
         finally:
-            router.quiet -= 1
-        return self._serve(made, args, kwargs, x)
+            self.router.quiet -= 1
+
+    def _skip(self, args: tuple, kwargs: dict) -> str:
+        """Why a form's rule leaves this call to the module ('' when it does not): asked before
+        binding too, so a call it never serves (an eval forward) neither binds nor unbinds it."""
+        for skip in self.skips:
+            why = skip(self.owner, args, kwargs)
+            if why:
+                return why
+        return ""
 
     def _bind(self, args: tuple, kwargs: dict) -> Any:
         self.tried = True
@@ -296,7 +319,7 @@ class FormSite(Site):
             for rule in FORMS[self.kernel_type]:
                 try:
                     made = rule(self.owner, args, kwargs)
-                    if made is not None and same_result(reference(*made), original, BINDING_SLACK):
+                    if made is not None and reproduces(rule, reference(*made[:2]), original):
                         self.rule = rule
                         break
                 except Exception:  # a rule that does not fit this callable's arguments
@@ -310,6 +333,8 @@ class FormSite(Site):
                 self.uninstall()
             return original
         self.seen[0] += 1
+        if getattr(self.rule, "runs_model", False):  # made again, its inner calls served and counted once
+            return self._serve(self._made(self.rule, args, kwargs), args, kwargs, args[0] if args else None)
         return self._serve(made, args, kwargs, args[0] if args else None, original)
 
     def _serve(self, made: Any, args: tuple, kwargs: dict, x: Any, original: Any = NOTHING) -> Any:
@@ -318,10 +343,25 @@ class FormSite(Site):
             self.fell("arguments unlike those it was bound with", self.winner.target)
         else:
             tensor = isinstance(x, torch.Tensor)
-            out = self.route(x.shape if tensor else None, *made, dtype=x.dtype if tensor else None)
+            out = self.route(x.shape if tensor else None, *made[:2], dtype=x.dtype if tensor else None)
             if out is not NOTHING:
                 return out
+            if len(made) > 2 and original is NOTHING:  # the module's own ops on what the rule computed
+                return made[2]()
         return self.original(*args, **kwargs) if original is NOTHING else original
+
+
+def reproduces(rule: Callable, ours: Any, original: Any) -> bool:
+    """Whether a rule's reading of a call gives the original's output. A rule that computes the
+    module's own calls (`runs_model`) must also give back the same kind of object (a decoder layer
+    that returns a tuple is not served as one returning a tensor); one with `compared` is held to
+    the part of the output it names (a causal LM's loss: its logits are left out, docs say why)."""
+    if getattr(rule, "runs_model", False) and type(ours) is not type(original):
+        return False
+    pick = getattr(rule, "compared", None)
+    if pick is not None:
+        ours, original = pick(ours), pick(original)
+    return same_result(ours, original, BINDING_SLACK)
 
 
 class Watch(Site):
