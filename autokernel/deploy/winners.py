@@ -81,9 +81,11 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
     return found
 
 
-# how a chain's form binds (autokernel/deploy/routing/calls.py FORMS): rotary_qk through the function
-# the attention module calls (apply_rotary_pos_emb), silu_mul as the gated MLP's forward
-CHAIN_ROUTES = {"rotary_qk": "pattern", "silu_mul": "module"}
+# how a chain's form binds (autokernel/deploy/routing/calls.py and chain_forms.py): rotary_qk through
+# the function the attention module calls (apply_rotary_pos_emb), silu_mul as the gated MLP's forward,
+# add_rmsnorm as the pre-norm decoder layer's, linear_cross_entropy as the causal LM's (its loss)
+CHAIN_ROUTES = {"rotary_qk": "pattern", "silu_mul": "module", "add_rmsnorm": "module",
+                "linear_cross_entropy": "module"}
 
 
 def saving(f: WinnerFile) -> Optional[float]:

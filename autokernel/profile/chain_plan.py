@@ -104,11 +104,12 @@ def _flops(graph: OpGraph, chain: Chain) -> float:
 
 def _enclosing(graph: OpGraph, chain: Chain) -> tuple[str, str]:
     """The module the chain ran in: of its ops' modules, the one that holds all the others (SiLU x
-    up: the MLP, not its activation's module), else its first op's (an add in one layer whose norm
-    is the next module's)."""
+    up: the MLP, not its activation's module; the projection in `lm_head` and the loss in the causal
+    LM's own forward: the model), else its first op's (an add in one layer whose norm is the next
+    module's)."""
     where = [graph.ops[i].module for i in chain.ops]
-    for name, cls in where:
-        if name and all(other == name or other.startswith(name + ".") for other, _ in where):
+    for name, cls in where:  # the model itself ("", its class) holds every module: a causal LM's loss
+        if cls and all(not name or other == name or other.startswith(name + ".") for other, _ in where):
             return name, cls
     return where[0]
 
@@ -163,7 +164,7 @@ def entries(graph: OpGraph, found: list[Chain], rejected: list[Rejected], record
         row["fwd_ms"] += fwd_us / 1e3
         row["bwd_ms"] += bwd_us / 1e3
         where = _enclosing(graph, chain)
-        if where[0] and {"name": where[0], "class": where[1]} not in row["modules"]:  # as a group's modules
+        if where[1] and {"name": where[0], "class": where[1]} not in row["modules"]:  # as a group's modules
             row["modules"].append({"name": where[0], "class": where[1]})
         row["unmeasured_ops"] = sorted(set(row["unmeasured_ops"]) | set(unmeasured))
         if by_name:
