@@ -76,10 +76,18 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
                                 training_serving=training_serving_range(t, verdict) if backward else None,
                                 judged_layouts=backward and bool((verdict.get("backward") or {})
                                                                  .get("grad_out_layouts")),
-                                inference_only=inference_only, unrun_dtype=unrun_dtype(verdict)))
+                                inference_only=inference_only, unrun_dtype=unrun_dtype(verdict),
+                                not_served=GENERIC_NOT_SERVED if t.kwargs.get("chain") else ""))
     choose_alternatives(found, plan)
     return found
 
+
+# A generic chain's winner (a ModelNew replacing a run of ops, autokernel.profile.generic_chains) is
+# judged but not bound: a module winner replaces a module's forward, called with the module's
+# arguments, and a chain is a run of ops inside one forward or across several, called with the
+# chain's inputs, which no form finds in a model yet.
+GENERIC_NOT_SERVED = ("not served: a generic chain's winner replaces a run of operators, not a module's forward, "
+                      "and no form binds such a run in a model yet; it is judged and kept, not bound")
 
 # how a chain's form binds (autokernel/deploy/routing/calls.py FORMS): rotary_qk through the function
 # the attention module calls (apply_rotary_pos_emb), silu_mul as the gated MLP's forward
