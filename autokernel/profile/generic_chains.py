@@ -53,9 +53,10 @@ def find(graph: OpGraph, claimed: set[int]) -> tuple[list[Chain], list[Rejected]
         runs = {run_of.get(u) for u in readers}  # None: a reader outside every run, or the caller
         if len(runs) == 1 and None not in runs:
             run_of[op.index] = runs.pop()
-        elif runs - {None}:
-            others = [u for u in readers if run_of.get(u) is None] or readers
-            joined = sorted(i for i, last in run_of.items() if last in runs and i != op.index)
+        elif runs - {None}:  # the run of its first reader in one is the run it misses
+            missed = next(run_of[u] for u in sorted(u for u in readers if run_of.get(u) is not None))
+            others = [u for u in readers if run_of.get(u) != missed]
+            joined = sorted(i for i, last in run_of.items() if last == missed and i != op.index)
             where = " and ".join(_where(graph, u) for u in others)
             rejected.append(Rejected(CHAIN_TYPE, [op.index] + joined,
                                      f"{op.name} (op {op.index})'s output is read by {where} as well: fusing "
