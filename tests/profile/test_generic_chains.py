@@ -146,3 +146,18 @@ def test_pick_targets_makes_a_module_target_of_a_generic_chain(tmp_path):
     # a row whose replay could not be written down is not searched
     plan["chains"]["entries"][0]["replay"] = None
     assert pick_targets(plan, None) == []
+
+
+def test_a_generic_chain_winner_is_judged_but_not_bound_and_says_so(tmp_path):
+    from autokernel.deploy import export
+    from autokernel.deploy.winners import GENERIC_NOT_SERVED, winner_files
+    from autokernel.profile.modelfile import ModelSpec
+    from sealed_runs import write_run
+    name = "chain[mul-add-gelu:2x4x16:float32]"
+    source = "import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x, s, b):\n        return x\n"
+    run = write_run(tmp_path, ModelSpec(path=str(DATA / "hf_gpt2.py"), device="cpu"),
+                    [(name, "module", {}, {"chain": True, "ops": ["aten::mul"]}, "op", [], source)])
+    (winner,) = winner_files(run)
+    assert winner.not_served == GENERIC_NOT_SERVED and "not a module's forward" in winner.not_served
+    manifest = export.collect(run.path).manifest
+    assert manifest["kernels"] == [] and manifest["left_out"] == [{"target": name, "reason": GENERIC_NOT_SERVED}]
