@@ -271,7 +271,7 @@ def table(plan: dict) -> Any:
                   f"{r['share']:.1%}", ceil, e2e)
     notes = [f"left unfused: {r['chain_type']}: {r['reason']}" for r in chains.get("rejected", [])[:5]]
     first = "a chain's time is also in its members' rows: the search keeps whichever measures faster"
-    if any(r.get("chain_type") == "generic" for r in chains.get("entries", [])):
+    if any(r.get("chain_type") == GENERIC for r in chains.get("entries", [])):
         first += ("\nchain[...]: a run of no registry type, searched as a module-style target (its ops replayed as "
                   "the reference); its winner is judged, not bound in the model")
     t.caption = "\n".join([first] + notes)

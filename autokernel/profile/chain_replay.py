@@ -14,9 +14,11 @@ cannot be written down, and the chain gets no replay (its row says why).
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
+import torch.utils._pytree
 
 from autokernel.profile.chain_graph import OpGraph, Slot
 from autokernel.profile.chains import Chain
@@ -107,8 +109,9 @@ def signature(spec: dict) -> str:
     return json.dumps([spec["steps"], shapes, spec["outputs"]], sort_keys=True)
 
 
-# ---------------------------------------------------------------- running a replay (also in the problem file)
-DECODE = '''
+# ---------------------------------------------------------------- running a replay
+# These three functions are also the problem file's own (chain_problem writes their source into
+# it: DECODE), so the judge's child needs nothing of autokernel to run the reference.
 def _decode(value, env, device):
     if isinstance(value, dict):
         if "slot" in value:
@@ -146,10 +149,9 @@ def run_replay(replay, tensors):
         env.update(zip(step["out"], outs))
     result = [env[s] for s in replay["outputs"]]
     return result[0] if len(result) == 1 else tuple(result)
-'''
-_space: dict = {"torch": torch}
-exec(compile("import torch.utils._pytree\n" + DECODE, __name__, "exec"), _space)  # noqa: S102 (our own text)
-run_replay = _space["run_replay"]
+
+
+DECODE = "\n\n".join(inspect.getsource(f) for f in (_decode, _overload, run_replay))
 
 
 def source(spec: dict) -> str:

@@ -24,7 +24,7 @@ def write_problem(folder: Path, slug: str, replay: dict, title: str) -> Path:
     (the replay as Python lines, what the prompt shows as the reference)."""
     folder.mkdir(parents=True, exist_ok=True)
     text = (TEMPLATE.replace("@TITLE@", title.replace('"', "'")).replace("@REPLAY@", json.dumps(replay, indent=1))
-            .replace("@DECODE@", DECODE.strip()).replace("@DRAW@", DRAW.strip()))
+            .replace("@DECODE@", DECODE.rstrip()).replace("@DRAW@", DRAW.strip()))
     path = folder / f"{slug}.py"
     path.write_text(text, encoding="utf-8")
     facts = {"call": {"args": [{"tensor": i["tensor"]} for i in replay["inputs"]], "kwargs": {}}, "names": []}
