@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from autokernel.profile.generic_chains import NOT_BOUND
 from autokernel.search.run import RunDir, target_slug
 
 OLD_RECORD = "a record from before serving ranges: the target's shape alone"
@@ -82,12 +83,8 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
     return found
 
 
-# A generic chain's winner (a ModelNew replacing a run of ops, autokernel.profile.generic_chains) is
-# judged but not bound: a module winner replaces a module's forward, called with the module's
-# arguments, and a chain is a run of ops inside one forward or across several, called with the
-# chain's inputs, which no form finds in a model yet.
-GENERIC_NOT_SERVED = ("not served: a generic chain's winner replaces a run of operators, not a module's forward, "
-                      "and no form binds such a run in a model yet; it is judged and kept, not bound")
+# a generic chain's winner is judged, not bound (autokernel.profile.generic_chains says why)
+GENERIC_NOT_SERVED = NOT_BOUND
 
 # how a chain's form binds (autokernel/deploy/routing/calls.py FORMS): rotary_qk through the function
 # the attention module calls (apply_rotary_pos_emb), silu_mul as the gated MLP's forward

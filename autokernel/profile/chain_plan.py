@@ -26,7 +26,7 @@ from typing import Any, Optional
 from autokernel.profile.attribution import BACKWARD, BACKWARD_NODE, ROOT, TRAIN_ROOT, _module_of
 from autokernel.profile.chain_graph import OpGraph
 from autokernel.profile.chains import Chain, Rejected
-from autokernel.profile.generic_chains import CHAIN_TYPE as GENERIC
+from autokernel.profile.generic_chains import CHAIN_TYPE as GENERIC, NOT_BOUND
 from autokernel.profile.forms import Node
 from autokernel.profile.records import Records, op_trees, windows
 from harness.kernel_types import registry
@@ -189,7 +189,8 @@ def _generic(graph: OpGraph, chain: Chain, names: dict[str, str]) -> tuple[str, 
     try:
         spec = replay(graph, chain)
     except NotReplayable as e:
-        return name, {"kernel_type": "module", "replay": None, "replay_note": f"no reference can be built: {e}"}
+        return name, {"kernel_type": "module", "replay": None, "replay_note": f"no reference can be built: {e}",
+                      "serving": NOT_BOUND}
     key = signature(spec)
     if key not in names:
         taken, n = set(names.values()), 1
@@ -198,7 +199,7 @@ def _generic(graph: OpGraph, chain: Chain, names: dict[str, str]) -> tuple[str, 
             n += 1
             unique = f"{name[:-1]}~{n}]"
         names[key] = unique
-    return names[key], {"kernel_type": "module", "replay": spec}
+    return names[key], {"kernel_type": "module", "replay": spec, "serving": NOT_BOUND}
 
 
 # A chain's members: the plan's single-op targets that run some of its ops, by type and the dims

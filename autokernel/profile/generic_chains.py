@@ -26,6 +26,11 @@ from autokernel.profile.chain_graph import OUTPUT, OpGraph
 from autokernel.profile.chains import Chain, Rejected
 
 CHAIN_TYPE = "generic"
+# What serving does with a generic chain's winner, in its plan row and in verify's and export's tally:
+# a module winner replaces a module's forward, called with the module's arguments; a chain is a run
+# of ops inside one forward or across several, called with the chain's inputs, and no form finds it.
+NOT_BOUND = ("not served: a generic chain's winner replaces a run of operators, not a module's forward, "
+             "and no form binds such a run in a model yet; it is judged and kept, not bound")
 
 ELEMENTWISE = {
     "add", "sub", "rsub", "mul", "div", "neg", "pow", "rsqrt", "sqrt", "exp", "exp2", "expm1", "log", "log1p",

@@ -54,6 +54,7 @@ def test_an_untyped_run_is_a_generic_chain_whose_problem_replays_it_exactly(tmp_
         ("chain[mul-add-gelu:2x4x16:float32]", "module", [])]
     row = rows[0]
     assert 0 < row["fused_bytes"] < row["unfused_bytes"]
+    assert row["serving"].startswith("not served: a generic chain's winner replaces a run of operators")
     # the reference: the chain's own ops on what the model fed them (the parameters among its
     # inputs) give the GELU output the model's next layer read, bit for bit
     seen = {}
@@ -69,6 +70,25 @@ def test_an_untyped_run_is_a_generic_chain_whose_problem_replays_it_exactly(tmp_
         assert [(tuple(t.shape), t.dtype) for t in drawn] == [(tuple(t.shape), t.dtype) for t in inputs]
         assert problem.Model()(*drawn).shape == (2, 4, 16)
     assert "torch.ops.aten.gelu.default(" in (tmp_path / "p.source.py").read_text()
+
+
+class _ViewBetween(nn.Module):
+    def forward(self, x):
+        return torch.mm(torch.tanh((x * 2.0).reshape(4, 8)) + 1.0, torch.ones(8, 2))
+
+
+def test_a_view_between_two_ops_of_a_chain_is_replayed_with_them():
+    x = torch.randn(2, 16)
+    graph, found, _ = _found(_ViewBetween(), lambda: _ViewBetween()(x))
+    (chain,) = found
+    assert [graph.ops[i].name for i in chain.ops] == ["aten::mul", "aten::tanh", "aten::add"]
+    spec = chain_replay.replay(graph, chain)
+    assert [s["op"] for s in spec["steps"]] == ["aten.mul.Tensor", "aten.view.default", "aten.tanh.default",
+                                                "aten.add.Tensor"]
+    inputs, outputs = chain_replay.recorded(graph, chain)
+    assert [tuple(t.shape) for t in inputs] == [(2, 16)]
+    assert torch.equal(chain_replay.run_replay(spec, inputs), torch.tanh((x * 2.0).reshape(4, 8)) + 1.0)
+    assert torch.equal(chain_replay.run_replay(spec, inputs), outputs[0])
 
 
 def test_a_run_whose_intermediate_has_another_reader_is_never_proposed():
