@@ -188,8 +188,9 @@ def _generic(graph: OpGraph, chain: Chain, names: dict[str, str]) -> tuple[str, 
     name = f"chain[{ops}:{shape}:{chain.dtype}]"
     try:
         spec = replay(graph, chain)
-    except NotReplayable as e:
-        return name, {"kernel_type": "module", "replay": None, "replay_note": f"no reference can be built: {e}",
+    except Exception as e:  # noqa: BLE001 (a chain that cannot be replayed is listed, not searched; the profile goes on)
+        why = str(e) if isinstance(e, NotReplayable) else f"{type(e).__name__}: {e}"
+        return name, {"kernel_type": "module", "replay": None, "replay_note": f"no reference can be built: {why}",
                       "serving": NOT_BOUND}
     key = signature(spec)
     if key not in names:

@@ -8,7 +8,8 @@ the graph holds is found here, generically, by a rule rather than a pattern:
   the intermediates' round trips. Products (mm, bmm, convolutions), attention and embeddings are
   not: their time is FLOPs or gathers, they have targets of their own, and a module target is the
   place to fuse them with their neighbours. Nor are ops whose result a replay cannot reproduce
-  (dropout's random draw) or that only move data (cat, index);
+  (dropout's random draw), that only move data (cat, index), or in-place variants (add_: a
+  replay would write into its inputs);
 - every value an op of the run writes is read only by ops of the run, except the last op's
   output, which is what the run gives back (read outside it or returned to the caller). A run is
   so a chain of "read only by the next" links, widened to a tree where a value feeds two ops of
