@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from autokernel.profile.generic_chains import NOT_BOUND
+# a generic chain's winner is judged, not bound (autokernel.profile.generic_chains says why)
+from autokernel.profile.generic_chains import NOT_BOUND as GENERIC_NOT_SERVED
 from autokernel.search.run import RunDir, target_slug
 
 OLD_RECORD = "a record from before serving ranges: the target's shape alone"
@@ -82,9 +83,6 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
     choose_alternatives(found, plan)
     return found
 
-
-# a generic chain's winner is judged, not bound (autokernel.profile.generic_chains says why)
-GENERIC_NOT_SERVED = NOT_BOUND
 
 # how a chain's form binds (autokernel/deploy/routing/calls.py FORMS): rotary_qk through the function
 # the attention module calls (apply_rotary_pos_emb), silu_mul as the gated MLP's forward
