@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+# a generic chain's winner is judged, not bound (autokernel.profile.generic_chains says why)
+from autokernel.profile.generic_chains import NOT_BOUND as GENERIC_NOT_SERVED
 from autokernel.search.run import RunDir, target_slug
 
 OLD_RECORD = "a record from before serving ranges: the target's shape alone"
@@ -76,7 +78,8 @@ def winner_files(run: RunDir) -> list[WinnerFile]:
                                 training_serving=training_serving_range(t, verdict) if backward else None,
                                 judged_layouts=backward and bool((verdict.get("backward") or {})
                                                                  .get("grad_out_layouts")),
-                                inference_only=inference_only, unrun_dtype=unrun_dtype(verdict)))
+                                inference_only=inference_only, unrun_dtype=unrun_dtype(verdict),
+                                not_served=GENERIC_NOT_SERVED if t.kwargs.get("chain") else ""))
     choose_alternatives(found, plan)
     return found
 

@@ -26,6 +26,7 @@ from typing import Any, Optional
 from autokernel.profile.attribution import BACKWARD, BACKWARD_NODE, ROOT, TRAIN_ROOT, _module_of
 from autokernel.profile.chain_graph import OpGraph
 from autokernel.profile.chains import Chain, Rejected
+from autokernel.profile.generic_chains import CHAIN_TYPE as GENERIC, NOT_BOUND
 from autokernel.profile.forms import Node
 from autokernel.profile.records import Records, op_trees, windows
 from harness.kernel_types import registry
@@ -141,8 +142,9 @@ def entries(graph: OpGraph, found: list[Chain], rejected: list[Rejected], record
     counted as calls, and the near-misses (`rejected`) with the reason each was left unfused."""
     times = OpTimes(records)
     rows: dict[str, dict] = {}
+    generic: dict[str, str] = {}  # a generic chain's replay signature -> its target name
     for chain in found:
-        name = target_name(chain)
+        name, extra = (target_name(chain), {}) if chain.chain_type != GENERIC else _generic(graph, chain, generic)
         unfused, fused = _bytes(graph, chain)
         fwd_us = bwd_us = 0.0
         unmeasured, by_name = [], []
@@ -159,7 +161,7 @@ def entries(graph: OpGraph, found: list[Chain], rejected: list[Rejected], record
             "target": name, "kernel_type": chain.chain_type, "chain_type": chain.chain_type, "dims": chain.dims, "dtype": chain.dtype,
             "options": chain.options, "calls": 0, "fwd_ms": 0.0, "bwd_ms": 0.0,
             "ops": [graph.ops[i].name for i in chain.ops], "unfused_bytes": unfused, "fused_bytes": fused,
-            "bytes_saved": unfused - fused, "flops": _flops(graph, chain), "modules": [], "unmeasured_ops": []})
+            "bytes_saved": unfused - fused, "flops": _flops(graph, chain), "modules": [], "unmeasured_ops": [], **extra})
         row["calls"] += 1
         row["fwd_ms"] += fwd_us / 1e3
         row["bwd_ms"] += bwd_us / 1e3
@@ -175,6 +177,31 @@ def entries(graph: OpGraph, found: list[Chain], rejected: list[Rejected], record
     return {"entries": list(rows.values()),
             "rejected": [{"chain_type": r.chain_type, "ops": [graph.ops[i].name for i in r.ops], "reason": r.reason}
                          for r in rejected]}
+
+
+def _generic(graph: OpGraph, chain: Chain, names: dict[str, str]) -> tuple[str, dict]:
+    """A generic chain's target name and what its row adds: kernel type "module" (it is searched as
+    a module-style target) and its replay, or why it has none. Occurrences with one replay share a
+    row; two replays that would share a name are told apart by a number."""
+    from autokernel.profile.chain_replay import NotReplayable, replay, signature
+    ops = "-".join(dict.fromkeys(graph.ops[i].name.split("::")[-1] for i in chain.ops))
+    shape = "x".join(str(d) for d in graph.meta[chain.outputs[0]][0]) or "1"
+    name = f"chain[{ops}:{shape}:{chain.dtype}]"
+    try:
+        spec = replay(graph, chain)
+    except Exception as e:  # noqa: BLE001 (a chain that cannot be replayed is listed, not searched; the profile goes on)
+        why = str(e) if isinstance(e, NotReplayable) else f"{type(e).__name__}: {e}"
+        return name, {"kernel_type": "module", "replay": None, "replay_note": f"no reference can be built: {why}",
+                      "serving": NOT_BOUND}
+    key = signature(spec)
+    if key not in names:
+        taken, n = set(names.values()), 1
+        unique = name
+        while unique in taken:
+            n += 1
+            unique = f"{name[:-1]}~{n}]"
+        names[key] = unique
+    return names[key], {"kernel_type": "module", "replay": spec, "serving": NOT_BOUND}
 
 
 # A chain's members: the plan's single-op targets that run some of its ops, by type and the dims
@@ -194,12 +221,27 @@ MEMBERS = {
 def members(row: dict, entries: list[dict]) -> list[str]:
     """The targets of `entries` whose rows hold some of the chain `row`'s time: its alternatives
     (the search weighs the chain against them by measured gain; serving binds one side, not both)."""
+    if row.get("chain_type") == GENERIC:
+        return _enclosing_targets(row, entries)
     found = []
     for kernel_type, match in MEMBERS.get(row.get("chain_type"), ()):
         for e in entries:
             if e.get("kernel_type") == kernel_type and e.get("dtype") == row.get("dtype") and e.get("dims") \
                     and e.get("target") and _matches(match, row["dims"], e["dims"]):
                 found.append(e["target"])
+    return list(dict.fromkeys(found))
+
+
+def _enclosing_targets(row: dict, entries: list[dict]) -> list[str]:
+    """A generic chain's members: the module targets whose module holds it (they run its ops)."""
+    where = [m["name"] for m in row.get("modules", [])]
+    found = []
+    for e in entries:
+        if e.get("kernel_type") != "module" or not e.get("target"):
+            continue
+        names = [m["name"] for m in e.get("modules", [])] or [(e.get("module") or {}).get("qualname", "")]
+        if any(w == n or w.startswith(n + ".") for w in where for n in names if n):
+            found.append(e["target"])
     return list(dict.fromkeys(found))
 
 
@@ -232,6 +274,9 @@ def table(plan: dict) -> Any:
                   f"{r['share']:.1%}", ceil, e2e)
     notes = [f"left unfused: {r['chain_type']}: {r['reason']}" for r in chains.get("rejected", [])[:5]]
     first = "a chain's time is also in its members' rows: the search keeps whichever measures faster"
+    if any(r.get("chain_type") == GENERIC for r in chains.get("entries", [])):
+        first += ("\nchain[...]: a run of no registry type, searched as a module-style target (its ops replayed as "
+                  "the reference); its winner is judged, not bound in the model")
     t.caption = "\n".join([first] + notes)
     t.caption_justify = "left"
     return t

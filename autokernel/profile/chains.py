@@ -229,6 +229,15 @@ def find(graph: OpGraph) -> tuple[list[Chain], list[Rejected]]:
     return sorted(chains, key=lambda c: c.ops[0]), _unique(rejected)
 
 
+def find_all(graph: OpGraph) -> tuple[list[Chain], list[Rejected]]:
+    """The typed chains, then every other run the generic rule finds outside them
+    (autokernel.profile.generic_chains), in op order, with both kinds' near-misses."""
+    from autokernel.profile import generic_chains
+    typed, rejected = find(graph)
+    generic, missed = generic_chains.find(graph, {i for c in typed for i in c.ops})
+    return sorted(typed + generic, key=lambda c: c.ops[0]), rejected + missed
+
+
 def _unique(rejected: list[Rejected]) -> list[Rejected]:
     seen, out = set(), []
     for r in rejected:

@@ -39,13 +39,30 @@ def module_state(entry: dict, name: str) -> TargetState:
                        share=entry.get("share", 0.0), ceiling_speedup=entry.get("ceiling_speedup"), kwargs=kwargs)
 
 
+def chain_state(row: dict, rank: int) -> TargetState:
+    """A generic chain's plan row (autokernel.profile.generic_chains) as a module-style target: its
+    problem replays the chain's ops (autokernel.search.chain_problem), written by prepare()."""
+    name = row["target"]
+    kwargs = {"chain": True, "ops": row.get("ops", []), "modules": [m["name"] for m in row.get("modules", [])],
+              "calls": row.get("calls"), "problem": f"{PROBLEMS}/{target_slug(name)}.py"}
+    return TargetState(name=name, kernel_type=KERNEL_TYPE, dims={}, dtype=row["dtype"], rank=rank,
+                       share=min(row.get("share", 0.0), 1.0), ceiling_speedup=row.get("ceiling_speedup"), kwargs=kwargs)
+
+
 def prepare(run: RunDir, targets: list[TargetState], model: Any, plan: dict, log: Any = None) -> None:
-    """Write each module target's problem from the loaded model; a module that cannot be rebuilt on
-    its own is done at once, with the reason as its stop reason."""
+    """Write each module target's problem from the loaded model (a generic chain's from its plan
+    row's replay); a module that cannot be rebuilt on its own is done at once, with the reason as
+    its stop reason."""
+    from autokernel.search import chain_problem
     from autokernel.search.module_problem import UnsupportedModule, write_problem
     inputs = {e["target"]: e["module"]["inputs"] for e in plan.get("entries", []) if e.get("kernel_type") == KERNEL_TYPE}
+    replays = {r["target"]: r.get("replay") for r in (plan.get("chains") or {}).get("entries", [])}
     for t in targets:
         if t.kernel_type != KERNEL_TYPE:
+            continue
+        if t.kwargs.get("chain"):
+            path = run.path / t.kwargs["problem"]
+            chain_problem.write_problem(path.parent, path.stem, replays[t.name], t.name)
             continue
         instance = model.get_submodule(t.kwargs["qualname"])
         path = run.path / t.kwargs["problem"]
@@ -130,7 +147,8 @@ def module_proposer(client: Any, run: RunDir, target: TargetState, tolerance: fl
     def messages(ctx: SearchContext) -> list[dict[str, str]]:
         from autokernel.search.modelnew_agent import build_messages
         source = problem.with_suffix(".source.py").read_text(encoding="utf-8")
-        msgs = build_messages(ctx, _problem_brief(problem, target, source), tolerance)
+        brief = _chain_brief if target.kwargs.get("chain") else _problem_brief
+        msgs = build_messages(ctx, brief(problem, target, source), tolerance)
         return msgs
 
     return LLMProposer(client, messages_for=messages)
@@ -153,6 +171,21 @@ def _problem_brief(problem: Path, target: TargetState, module_source: str) -> st
             + (f"# Its work, as the plan counted it, {kw['work']}\n" if kw.get("work") else "")
             + _grouped_hint(kw)
             + f"# The module's class, as the model's code defines it:\n{module_source.rstrip()}\n")
+
+
+def _chain_brief(problem: Path, target: TargetState, replay_source: str) -> str:
+    """What the prompt shows of a generic chain: the ops it replays, in order, and its inputs."""
+    import json
+    facts = json.loads(problem.with_suffix(".json").read_text(encoding="utf-8"))
+    shapes = "; ".join(f"{i}: {a['tensor']['shape']} {a['tensor']['dtype']}" for i, a in enumerate(facts["call"]["args"]))
+    kw = target.kwargs
+    where = f" in {', '.join(kw['modules'][:4])}" if kw.get("modules") else ""
+    return (f"# Model is a chain of the profiled model's operators ({' > '.join(kw.get('ops', []))}){where}: each "
+            f"intermediate is read only inside the chain, so one kernel can keep them on chip. It takes "
+            f"{target.share:.1%} of the model's time over {kw.get('calls')} call(s) per step.\n"
+            f"# forward(*inputs) is called with: {shapes}\n"
+            f"# ModelNew.__init__ takes no arguments; the chain has no weights (what it reads are inputs).\n"
+            f"# The chain's aten ops, as the model ran them:\n{replay_source.rstrip()}\n")
 
 
 def _grouped_hint(kw: dict) -> str:

@@ -82,18 +82,26 @@ def chain_targets(plan: dict, picked: set[str], limited: bool, only: list[str] |
     chain's time is inside its members' rows (chain_plan.members), so it is their alternative, not
     another place: under --top (`limited`) a chain is searched when one of its members was picked,
     and takes no place of its own; without --top every chain is. A row never holds a chain whose
-    intermediate is read elsewhere (autokernel.profile.chains leaves it out, under `rejected`)."""
+    intermediate is read elsewhere (autokernel.profile.chains leaves it out, under `rejected`). A
+    generic chain (no registry type) with a replay becomes a module-style target (its problem replays
+    the chain's ops), searched by the LLM agent and skipped by the tuner, as module targets are."""
+    from autokernel.profile.generic_chains import CHAIN_TYPE as GENERIC
+    from autokernel.search.module_search import chain_state
     from starter_kernels import CHAIN_TYPES
     rows = (plan.get("chains") or {}).get("entries", [])
     targets = []
     for i, row in enumerate(rows):
-        if row.get("chain_type") not in CHAIN_TYPES or not row.get("dims") or not row.get("target"):
-            continue  # a chain with no contract type: docs/profile-and-plan.md says why it is not searched
+        generic = row.get("chain_type") == GENERIC and bool(row.get("replay"))
+        if not generic and (row.get("chain_type") not in CHAIN_TYPES or not row.get("dims")) or not row.get("target"):
+            continue  # a chain with no contract type and no replay: nothing to search it as
         if row["target"] in picked or (only and not _chosen(row, only)):
             continue
         if limited and not picked & set(row.get("members", [])):
             continue
         picked.add(row["target"])
+        if generic:  # a module-style target: its replay is the reference, the LLM agent searches it
+            targets.append(chain_state(row, len(plan.get("entries", [])) + i + 1))
+            continue
         targets.append(TargetState(name=row["target"], kernel_type=row["chain_type"], dims=dict(row["dims"]),
                                    dtype=row["dtype"], rank=len(plan.get("entries", [])) + i + 1,
                                    share=min(row.get("share", 0.0), 1.0), ceiling_speedup=row.get("ceiling_speedup"),
