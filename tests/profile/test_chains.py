@@ -191,10 +191,12 @@ def test_profile_command_lists_chains_in_their_own_section(seeded_peaks):
     profiled = json.loads(done.stdout)
     rows = {r["chain_type"]: r for r in profiled["chains"]["entries"] if r["chain_type"] != "generic"}
     assert set(rows) == set(chains.CHAIN_TYPES)
-    # the runs no typed chain covers are listed beside them: the first RMSNorm (after the
-    # embedding, no residual add), each with a replay to be searched as a module-style target
+    # runs no typed chain covers are listed beside them, each with a replay to be searched as a
+    # module-style target, but not one module's own work: the first RMSNorm (after the embedding,
+    # no residual add) is the rmsnorm row's, the rotary embedding's cos and sin its module's
     generic = [r for r in profiled["chains"]["entries"] if r["chain_type"] == "generic"]
-    assert "chain[pow-mean-add-rsqrt-mul:1x16x64:float32]" in {r["target"] for r in generic}
+    assert not any(r["target"].startswith("chain[pow-mean-add-rsqrt-mul") for r in generic)
+    assert not any(":int" in r["target"] for r in generic)  # LlamaModel's position arithmetic
     for r in generic:
         assert r["kernel_type"] == "module" and r["replay"]["steps"] and r["bytes_saved"] > 0 and r["fwd_ms"] > 0
     for r in rows.values():

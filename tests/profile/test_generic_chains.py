@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autokernel.profile import chain_graph, chain_plan, chain_replay, chains
+from autokernel.profile import chain_graph, chain_plan, chain_replay, chains, generic_chains
 from paths import DATA
 
 
@@ -18,10 +18,16 @@ def _load(path):
     return module
 
 
-def _found(model, run):
+def _found(model, run, every_run: bool = False):
+    """(graph, chains, rejected); `every_run`: the generic rule's runs before the plan leaves out
+    those that are one module's own work (chains.within_one_module)."""
     with torch.no_grad():
         graph = chain_graph.capture(model, run)
-    return graph, *chains.find_all(graph)
+    if not every_run:
+        return graph, *chains.find_all(graph)
+    typed, rejected = chains.find(graph)
+    generic, missed = generic_chains.find(graph, {i for c in typed for i in c.ops})
+    return graph, typed + generic, rejected + missed
 
 
 class _ScaleBiasGelu(nn.Module):
@@ -110,10 +116,12 @@ def gpt2():
     acts = []
     for layer in model.gpt2.transformer.h:
         layer.mlp.act.register_forward_hook(lambda m, a, out: acts.append(out))
-    return model, acts, _found(model, lambda: model(ids))
+    return model, acts, _found(model, lambda: model(ids), every_run=True)
 
 
-def test_gpt2_tanh_gelu_is_a_generic_chain_replayed_exactly(gpt2):
+def test_gpt2_tanh_gelu_is_a_generic_run_replayed_exactly_and_left_to_its_module_target(gpt2):
+    """The rule finds GPT-2's tanh GELU in each layer and its replay is the module's output bit for
+    bit; the plan leaves it to NewGELUActivation's own module target, which is the same work."""
     model, acts, (graph, found, rejected) = gpt2
     gelus = [c for c in found if graph.ops[c.ops[0]].module[1] == "NewGELUActivation"]
     assert len(gelus) == len(model.gpt2.transformer.h) == len(acts)
@@ -126,6 +134,9 @@ def test_gpt2_tanh_gelu_is_a_generic_chain_replayed_exactly(gpt2):
     rows = {r["target"]: r for r in chain_plan.entries(graph, found, rejected, None, 1.0)["entries"]}
     # the layers' GELUs are one replay: one row, one call per layer
     assert rows["chain[mul-pow-add-tanh:1x64x1024:float32]"]["calls"] == len(acts)
+    assert all(chains.within_one_module(graph, c) for c in gelus)
+    planned, _ = chains.find_all(graph)
+    assert not any(graph.ops[c.ops[0]].module[1] == "NewGELUActivation" for c in planned)
 
 
 def test_gpt2_residual_add_read_by_the_next_residual_is_not_fused_with_layernorm(gpt2):

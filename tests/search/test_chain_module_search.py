@@ -1,5 +1,5 @@
 """A generic chain searched as a module-style target end to end on the CPU, with the scripted
-OpenAI-compatible server: the example model's tanh GELU is also a run of ops no typed chain covers;
+OpenAI-compatible server: the example model's tanh GELU, written inline in its MLP, is a run of ops no typed chain covers;
 its problem replays those ops, a Triton ModelNew for it passes the KernelBench eval, the tuner
 skips it, and verify judges nothing it cannot bind: the winner is listed as not served, saying why."""
 import json
@@ -19,7 +19,12 @@ def start_run(tmp_path, agent, **options):
     from autokernel.profile.modelfile import spec_from_options
     from autokernel.search import start as run_start
     opts = run_start.OptimizeOptions(agent=agent, llm=MODEL, only=["chain["], **options)
-    return run_start.start(spec_from_options(EXAMPLES / "gelu_mlp.py", device="cpu"), opts, tmp_path / "runs")
+    # the GELU written inline in the MLP's forward: a run inside a larger forward (the example's
+    # TanhGELU module is the run's whole module, which its own module target stands for)
+    model = tmp_path / "gelu_inline.py"
+    model.write_text((EXAMPLES / "gelu_mlp.py").read_text().replace(
+        "return self.c_proj(self.act(self.c_fc(x)))", "return self.c_proj(TanhGELU.forward(None, self.c_fc(x)))"))
+    return run_start.start(spec_from_options(model, device="cpu"), opts, tmp_path / "runs")
 
 
 def test_a_generic_chain_is_searched_by_the_llm_agent_and_judged(tmp_path, fake_openai, monkeypatch):  # noqa: F811
