@@ -38,13 +38,13 @@ if not torch.cuda.is_available():
 
 
 def pytest_addoption(parser, pluginmanager):
+    parser.addoption("--batches-only", action="store_true", default=False,
+                     help="only the tests that read a batch of verdicts judged in reverse order under --reverse "
+                          "(REVERSED_BATCHES): CI's second pass")
     # pyproject's addopts run the suite on every core with pytest-xdist (-n auto --dist loadfile).
     # Where xdist is not installed (a GPU machine with only torch, triton and pytest), those two
     # options are accepted here and the suite runs in one process. (_addoption: lowercase short
     # options are reserved to plugins, which is what this stands in for.)
-    parser.addoption("--batches-only", action="store_true", default=False,
-                     help="only the tests that read a batch of verdicts judged in reverse order under --reverse "
-                          "(REVERSED_BATCHES): CI's second pass")
     if pluginmanager.has_plugin("xdist"):
         return
     group = parser.getgroup("xdist", "distributed testing: pytest-xdist is not installed, one process runs all")
