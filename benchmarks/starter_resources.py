@@ -46,15 +46,23 @@ def allowed_configs(module, sample: int, seed: int = 0, tries: int = 20000) -> l
     return found
 
 
-def recorded_launches(module, config: dict, dtype: str, arch: str, backward: bool = False) -> list:
+def bench_inputs(kernel_type: str, dtype: str) -> tuple[list, dict]:
+    """The kernel type's inputs at its bench shape (seed 0)."""
+    kt = registry.get(kernel_type)
+    return kt.make_inputs(Case.make(kt.name, kt.bench_shape, dtype), torch.Generator().manual_seed(0))
+
+
+def recorded_launches(module, config: dict, dtype: str, arch: str, backward: bool = False,
+                      inputs: tuple[list, dict] | None = None) -> list:
     """The launches kernel_fn (or, with `backward`, backward_fn) makes at the bench shape under
     `config` on a GPU of `arch`, recorded and not run (a starter that picks a variant by GPU
-    generation is told the target's)."""
+    generation is told the target's). `inputs`: bench_inputs, made once by a caller recording
+    several (at a bench shape, making them costs far more than recording: nothing runs, so
+    nothing writes them)."""
     from triton.runtime.jit import JITFunction
     if hasattr(module, "_tma_device"):
         module._tma_device = lambda device: parse_arch(arch) >= 90
-    kt = registry.get(module.KERNEL_TYPE)
-    args, kwargs = kt.make_inputs(Case.make(kt.name, kt.bench_shape, dtype), torch.Generator().manual_seed(0))
+    args, kwargs = inputs or bench_inputs(module.KERNEL_TYPE, dtype)
     from triton.runtime.interpreter import InterpretedFunction
     saved_config = dict(module.CONFIG)
     saved_runs = [(cls, cls.run) for cls in (JITFunction, InterpretedFunction)]
@@ -87,8 +95,9 @@ def resource_rows(kernel_type: str, archs: list[str], sample: int, dtype: str) -
         module.CPU_PROGRAMS = GPU_PROGRAMS
     rows = []
     passes = ["forward", "backward"] if hasattr(module, "backward_fn") else ["forward"]
+    inputs = bench_inputs(module.KERNEL_TYPE, dtype)
     for config, arch, which in itertools.product(allowed_configs(module, sample), archs, passes):
-        records = recorded_launches(module, config, dtype, arch, backward=which == "backward")
+        records = recorded_launches(module, config, dtype, arch, backward=which == "backward", inputs=inputs)
         result = compile_triton(records, arch)
         row = {"starter": kernel_type, "pass": which, "config": config, "arch": arch, "ok": result.ok,
                "problem": "" if result.ok else result.detail.splitlines()[0][:160]}

@@ -38,6 +38,9 @@ if not torch.cuda.is_available():
 
 
 def pytest_addoption(parser, pluginmanager):
+    parser.addoption("--batches-only", action="store_true", default=False,
+                     help="only the tests that read a batch of verdicts judged in reverse order under --reverse "
+                          "(REVERSED_BATCHES): CI's second pass")
     # pyproject's addopts run the suite on every core with pytest-xdist (-n auto --dist loadfile).
     # Where xdist is not installed (a GPU machine with only torch, triton and pytest), those two
     # options are accepted here and the suite runs in one process. (_addoption: lowercase short
@@ -77,7 +80,18 @@ def pytest_xdist_make_scheduler(config, log):
     return SharedFixtureScheduling(config, log)
 
 
+# The fixtures that judge a batch of verdicts in one session and, under --reverse, in the opposite
+# order: what a verdict could owe to the judgements before it (a forked worker, a shared baseline or
+# reference, a cache) is there. A test that makes its own judgement in its own process has nothing
+# before it to depend on; CI's second pass (--reverse --batches-only) runs only the batches again.
+REVERSED_BATCHES = {"judged", "kernelbench_verdicts"}
+
+
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("batches_only"):
+        kept = [item for item in items if REVERSED_BATCHES & set(getattr(item, "fixturenames", ()))]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

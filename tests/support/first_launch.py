@@ -8,6 +8,7 @@ that needs a device. Prints one JSON line:
     {"place": ..., "sandbox": "landlock" | ..., "calls": [{"name": ..., "error": null | "..."}]}
 
     python -m first_launch worker KERNEL_FILE SCRATCH          (the judge's worker)
+    python -m first_launch workers KERNEL_FILE SCRATCH ...     (the judge's workers, forked: below)
     python -m first_launch kernelbench PROBLEM SOLUTION SCRATCH (the KernelBench child)
     python -m first_launch verify RUN_COPY SCRATCH             (verify's child)
     python -m first_launch export_check PACKAGE_PARENT SCRATCH (`export --selftest`'s child)
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import standin_gpu
@@ -58,6 +61,68 @@ def worker(kernel: Path, scratch: Path) -> dict:
         result = observed_call(w.module.kernel_fn, args, kwargs, w.monitor)
         calls.append({"name": kernel.name, "stage": "first call", "error": result.error})
     return {"sandbox": state.get("kind"), "calls": calls}
+
+
+def workers(*jobs: Path) -> dict:
+    """The judge's workers as a judge session starts them (harness/workers/zygote.py): this process
+    preloads what the judge's zygote preloads, with its own function, then forks one child per
+    (KERNEL_FILE, SCRATCH) pair, one at a time; each child takes its judgement's environment after
+    the fork (TMPDIR and its own compiler caches in its scratch, forkserver.PER_CALL_ENV), its cwd,
+    and does what `worker` does, writing its JSON line and its stderr to SCRATCH/result.json and
+    SCRATCH/stderr. Nothing is compiled, launched or confined here: each child makes its kernel's
+    first launch and builds Triton's launcher support itself, into caches no other child reads."""
+    from harness.workers import zygote
+    zygote.preload()
+    status = {}
+    for kernel, scratch in zip(jobs[::2], jobs[1::2]):
+        pid = os.fork()
+        if pid == 0:
+            _forked_worker(kernel, scratch)
+        status[kernel.name] = _wait(pid, time.monotonic() + CHILD_TIMEOUT_S)
+    return {"sandbox": None, "calls": [], "exit": status}
+
+
+CHILD_TIMEOUT_S = 600  # each forked worker's, as the rehearsal's spawned worker has (rehearsal.TIMEOUT_S)
+
+
+def _wait(pid: int, deadline: float) -> int:
+    """The child's exit code; past the deadline its process group is killed (-9)."""
+    import signal
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.killpg(pid, signal.SIGKILL)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _forked_worker(kernel: Path, scratch: Path) -> None:
+    """In the forked child: the worker of one judgement; never returns."""
+    import tempfile
+    from harness.isolation.sandbox import private_caches
+    code = 1
+    try:
+        os.setsid()
+        for fd, name in ((1, "result.json"), (2, "stderr")):
+            target = os.open(scratch / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(target, fd)
+            os.close(target)
+        os.chdir(scratch / "cwd")
+        sys.path[0] = str(scratch / "cwd")  # what `python -m` puts first, as the zygote's child has it
+        os.environ.update({"TMPDIR": str(scratch / "tmp"), **private_caches(scratch)})
+        tempfile.tempdir = None  # re-read TMPDIR: the child's scratch folder, not the parent's
+        import triton
+        print(json.dumps({"place": "worker", "triton": triton.__version__, **worker(kernel, scratch)},
+                         default=str), flush=True)
+        code = 0
+    except BaseException:  # noqa: BLE001 - a child must never return into the parent's loop
+        import traceback
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _events(out: Path) -> list[dict]:
@@ -162,7 +227,7 @@ def package(parent: Path, model_file: Path) -> dict:
 def main(argv: list[str]) -> int:
     place, *rest = argv
     paths = [Path(p).resolve() for p in rest]
-    places = {"worker": worker, "kernelbench": kernelbench, "verify": verify, "export_check": export_check,
+    places = {"worker": worker, "workers": workers, "kernelbench": kernelbench, "verify": verify, "export_check": export_check,
               "package": package}
     result = places[place](*paths)
     import triton
@@ -171,7 +236,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import os
     code = main(sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()
