@@ -76,14 +76,21 @@ def ceiling_of(t: TargetState) -> float:
     return max(DEFAULT_CEILING, 1.5 * speedup_now(t))
 
 
+def served(speedup: float) -> float:
+    """What a speedup is worth to the model: a kernel slower than PyTorch's op is not served (the
+    model runs the op as before), so below 1x it wins nothing."""
+    return max(speedup, 1.0)
+
+
 def model_time(targets: Sequence[TargetState]) -> float:
-    """The model's time now, as a fraction of its eager time (Amdahl over every target's best)."""
-    return 1.0 - sum(t.share * (1.0 - 1.0 / speedup_now(t)) for t in targets)
+    """The model's time now, as a fraction of its eager time (Amdahl over every target's best as
+    served)."""
+    return 1.0 - sum(t.share * (1.0 - 1.0 / served(speedup_now(t))) for t in targets)
 
 
 def left_share(t: TargetState) -> float:
     """The share of the model's eager time still to win on this target, best -> ceiling."""
-    return t.share * max(1.0 / speedup_now(t) - 1.0 / ceiling_of(t), 0.0)
+    return t.share * max(1.0 / served(speedup_now(t)) - 1.0 / served(ceiling_of(t)), 0.0)
 
 
 def e2e_gain_left(targets: Sequence[TargetState], t: TargetState) -> float:
@@ -130,11 +137,14 @@ def minutes_per_experiment(targets: Sequence[TargetState], t: TargetState) -> fl
 
 
 def gain_per_min(targets: Sequence[TargetState], t: TargetState) -> float:
-    """Expected end-to-end gain (the model's speedup minus 1) per minute of search on `t`."""
-    now = speedup_now(t)
-    after = now * math.exp(expected_log_gain(targets, t))
+    """Expected end-to-end gain (the model's speedup minus 1) per minute of search on `t`. A best
+    slower than PyTorch's op is not served, so the step is counted from 1x as served: a target
+    below 1x is worth what its gap above 1x is, not what climbing back to PyTorch's speed would win
+    on paper."""
+    start = served(speedup_now(t))
+    after = min(start * math.exp(expected_log_gain(targets, t)), max(ceiling_of(t), start))
     before = model_time(targets)
-    gain = before / max(before - t.share * (1.0 / now - 1.0 / after), 1e-12) - 1.0
+    gain = before / max(before - t.share * (1.0 / start - 1.0 / after), 1e-12) - 1.0
     return gain / minutes_per_experiment(targets, t)
 
 

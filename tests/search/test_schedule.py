@@ -25,6 +25,17 @@ def test_amdahl_on_the_whole_model():
     assert schedule.e2e_gain_left(targets, b) == pytest.approx(0.7 / (0.7 - 0.2 * 0.75))
 
 
+def test_a_kernel_slower_than_pytorch_wins_nothing_end_to_end():
+    # a best of 0.5x is not served: the model runs PyTorch's op there, as with no kernel at all
+    slow, quick = target("slow", share=0.4, best=200.0), target("quick", share=0.4, best=50.0)
+    assert schedule.model_time([slow, quick]) == pytest.approx(1 - 0.4 * 0.5)
+    assert schedule.left_share(slow) == pytest.approx(0.4 * (1 - 0.25))  # from 1x, not from 0.5x, to 4x
+    # below 1x with a ceiling at 1x: climbing back to PyTorch's speed wins nothing
+    stuck = target("stuck", share=0.6, ceiling=1.0, best=200.0)
+    assert schedule.left_share(stuck) == 0.0 and schedule.gain_per_min([stuck], stuck) == 0.0
+    assert schedule.choose([stuck, target("small", share=0.05, best=100.0)]).index == 1
+
+
 def test_the_next_experiment_goes_where_the_gain_per_minute_is_largest():
     big, small = target("big", share=0.6), target("small", share=0.1)
     assert schedule.choose([small, big]).index == 1 and "60% of the model" in schedule.choose([small, big]).why
