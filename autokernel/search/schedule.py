@@ -252,6 +252,15 @@ def visit_experiments(targets: Sequence[TargetState], t: TargetState) -> float:
     return min(max(gap / gain, PAYBACK), PAYBACK_MAX)
 
 
+def explores_parents(targets: Sequence[TargetState], t: TargetState, left_s: float) -> bool:
+    """Whether a proposal's parent may be another elite than the best. A line of ideas from a
+    slower elite is an investment: it wins only once it overtakes the best, experiments later. Once
+    the time left holds no more than PAYBACK_MAX of the target's experiments at its pace (what one
+    target's payback may claim at most), it cannot be expected to pay back, and the best alone is
+    the parent."""
+    return left_s > PAYBACK_MAX * pace_s(targets, t)
+
+
 def _covering(targets: Sequence[TargetState], left: Sequence[int], scores: dict[int, float],
               left_s: float) -> str:
     paid = payback(targets, left, scores, left_s)
