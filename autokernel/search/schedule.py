@@ -18,7 +18,11 @@ left can pay back: the most worth per minute first, each claiming the experiment
 (PAYBACK to PAYBACK_MAX), as many as the time left holds; a baseline whose claim does not fit is
 measured only where the experiments after it still win what the best measured target does. With a
 night ahead that is every target; with three minutes, the largest. A visit under way goes on to its
-plateau before a baseline the time left comes to pay back later.
+plateau before a baseline the time left comes to pay back later. In the last stretch, once the
+time left holds no more than PAYBACK_MAX of a target's experiments, its proposals build on the best
+alone (`explores_parents`): another elite's line would pay back only later.
+
+Speeds count as served: a best slower than PyTorch's op is not served, so it counts as 1x.
 
 Everything here is a pure function of the targets' states (autokernel.search.run.TargetState):
 the search (run_search.py) and the simulated night (benchmarks/night.py) use the same code.
