@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autokernel.errors import BudgetExhausted, NothingUsable, Plateau, Switch, TargetDone, UserError
-from autokernel.search import population
+from autokernel.search import population, schedule
 from autokernel.search.decision import decide, fills_target, has_backward, ranked
 from autokernel.search.guard import RecordGuard
 from autokernel.search.leaderboard import Leaderboard, make_row
@@ -191,7 +191,8 @@ class TargetSearch:
         if ctx.strategy == "different_algorithm" and t.history:
             ctx.parent_number, ctx.parent_source = 0, self.starter_source
             return
-        parent = population.choose_parent(t.elites, t.best_experiment, f"{t.name}:{number}")
+        explore = schedule.explores_parents(self.state.targets, t, self.state.budget_left_s)
+        parent = population.choose_parent(t.elites, t.best_experiment, f"{t.name}:{number}", explore=explore)
         if parent is None:
             ctx.parent_number = t.best_experiment
             return

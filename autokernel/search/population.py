@@ -23,15 +23,16 @@ def admit(elites: list[dict], entry: dict, limit: int = ELITES) -> list[dict]:
     return merged[:limit]
 
 
-def choose_parent(elites: list[dict], best_number: int | None, seed: str) -> dict | None:
+def choose_parent(elites: list[dict], best_number: int | None, seed: str, explore: bool = True) -> dict | None:
     """The parent of the next proposal: usually the best, sometimes another elite (seeded by the
-    experiment, so a resume chooses as the first session would have)."""
+    experiment, so a resume chooses as the first session would have); the best alone where
+    `explore` is False (the time left is too short for another elite's line to pay back)."""
     if not elites:
         return None
     best = next((e for e in elites if e["number"] == best_number), elites[0])
     others = [e for e in elites if e is not best]
     rng = random.Random(seed)
-    if others and rng.random() >= PARENT_IS_BEST:
+    if others and explore and rng.random() >= PARENT_IS_BEST:
         return rng.choice(others)
     return best
 

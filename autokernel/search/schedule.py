@@ -18,7 +18,11 @@ left can pay back: the most worth per minute first, each claiming the experiment
 (PAYBACK to PAYBACK_MAX), as many as the time left holds; a baseline whose claim does not fit is
 measured only where the experiments after it still win what the best measured target does. With a
 night ahead that is every target; with three minutes, the largest. A visit under way goes on to its
-plateau before a baseline the time left comes to pay back later.
+plateau before a baseline the time left comes to pay back later. In the last stretch, once the
+time left holds no more than PAYBACK_MAX of a target's experiments, its proposals build on the best
+alone (`explores_parents`): another elite's line would pay back only later.
+
+Speeds count as served: a best slower than PyTorch's op is not served, so it counts as 1x.
 
 Everything here is a pure function of the targets' states (autokernel.search.run.TargetState):
 the search (run_search.py) and the simulated night (benchmarks/night.py) use the same code.
@@ -76,14 +80,21 @@ def ceiling_of(t: TargetState) -> float:
     return max(DEFAULT_CEILING, 1.5 * speedup_now(t))
 
 
+def served(speedup: float) -> float:
+    """What a speedup is worth to the model: a kernel slower than PyTorch's op is not served (the
+    model runs the op as before), so below 1x it wins nothing."""
+    return max(speedup, 1.0)
+
+
 def model_time(targets: Sequence[TargetState]) -> float:
-    """The model's time now, as a fraction of its eager time (Amdahl over every target's best)."""
-    return 1.0 - sum(t.share * (1.0 - 1.0 / speedup_now(t)) for t in targets)
+    """The model's time now, as a fraction of its eager time (Amdahl over every target's best as
+    served)."""
+    return 1.0 - sum(t.share * (1.0 - 1.0 / served(speedup_now(t))) for t in targets)
 
 
 def left_share(t: TargetState) -> float:
     """The share of the model's eager time still to win on this target, best -> ceiling."""
-    return t.share * max(1.0 / speedup_now(t) - 1.0 / ceiling_of(t), 0.0)
+    return t.share * max(1.0 / served(speedup_now(t)) - 1.0 / served(ceiling_of(t)), 0.0)
 
 
 def e2e_gain_left(targets: Sequence[TargetState], t: TargetState) -> float:
@@ -130,11 +141,14 @@ def minutes_per_experiment(targets: Sequence[TargetState], t: TargetState) -> fl
 
 
 def gain_per_min(targets: Sequence[TargetState], t: TargetState) -> float:
-    """Expected end-to-end gain (the model's speedup minus 1) per minute of search on `t`."""
-    now = speedup_now(t)
-    after = now * math.exp(expected_log_gain(targets, t))
+    """Expected end-to-end gain (the model's speedup minus 1) per minute of search on `t`. A best
+    slower than PyTorch's op is not served, so the step is counted from 1x as served: a target
+    below 1x is worth what its gap above 1x is, not what climbing back to PyTorch's speed would win
+    on paper."""
+    start = served(speedup_now(t))
+    after = min(start * math.exp(expected_log_gain(targets, t)), max(ceiling_of(t), start))
     before = model_time(targets)
-    gain = before / max(before - t.share * (1.0 / now - 1.0 / after), 1e-12) - 1.0
+    gain = before / max(before - t.share * (1.0 / start - 1.0 / after), 1e-12) - 1.0
     return gain / minutes_per_experiment(targets, t)
 
 
@@ -240,6 +254,15 @@ def visit_experiments(targets: Sequence[TargetState], t: TargetState) -> float:
     if gain <= 0.0:
         return PAYBACK
     return min(max(gap / gain, PAYBACK), PAYBACK_MAX)
+
+
+def explores_parents(targets: Sequence[TargetState], t: TargetState, left_s: float) -> bool:
+    """Whether a proposal's parent may be another elite than the best. A line of ideas from a
+    slower elite is an investment: it wins only once it overtakes the best, experiments later. Once
+    the time left holds no more than PAYBACK_MAX of the target's experiments at its pace (what one
+    target's payback may claim at most), it cannot be expected to pay back, and the best alone is
+    the parent."""
+    return left_s > PAYBACK_MAX * pace_s(targets, t)
 
 
 def _covering(targets: Sequence[TargetState], left: Sequence[int], scores: dict[int, float],

@@ -25,6 +25,17 @@ def test_amdahl_on_the_whole_model():
     assert schedule.e2e_gain_left(targets, b) == pytest.approx(0.7 / (0.7 - 0.2 * 0.75))
 
 
+def test_a_kernel_slower_than_pytorch_wins_nothing_end_to_end():
+    # a best of 0.5x is not served: the model runs PyTorch's op there, as with no kernel at all
+    slow, quick = target("slow", share=0.4, best=200.0), target("quick", share=0.4, best=50.0)
+    assert schedule.model_time([slow, quick]) == pytest.approx(1 - 0.4 * 0.5)
+    assert schedule.left_share(slow) == pytest.approx(0.4 * (1 - 0.25))  # from 1x, not from 0.5x, to 4x
+    # below 1x with a ceiling at 1x: climbing back to PyTorch's speed wins nothing
+    stuck = target("stuck", share=0.6, ceiling=1.0, best=200.0)
+    assert schedule.left_share(stuck) == 0.0 and schedule.gain_per_min([stuck], stuck) == 0.0
+    assert schedule.choose([stuck, target("small", share=0.05, best=100.0)]).index == 1
+
+
 def test_the_next_experiment_goes_where_the_gain_per_minute_is_largest():
     big, small = target("big", share=0.6), target("small", share=0.1)
     assert schedule.choose([small, big]).index == 1 and "60% of the model" in schedule.choose([small, big]).why
@@ -118,6 +129,18 @@ def test_a_parent_is_usually_the_best_and_inspirations_are_the_others():
     assert parents == [population.choose_parent(elites, 4, f"t:{n}")["number"] for n in range(200)]  # seeded
     assert [e["number"] for e in population.inspirations(elites, elites[1])] == [4, 2]
     assert population.choose_parent([], None, "x") is None
+
+
+def test_with_little_time_left_the_parent_is_the_best():
+    elites = [elite(4, 70), elite(1, 80), elite(2, 90)]
+    assert {population.choose_parent(elites, 4, f"t:{n}", explore=False)["number"] for n in range(200)} == {4}
+    # another elite's line pays back only over the experiments after it: a night holds them, the last
+    # half hour of a run at a minute an experiment does not
+    t = paced("t", share=0.5, seconds_per_experiment=60.0, experiments=5)
+    assert schedule.explores_parents([t], t, 8 * 3600) and schedule.explores_parents([t], t, float("inf"))
+    assert not schedule.explores_parents([t], t, 30 * 60)
+    slow = paced("slow", share=0.5, seconds_per_experiment=600.0, experiments=5)  # ten minutes a verdict
+    assert not schedule.explores_parents([slow], slow, 4 * 3600) and schedule.explores_parents([slow], slow, 6 * 3600)
 
 
 def test_the_chosen_line_says_the_baseline_round_and_on_the_cpu_promises_no_ceiling():
