@@ -28,7 +28,6 @@ CHAIN_TYPES = ("add_rmsnorm", "silu_mul", "rotary_qk", "linear_cross_entropy")
 PRODUCTS = {"aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm"}
 NLL = {"aten::nll_loss_forward", "aten::nll_loss", "aten::nll_loss_nd", "aten::nll_loss2d_forward"}
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
-FLOATING = ("float32", "float16", "bfloat16", "float64")
 
 
 @dataclass
@@ -228,33 +227,6 @@ def find(graph: OpGraph) -> tuple[list[Chain], list[Rejected]]:
     claimed = {i for c in chains for i in c.ops}
     rejected = [r for r in f.rejected if not set(r.ops) <= claimed]
     return sorted(chains, key=lambda c: c.ops[0]), _unique(rejected)
-
-
-def find_all(graph: OpGraph) -> tuple[list[Chain], list[Rejected]]:
-    """The typed chains, then every other run the generic rule finds outside them
-    (autokernel.profile.generic_chains) and outside any one module's own work, in op order, with
-    both kinds' near-misses."""
-    from autokernel.profile import generic_chains
-    typed, rejected = find(graph)
-    generic, missed = generic_chains.find(graph, {i for c in typed for i in c.ops})
-    # integer runs (position ids, mask arithmetic) are bookkeeping, not the activations a model's
-    # memory bandwidth goes to
-    generic = [c for c in generic if c.dtype in FLOATING and not within_one_module(graph, c)]
-    return sorted(typed + generic, key=lambda c: c.ops[0]), rejected + missed
-
-
-def within_one_module(graph: OpGraph, chain: Chain) -> bool:
-    """A run that is the whole of one submodule's work (an RMSNorm, a tanh-GELU module) is that
-    module's own: its row in the plan, of a kernel type or a module target, already stands for the
-    same ops, so a generic chain of it would be one target twice. A run inside a larger forward
-    (a GELU written inline between two projections) or across modules (a residual add and the
-    next norm) is a narrower target than any module's, and is kept."""
-    names = {graph.ops[i].module[0] for i in chain.ops}
-    if len(names) != 1 or "" in names:
-        return False
-    (name,) = names
-    whole = {op.index for op in graph.ops if op.module[0] == name or op.module[0].startswith(name + ".")}
-    return whole == set(chain.ops)
 
 
 def _unique(rejected: list[Rejected]) -> list[Rejected]:

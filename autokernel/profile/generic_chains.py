@@ -24,6 +24,7 @@ under `rejected`, naming the other reader, as the typed patterns' near-misses ar
 from __future__ import annotations
 
 from autokernel.profile.chain_graph import OUTPUT, OpGraph
+from autokernel.profile import chains
 from autokernel.profile.chains import Chain, Rejected
 
 CHAIN_TYPE = "generic"
@@ -44,6 +45,7 @@ REDUCTIONS = {"sum", "mean", "var", "var_mean", "std", "std_mean", "amax", "amin
               "logsumexp", "_softmax", "_log_softmax"}
 NORMALISATIONS = {"native_layer_norm", "native_group_norm", "_native_batch_norm_legit_no_training", "_fused_rms_norm"}
 FUSIBLE = {f"aten::{n}" for n in ELEMENTWISE | REDUCTIONS | NORMALISATIONS}
+FLOATING = ("float32", "float16", "bfloat16", "float64")
 
 
 def find(graph: OpGraph, claimed: set[int]) -> tuple[list[Chain], list[Rejected]]:
@@ -73,6 +75,32 @@ def find(graph: OpGraph, claimed: set[int]) -> tuple[list[Chain], list[Rejected]
     found = [_chain(graph, sorted(ops)) for ops in members.values() if len(ops) >= 2]
     found = [c for c in found if c.outputs]
     return sorted(found, key=lambda c: c.ops[0]), rejected
+
+
+def find_all(graph: OpGraph) -> tuple[list[Chain], list[Rejected]]:
+    """The typed chains, then every other run the generic rule finds outside them
+    (find, above) and outside any one module's own work, in op order, with
+    both kinds' near-misses."""
+    typed, rejected = chains.find(graph)
+    generic, missed = find(graph, {i for c in typed for i in c.ops})
+    # integer runs (position ids, mask arithmetic) are bookkeeping, not the activations a model's
+    # memory bandwidth goes to
+    generic = [c for c in generic if c.dtype in FLOATING and not within_one_module(graph, c)]
+    return sorted(typed + generic, key=lambda c: c.ops[0]), rejected + missed
+
+
+def within_one_module(graph: OpGraph, chain: Chain) -> bool:
+    """A run that is the whole of one submodule's work (an RMSNorm, a tanh-GELU module) is that
+    module's own: its row in the plan, of a kernel type or a module target, already stands for the
+    same ops, so a generic chain of it would be one target twice. A run inside a larger forward
+    (a GELU written inline between two projections) or across modules (a residual add and the
+    next norm) is a narrower target than any module's, and is kept."""
+    names = {graph.ops[i].module[0] for i in chain.ops}
+    if len(names) != 1 or "" in names:
+        return False
+    (name,) = names
+    whole = {op.index for op in graph.ops if op.module[0] == name or op.module[0].startswith(name + ".")}
+    return whole == set(chain.ops)
 
 
 def _chain(graph: OpGraph, ops: list[int]) -> Chain:

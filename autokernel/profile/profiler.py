@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.autograd.profiler import record_function
 
-from autokernel.profile import chain_graph, chain_plan, chains, module_targets, training
+from autokernel.profile import chain_graph, chain_plan, generic_chains, module_targets, training
 from autokernel.profile.attribution import ROOT, _best_us, attribute, dims_of, optimizer_ms  # noqa: F401
 from autokernel.profile.records import from_kineto
 from harness.kernel_types import registry
@@ -96,7 +96,7 @@ def profile_model(loaded: Any, iters: int = 10, warmup: int = 3, seed: int = 0,
     train = None if step is None else {"step": step.how, "optimizer": step.optimizer_name,
                                        "optimizer_ms": optimizer_ms(records), "loss": step.last_loss}
     total_ms = sum(g["time_ms"] for g in groups)
-    found, rejected = chains.find_all(graph)
+    found, rejected = generic_chains.find_all(graph)
     return Profile(device=device, device_name=name, dtype=_model_dtype(loaded.model),
                    chains=chain_plan.entries(graph, found, rejected, records, total_ms), total_ms=total_ms, forward_ms=statistics.median(plain_s) * 1e3,
                    profiled_forward_ms=statistics.median(profiled_s) * 1e3, iters=iters, warmup=warmup,

@@ -20,11 +20,11 @@ def _load(path):
 
 def _found(model, run, every_run: bool = False):
     """(graph, chains, rejected); `every_run`: the generic rule's runs before the plan leaves out
-    those that are one module's own work (chains.within_one_module)."""
+    those that are one module's own work (generic_chains.within_one_module)."""
     with torch.no_grad():
         graph = chain_graph.capture(model, run)
     if not every_run:
-        return graph, *chains.find_all(graph)
+        return graph, *generic_chains.find_all(graph)
     typed, rejected = chains.find(graph)
     generic, missed = generic_chains.find(graph, {i for c in typed for i in c.ops})
     return graph, typed + generic, rejected + missed
@@ -134,8 +134,8 @@ def test_gpt2_tanh_gelu_is_a_generic_run_replayed_exactly_and_left_to_its_module
     rows = {r["target"]: r for r in chain_plan.entries(graph, found, rejected, None, 1.0)["entries"]}
     # the layers' GELUs are one replay: one row, one call per layer
     assert rows["chain[mul-pow-add-tanh:1x64x1024:float32]"]["calls"] == len(acts)
-    assert all(chains.within_one_module(graph, c) for c in gelus)
-    planned, _ = chains.find_all(graph)
+    assert all(generic_chains.within_one_module(graph, c) for c in gelus)
+    planned, _ = generic_chains.find_all(graph)
     assert not any(graph.ops[c.ops[0]].module[1] == "NewGELUActivation" for c in planned)
 
 

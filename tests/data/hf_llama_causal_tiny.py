@@ -1,0 +1,27 @@
+"""A transformers LlamaForCausalLM built from a config (no download), trained on its own loss, small
+enough for the Triton interpreter: `autokernel optimize tests/data/hf_llama_causal_tiny.py --train`
+on a CPU judges the chains' starters (add_rmsnorm, silu_mul, rotary_qk, linear_cross_entropy)
+forward and backward within minutes, and verify serves them in the unmodified model. With no
+loss_fn here, autokernel's default step calls it with labels=ids and uses the loss it returns.
+(tests/data/hf_llama_train.py is the same model at 2 x 256 tokens, where the fused loss's memory
+saving shows.)"""
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+VOCAB, HIDDEN, INTERMEDIATE, LAYERS, HEADS, BATCH, SEQ = 256, 64, 128, 2, 2, 1, 16
+
+
+class Model(LlamaForCausalLM):
+    def __init__(self):
+        torch.manual_seed(0)
+        super().__init__(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
+                                     num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=HEADS,
+                                     max_position_embeddings=64))
+
+
+def get_inputs():
+    return [torch.randint(0, VOCAB, (BATCH, SEQ))]
+
+
+def get_init_inputs():
+    return []
