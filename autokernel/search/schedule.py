@@ -197,11 +197,15 @@ def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool
 
 
 def fits(targets: Sequence[TargetState], t: TargetState, left_s: float) -> bool:
-    """Its next experiment, at its pace (`pace_s`), can end before the budget does. Before anything
-    has run there is no pace to go by, and every target fits."""
-    if not any(o.history and o.seconds > 0 for o in targets):
+    """Its next experiment, at its pace (`pace_s`), can end before the budget does. A target with no
+    record of its own takes at least as long as the verdicts measured so far (a verdict is the least
+    an experiment costs: a first baseline that took seven minutes says a second will not take the
+    prior minute). Before anything has run there is no pace to go by, and every target fits."""
+    measured = [o for o in targets if o.history and o.seconds > 0]
+    if not measured:
         return True
-    return pace_s(targets, t) <= left_s
+    least = 0.0 if t.history else sum(o.seconds for o in measured) / sum(len(o.history) for o in measured)
+    return max(pace_s(targets, t), least) <= left_s
 
 
 def pace_s(targets: Sequence[TargetState], t: TargetState) -> float:

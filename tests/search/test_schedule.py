@@ -173,6 +173,19 @@ def test_a_target_whose_next_experiment_cannot_end_before_the_budget_is_not_visi
     assert schedule.choose([slow], left_s=600.0).index == 0
 
 
+def test_a_first_baseline_that_took_minutes_sets_the_pace_of_the_next():
+    """Before any target is searched, the baselines measured so far are the least a verdict costs:
+    a run whose first baseline took seven minutes (a fused loss in the Triton interpreter) starts no
+    second one with two minutes left, where the prior minute let it start one and end minutes past
+    its budget."""
+    first = paced("first", share=0.6, seconds_per_experiment=420.0, experiments=1)
+    fresh = target("fresh", share=0.3)
+    fresh.history = []
+    assert not schedule.fits([first, fresh], fresh, left_s=120.0)
+    assert schedule.choose([first, fresh], left_s=120.0) is None
+    assert schedule.choose([first, fresh], left_s=8 * 3600).index == 1  # a night: its baseline is measured
+
+
 def test_a_baseline_is_measured_only_where_the_time_left_can_pay_it_back():
     def baselines(left_s):
         """The baselines the baseline round measures with `left_s` left, at a minute an experiment."""
