@@ -17,7 +17,7 @@ from autokernel.cli import app
 from autokernel.deploy import export
 from autokernel.deploy.winners import winner_files
 from autokernel.profile.modelfile import ModelSpec
-from fresh_process import NO_PROJECT_CODE
+from fresh_process import HF_LLAMA_REPOSITORY
 from paths import DATA
 from sealed_runs import write_run
 from starter_kernels import starter_path
@@ -90,20 +90,7 @@ def test_a_tie_keeps_the_members_a_lone_chain_serves_and_one_no_form_binds_does_
 # Run by a fresh interpreter with only site-packages: the repository must carry all it needs. The
 # package's patch() binds the chains as verify does; then kernels.kernelize binds them through the
 # repository's layers under transformers' layer names.
-USE_CHAINS = NO_PROJECT_CODE + r'''
-import importlib.util, json, sys
-from pathlib import Path
-import torch
-from kernels import (LocalLayerRepository, Mode, get_local_kernel, kernelize, replace_kernel_forward_from_hub,
-                     use_kernel_forward_from_hub, use_kernel_mapping)
-from transformers.models.llama import modeling_llama
-
-repo, model_file = Path(sys.argv[1]), sys.argv[2]
-spec = importlib.util.spec_from_file_location("hf_llama", model_file)
-hf_llama = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(hf_llama)
-torch.manual_seed(0)
-model = hf_llama.Model().eval()
+USE_CHAINS = HF_LLAMA_REPOSITORY + r'''
 tokens = torch.randint(0, hf_llama.VOCAB, (1, 16), generator=torch.Generator().manual_seed(16))
 with torch.inference_mode():
     expected = model(tokens)

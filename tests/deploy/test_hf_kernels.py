@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from autokernel.cli import app
 from autokernel.profile.modelfile import ModelSpec
 from sealed_runs import write_run
-from fresh_process import NO_PROJECT_CODE
+from fresh_process import HF_LLAMA_REPOSITORY, NO_PROJECT_CODE
 from paths import DATA, ROOT
 
 kernels = pytest.importorskip("kernels")
@@ -40,20 +40,7 @@ TARGETS = [
 ]
 # Run by a fresh interpreter with only site-packages: autokernel, harness and starter_kernels cannot
 # be imported, so the repository must carry all it needs.
-USE_REPOSITORY = NO_PROJECT_CODE + r'''
-import importlib.util, json, sys
-from pathlib import Path
-import torch
-from kernels import (LocalLayerRepository, Mode, get_local_kernel, kernelize, replace_kernel_forward_from_hub,
-                     use_kernel_forward_from_hub, use_kernel_mapping)
-from transformers.models.llama import modeling_llama
-
-repo, model_file = Path(sys.argv[1]), sys.argv[2]
-spec = importlib.util.spec_from_file_location("hf_llama", model_file)
-hf_llama = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(hf_llama)
-torch.manual_seed(0)
-model = hf_llama.Model().eval()
+USE_REPOSITORY = HF_LLAMA_REPOSITORY + r'''
 tokens = {s: torch.randint(0, hf_llama.VOCAB, (1, s), generator=torch.Generator().manual_seed(s)) for s in (16, 9)}
 with torch.inference_mode():
     expected = {s: model(x) for s, x in tokens.items()}

@@ -22,3 +22,22 @@ class NoProjectCode(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, NoProjectCode())
 '''
+
+# Then, for a script that binds an `export --format hf-kernels` repository onto a transformers LLaMA:
+# Hugging Face's loader, and the model file (argv[2]) built as `model`, in eval mode; argv[1] is the
+# repository, `repo`.
+HF_LLAMA_REPOSITORY = NO_PROJECT_CODE + r'''
+import importlib.util, json, sys
+from pathlib import Path
+import torch
+from kernels import (LocalLayerRepository, Mode, get_local_kernel, kernelize, replace_kernel_forward_from_hub,
+                     use_kernel_forward_from_hub, use_kernel_mapping)
+from transformers.models.llama import modeling_llama
+
+repo, model_file = Path(sys.argv[1]), sys.argv[2]
+spec = importlib.util.spec_from_file_location("hf_llama", model_file)
+hf_llama = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(hf_llama)
+torch.manual_seed(0)
+model = hf_llama.Model().eval()
+'''
