@@ -175,14 +175,14 @@ def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool
         return Choice(current, gain_per_min(targets, targets[current]), "its visit goes on until a plateau")
     scores = {i: gain_per_min(targets, targets[i]) for i in left}
     if any(not targets[i].history for i in left):
-        fresh = [i for i in payback(targets, left, scores, left_s) if not targets[i].history]
+        fresh = [i for i in _paid(targets, left, scores, left_s, cpu) if not targets[i].history]
         if fresh:  # every target the time left can pay back measured once before any is searched further
             first = min(fresh, key=lambda i: (-targets[i].share, i))
             measured = sum(1 for t in targets if t.history)
             return Choice(first, 0.0, f"the baseline round: each target's starter is measured once before any "
                           f"is searched ({measured} of {len(targets)} measured so far"
-                          f"{_covering(targets, left, scores, left_s)}); {targets[first].share:.0%} of the model")
-    paid = payback(targets, left, scores, left_s)
+                          f"{_covering(targets, left, scores, left_s, cpu)}); {targets[first].share:.0%} of the model")
+    paid = _paid(targets, left, scores, left_s, cpu)
     measured = [i for i in left if targets[i].history]  # a baseline outside the payback is not measured
     if not measured:  # none measured can be searched, and no baseline can pay back in the time left
         return None
@@ -269,9 +269,22 @@ def explores_parents(targets: Sequence[TargetState], t: TargetState, left_s: flo
     return left_s > PAYBACK_MAX * pace_s(targets, t)
 
 
+def _paid(targets: Sequence[TargetState], left: Sequence[int], scores: dict[int, float], left_s: float,
+          cpu: bool) -> list[int]:
+    """The targets the baseline round and the minimum of turns cover. On a GPU, those the time left
+    can pay back (`payback`). On the CPU, every one whose next verdict fits: the interpreter runs a
+    kernel hundreds to thousands of times slower than PyTorch runs the op (a served speed below 1x
+    counts as 1x), so no experiment there can pay back in any time, and what a CPU run's budget can
+    return is verdicts: each target's starter judged (forward and backward) and ready for verify to
+    serve, the largest share first."""
+    if cpu:
+        return sorted(left, key=lambda i: (-scores[i], i))
+    return payback(targets, left, scores, left_s)
+
+
 def _covering(targets: Sequence[TargetState], left: Sequence[int], scores: dict[int, float],
-              left_s: float) -> str:
-    paid = payback(targets, left, scores, left_s)
+              left_s: float, cpu: bool) -> str:
+    paid = _paid(targets, left, scores, left_s, cpu)
     if len(paid) == sum(1 for t in targets if eligible(t)):
         return ""
     return f"; the time left pays back {len(paid)} of them, the most worth first"

@@ -1,15 +1,14 @@
 """A transformers LlamaForCausalLM built from a config (no download), trained on its own loss, small
 enough for the Triton interpreter. On a CPU,
 
-    autokernel optimize tests/data/hf_llama_causal_tiny.py --train --budget 10m --agent tune \
-        --max-experiments 0 --only add_rmsnorm --only silu_mul --only rotary_qk --only linear_cross_entropy
+    autokernel optimize tests/data/hf_llama_causal_tiny.py --train --budget 10m
 
-judges the four chains' starters forward and backward and verify serves them in the unmodified
-model: in its training step, 20 AdamW steps against eager. (Without --only, ten minutes of the
-interpreter pay back one target's baseline, and the time-left rule spends them there.) With no
-loss_fn here, autokernel's default step calls the model with labels=ids and uses the loss it
-returns. tests/data/hf_llama_train.py is the same model at 2 x 256 tokens, where the fused loss's
-memory saving shows."""
+judges every target's starter forward and backward, the four chains' among them (on the CPU the
+budget goes to verdicts first: docs/night.md), and verify serves them in the unmodified model: in
+its forward, and in its training step, 20 AdamW steps against eager. With no loss_fn here,
+autokernel's default step calls the model with labels=ids and uses the loss it returns.
+tests/data/hf_llama_train.py is the same model at 2 x 256 tokens, where the fused loss's memory
+saving shows."""
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 

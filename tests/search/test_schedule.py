@@ -186,25 +186,39 @@ def test_a_first_baseline_that_took_minutes_sets_the_pace_of_the_next():
     assert schedule.choose([first, fresh], left_s=8 * 3600).index == 1  # a night: its baseline is measured
 
 
+def baselines_measured(left_s, cpu=False):
+    """The baselines the baseline round measures with `left_s` left, at a minute an experiment,
+    every one taking its minute from the time left."""
+    done = paced("measured", share=0.05, seconds_per_experiment=60.0, experiments=12, status="parked")
+    fresh = [target(f"f{i}", share=0.9 * (0.8 ** i) / 4, ceiling=4.0) for i in range(8)]
+    for t in fresh:
+        t.history = []
+    world, measured = [done, *fresh], []
+    while (choice := schedule.choose(world, cpu=cpu, left_s=left_s)) and choice.why.startswith("the baseline round"):
+        world[choice.index].history = [{"decision": "BASELINE", "verdict": "PASS"}]
+        world[choice.index].seconds = 60.0
+        measured.append(world[choice.index].name)
+        left_s -= 60.0
+    return measured
+
+
 def test_a_baseline_is_measured_only_where_the_time_left_can_pay_it_back():
-    def baselines(left_s):
-        """The baselines the baseline round measures with `left_s` left, at a minute an experiment."""
-        done = paced("measured", share=0.05, seconds_per_experiment=60.0, experiments=12, status="parked")
-        fresh = [target(f"f{i}", share=0.9 * (0.8 ** i) / 4, ceiling=4.0) for i in range(8)]
-        for t in fresh:
-            t.history = []
-        world, measured = [done, *fresh], []
-        while (choice := schedule.choose(world, left_s=left_s)).why.startswith("the baseline round"):
-            world[choice.index].history = [{"decision": "BASELINE", "verdict": "PASS"}]
-            world[choice.index].seconds = 60.0
-            measured.append(world[choice.index].name)
-        return measured
     everyone = [f"f{i}" for i in range(8)]
-    assert baselines(8 * 3600) == everyone  # a night ahead: every baseline, the largest first
-    assert baselines(25 * 60) == ["f0"]  # a lunch break: the largest share x gap alone can pay back
-    assert baselines(60 * 60) == everyone[:3]
+    assert baselines_measured(8 * 3600) == everyone  # a night ahead: every baseline, the largest first
+    assert baselines_measured(25 * 60) == ["f0"]  # a lunch break: the largest share x gap alone can pay back
+    assert baselines_measured(60 * 60) == everyone[:3]
     # each target is given what its gap would take at its expected pace (15-30 experiments here)
     assert 15 <= schedule.visit_experiments([], target("x", share=0.2)) <= schedule.PAYBACK_MAX
+
+
+def test_on_the_cpu_every_starter_that_fits_is_judged_the_largest_share_first():
+    """The interpreter runs a kernel hundreds of times slower than PyTorch's op, so nothing there
+    pays back in any time: a CPU run spends a short budget judging each target's starter (what
+    verify then serves), not on the one target a GPU's time left would pay back."""
+    everyone = [f"f{i}" for i in range(8)]
+    assert baselines_measured(25 * 60, cpu=True) == everyone  # the GPU rule measures f0 alone here
+    assert baselines_measured(5 * 60, cpu=True) == everyone[:5]  # a verdict a minute: five fit, then none
+    assert baselines_measured(30, cpu=True) == []  # a verdict takes a minute: none can end in time
 
 
 def test_the_minimum_of_turns_covers_only_the_targets_the_time_left_pays_back():
