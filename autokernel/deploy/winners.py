@@ -93,9 +93,11 @@ CHAIN_ROUTES = {"rotary_qk": "pattern", "silu_mul": "module", "add_rmsnorm": "mo
 
 def saving(f: WinnerFile) -> Optional[float]:
     """The share of the end-to-end time a winner saves where it serves: share x (1 - 1/speedup),
-    its speedup over PyTorch's op as measured (None when unmeasured)."""
+    its speedup over PyTorch's op as measured (None when unmeasured). Speeds count as served: a
+    winner slower than PyTorch's op is not served for speed, so it saves nothing (not a negative
+    share)."""
     s = f.speedup_vs_eager
-    return f.share * (1.0 - 1.0 / s) if s else None
+    return f.share * (1.0 - 1.0 / max(s, 1.0)) if s else None
 
 
 def choose_alternatives(found: list[WinnerFile], plan: dict) -> list[dict]:
@@ -104,8 +106,10 @@ def choose_alternatives(found: list[WinnerFile], plan: dict) -> list[dict]:
     time by its measured figures is served; the other's winners are marked `not_served` with both
     figures. A side with no figure loses to one with a figure; a tie keeps the members (the
     model's own ops), as does a chain no form can bind in a model yet (its winner is then not
-    served at all, saying so, rather than failing verify for serving nothing). Returns the
-    decisions, one per chain with a winner, as verify records them."""
+    served at all, saying so, rather than failing verify for serving nothing). With CPU figures
+    (the Triton interpreter, every kernel far slower than PyTorch's op) no time says anything of a
+    GPU, and, as serving there, correctness decides: the chain is served, the fused form the search
+    is for. Returns the decisions, one per chain with a winner, as verify records them."""
     from autokernel.profile.chain_plan import members
     by_target = {f.target: f for f in found}
     decisions = []
@@ -125,6 +129,10 @@ def choose_alternatives(found: list[WinnerFile], plan: dict) -> list[dict]:
                             why=f"no form binds {chain.kernel_type} chains in a model yet")
         elif not rivals:
             decision.update(served="chain", why="no member of the chain has a winner")
+        elif plan.get("cpu_figures"):
+            decision.update(served="chain", why="CPU figures (Triton interpreter): no time measured here says "
+                                                "which side is faster on a GPU, so correctness decides, as it "
+                                                "does for serving on the CPU, and the fused chain is served")
         elif chain_saves is not None and (members_save is None or chain_saves > members_save):
             decision.update(served="chain", why=f"the chain saves {_pct(chain_saves)} of the end-to-end time, its "
                                                 f"members' winners {_pct(members_save)}")

@@ -87,6 +87,21 @@ def test_a_tie_keeps_the_members_a_lone_chain_serves_and_one_no_form_binds_does_
     assert unbound.decision["served"] == "neither"
 
 
+def test_on_cpu_figures_the_chain_is_served_and_no_saving_is_negative(tmp_path):
+    """The interpreter runs every kernel hundreds of times slower than PyTorch's op: such times say
+    nothing of which side is faster on a GPU, so correctness decides, as it does for serving on the
+    CPU, and the chain serves; a winner slower than PyTorch's op saves nothing, not a negative share."""
+    figures = {ROTARY_QK: (0.05, 40_000.0, 100.0), ROTARY: (0.1, 20_000.0, 100.0)}  # 0.0025x and 0.005x
+    run = _run(tmp_path, [ROTARY, ROTARY_QK], figures)
+    gpu = {f.target: f for f in winner_files(run)}[ROTARY_QK].decision
+    assert (gpu["chain_saves"], gpu["members_save"], gpu["served"]) == (0.0, 0.0, "members")  # a tie
+    plan = json.loads(run.plan_path.read_text())
+    run.write_json(run.plan_path, {**plan, "cpu_figures": True})
+    files = {f.target: f for f in winner_files(run)}
+    assert files[ROTARY_QK].decision["served"] == "chain" and "CPU figures" in files[ROTARY_QK].decision["why"]
+    assert not files[ROTARY_QK].not_served and files[ROTARY].not_served
+
+
 # Run by a fresh interpreter with only site-packages: the repository must carry all it needs. The
 # package's patch() binds the chains as verify does; then kernels.kernelize binds them through the
 # repository's layers under transformers' layer names.
