@@ -179,3 +179,36 @@ def test_a_winner_found_in_the_loss_serves_the_training_steps_loss_outside_the_m
     from autokernel.deploy.routing.binding import LOSS
     from autokernel.profile.attribution import LOSS as PROFILED
     assert LOSS == PROFILED  # the exported routing spells the profile's marker itself
+
+
+def test_a_loss_with_ignored_targets_is_served_on_the_rows_it_keeps():
+    """A causal LM's shifted labels always end in ignored targets (-100): the mean over the targets
+    kept is the kernel's mean over their rows alone, and autograd gives the ignored rows zero
+    gradient, as PyTorch does. Every target ignored (PyTorch's 0/0) falls back, saying so."""
+    import torch.nn.functional as F
+    from starter_kernels import starter_path
+    module = routing.load_kernel(starter_path("cross_entropy"), "loss_cross_entropy")
+    calls: list = []
+    kept = routing.Winner("cross_entropy[4x32:float32]", "cross_entropy", {"N": 4, "V": 32}, "float32",
+                          counted(module.kernel_fn, calls, "fwd"), {}, "op", [{"name": "", "class": "loss"}],
+                          backward_fn=counted(module.backward_fn, calls, "bwd"))
+    from autokernel.deploy.routing.serving import ServingRange, Shape
+    kept.serving = kept.training_serving = ServingRange(  # judged at 1, 4 and 8 rows: 1 to 8 serve
+        "cross_entropy", "float32", {"N": 4, "V": 32}, shapes=[Shape({"N": n, "V": 32}, True) for n in (1, 4, 8)])
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(8, 32), torch.randn(6, 8)
+    y = torch.tensor([3, -100, 7, 31, -100, 0])
+    eager = F.cross_entropy(model(x), y)
+    eager.backward()
+    expected = model.weight.grad.clone()
+    model.zero_grad(set_to_none=True)
+    router = routing.Router([kept])
+    with router.patched(model):
+        served = F.cross_entropy(model(x), y)
+        served.backward()
+        assert calls == ["fwd", "bwd"]
+        F.cross_entropy(model(x), torch.full((6,), -100))  # nothing kept: PyTorch's nan, not the kernel's
+    torch.testing.assert_close(served, eager)
+    torch.testing.assert_close(model.weight.grad, expected)
+    kernel = router.tally.to_json()["per_kernel"]["cross_entropy[4x32:float32]"]
+    assert kernel["calls_served"] == 1 and kernel["fallback_reasons"] == {"every target ignored (ignore_index)": 1}

@@ -195,8 +195,17 @@ def _cross_entropy(args, kwargs):
                if p["reduction"] != "mean" or p["size_average"] is not None or p["reduce"] is not None
                else "label smoothing" if p["label_smoothing"] else "")
     ignore = p["ignore_index"]
-    return Request("cross_entropy", (logits, targets), blocker=blocker, finish=lambda out: out.to(logits.dtype),
-                   late_check=lambda: "ignored targets (ignore_index)" if bool((targets == ignore).any()) else "")
+    if blocker or torch.compiler.is_compiling():  # no data-dependent rows in a traced graph
+        return Request("cross_entropy", (logits, targets), blocker=blocker, finish=lambda out: out.to(logits.dtype),
+                       late_check=lambda: "ignored targets (ignore_index)" if bool((targets == ignore).any()) else "")
+    keep = targets != ignore
+    if not bool(keep.all()):  # a host sync, once a loss: a causal LM's shifted labels always end ignored
+        if not bool(keep.any()):
+            blocker = "every target ignored (ignore_index)"  # PyTorch's mean is 0/0 there
+        else:  # the mean over the targets kept is the mean over their rows alone; autograd scatters
+            # their gradients back, zero at the ignored rows, as PyTorch's are
+            logits, targets = logits[keep], targets[keep]
+    return Request("cross_entropy", (logits, targets), blocker=blocker, finish=lambda out: out.to(logits.dtype))
 
 
 _SOFTMAX = _rowwise("softmax", ("input", "dim", "dtype"), {"dim": None, "dtype": None})
