@@ -202,6 +202,7 @@ def _verdict(result: dict, dtype: str, not_run: dict, reference_dtype: str,
                      if k.get("kernel_type") == "linear_cross_entropy"
                      else "in the training step's loss, which the model's forward does not run")
             k["not_served"] = where + (f": served {served} call(s) in verify --train" if served else "")
+            k["training_loss_calls"] = served  # the report's verdict column: where it serves instead
         elif not k["not_run"] and k["calls_served"] == 0:
             if k["fallbacks"] and only_for_speed(k.get("fallback_reasons") or {}):
                 # not wrong, only no faster here: PyTorch keeps every call, and verify says so

@@ -58,6 +58,8 @@ def _kernel_verdict(k: dict) -> str:
         return "[red]WRONG DTYPE[/]"
     if k.get("alternative"):  # a chain or its members: the other side measured the larger gain
         return "[yellow]not bound: see chains[/]"
+    if "training_loss_calls" in k:  # a loss: these forwards never call it; verify --train's steps do
+        return "[green]served in training[/]" if k["training_loss_calls"] else "[yellow]training loss: see --train[/]"
     if k.get("not_served"):  # right, only not faster on this GPU: PyTorch kept its calls
         return "[yellow]not faster here: not served[/]"
     if k["calls_served"] == 0:

@@ -53,6 +53,9 @@ def test_verify_train_serves_the_fused_loss_in_the_models_own_step_and_measures_
     # forward-only comparisons: no labels, the logits returned, each call counted with the reason
     reasons = result["per_kernel"][TARGET]["fallback_reasons"]
     assert reasons and all(r.startswith("no labels") for r in reasons), reasons
+    from autokernel.deploy.verify_report import _kernel_verdict  # the terminal's verdict column
+    assert result["per_kernel"][TARGET]["training_loss_calls"] == 3
+    assert "served in training" in _kernel_verdict(result["per_kernel"][TARGET])
     memory = train["memory"]
     eager, fused = memory["eager"], memory["patched"]
     assert eager["memory_events"] > 0 and fused["memory_events"] > 0
