@@ -48,7 +48,9 @@ def measure_step(step: Callable[[], Any], held_before: int, on_gpu: bool) -> tup
     if on_gpu:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+    from autokernel.profile.profiler import without_profiler_chatter  # kineto's 'USDT: profiler_start' lines
+    with without_profiler_chatter(), \
+            torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         result = step()
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
                     if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)

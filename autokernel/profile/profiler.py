@@ -125,7 +125,7 @@ def _profiled(run: Callable[[bool], None], device: str, modules: dict, iters: in
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     handles = _hook_modules(modules)
     try:
-        with _without_profiler_chatter(), torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+        with without_profiler_chatter(), torch.profiler.profile(activities=activities, record_shapes=True) as prof:
             profiled_s = [_timed(run, device, True) for _ in range(iters)]
     finally:
         for h in handles:
@@ -138,7 +138,7 @@ PROFILER_CHATTER = re.compile(r"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\] ")
 
 
 @contextmanager
-def _without_profiler_chatter():
+def without_profiler_chatter():
     """Hold the process's stderr while the profiler runs and pass on every line but kineto's
     'USDT: ... profiler_start' chatter: its errors (CUPTI's among them) and the model's own output
     still reach the terminal, after the profile."""

@@ -33,3 +33,20 @@ def test_the_fused_loss_trains_as_eager_does_without_ever_holding_the_logits():
     assert served["allocator_peak_bytes"] + eager["logits_bytes"] <= eager["allocator_peak_bytes"], result
     (kernel,) = served["served"].values()
     assert kernel["calls_served"] == 2 and kernel["fallbacks"] == 0, kernel
+
+
+def test_measuring_a_step_prints_none_of_the_profilers_chatter_and_keeps_the_steps_own_output(capfd):
+    """verify --train measures each step's memory under torch's profiler, whose library prints
+    'USDT: ... profiler_start' lines on every start and stop; the step's own output still shows."""
+    import sys
+    import torch
+    from autokernel.deploy.step_memory import measure_step
+
+    def step():
+        print("the step's own warning", file=sys.stderr)
+        return torch.ones(1024).sum()
+
+    result, figures = measure_step(step, held_before=0, on_gpu=False)
+    err = capfd.readouterr().err
+    assert result.item() == 1024 and figures["memory_events"] > 0
+    assert "the step's own warning" in err and "USDT" not in err and "profiler_start" not in err
