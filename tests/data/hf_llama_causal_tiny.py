@@ -16,11 +16,11 @@ VOCAB, HIDDEN, INTERMEDIATE, LAYERS, HEADS, BATCH, SEQ = 256, 64, 128, 2, 2, 1, 
 
 
 class Model(LlamaForCausalLM):
-    def __init__(self):
+    def __init__(self, vocab=VOCAB, layers=LAYERS, positions=64):
         torch.manual_seed(0)
-        super().__init__(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
-                                     num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=HEADS,
-                                     max_position_embeddings=64))
+        super().__init__(LlamaConfig(vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
+                                     num_hidden_layers=layers, num_attention_heads=HEADS, num_key_value_heads=HEADS,
+                                     max_position_embeddings=positions))
 
 
 def get_inputs():

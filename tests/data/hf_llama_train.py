@@ -1,18 +1,18 @@
-"""A transformers LlamaForCausalLM built from a small config (no download), trained on its own loss:
-with no loss_fn or train_step here, autokernel's default step calls it with labels=ids and uses the
-loss it returns (the call where a fused projection + cross-entropy is served)."""
+"""tests/data/hf_llama_causal_tiny.py (a transformers LlamaForCausalLM built from a config, no
+download) at vocabulary 1024, one layer and 2 x 256 tokens, trained on its own loss: with no loss_fn
+or train_step here, autokernel's default step calls it with labels=ids and uses the loss it returns
+(the call where a fused projection + cross-entropy is served), and the logits are large enough
+beside the rest of the step for the fused loss's memory saving to show."""
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
-VOCAB, HIDDEN, INTERMEDIATE, LAYERS, HEADS, BATCH, SEQ = 1024, 64, 128, 1, 2, 2, 256
+from hf_llama_causal_tiny import Model as Tiny
+
+VOCAB, LAYERS, BATCH, SEQ = 1024, 1, 2, 256
 
 
-class Model(LlamaForCausalLM):
+class Model(Tiny):
     def __init__(self):
-        torch.manual_seed(0)
-        super().__init__(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
-                                     num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=HEADS,
-                                     max_position_embeddings=512))
+        super().__init__(vocab=VOCAB, layers=LAYERS, positions=512)
 
 
 def get_inputs():
