@@ -165,7 +165,9 @@ def night(family: str, seed: int, budget_s: float, policy: str, folder: Path) ->
     run = RunDir(folder / f"{family}-{policy.replace(' ', '_')}-{seed}-{budget_s:g}")
     run.create()
     state = RunState(run_id=run.run_id, agent="llm", budget_s=budget_s, targets=targets)
-    settings = SearchSettings(plateau=8, clock=clock)
+    # the worlds are GPUs (their verdicts' times rank kernels): the scheduler's CPU rule, verdicts
+    # first because the interpreter's times rank nothing, is not theirs
+    settings = SearchSettings(plateau=8, clock=clock, device="cuda")
     judge = world_judge(clock, luck, hidden, targets)
     oracle = oracle_e2e(targets, hidden)
 
