@@ -80,6 +80,19 @@ def test_on_a_gpu_a_call_is_served_only_between_shapes_measured_not_slower():
     assert not only_for_speed({"1 row: slower here": 2, "rows 300: not proven (judged at rows 1 to 256)": 1})
 
 
+def test_a_fused_loss_slower_than_pytorch_still_serves_on_a_gpu_its_gain_is_memory():
+    """The fused projection + cross-entropy never holds the logits: in a training step that is its
+    gain, so a GPU's figures that call it slower keep no call from it (verify reports its speed)."""
+    dims = {"N": 2048, "D": 64, "V": 32000}
+    slower = [Shape({**dims, "N": n}, True, not_slower=False) for n in (1, 1025, 4096)]
+    loss = ServingRange("linear_cross_entropy", "float32", dims, None, slower, representative=True)
+    assert loss.refusal(dims, on_gpu=True) is None and loss.refusal({**dims, "N": 300}, on_gpu=True) is None
+    assert why(loss, {**dims, "N": 5000}, on_gpu=True) == "rows 5000: not proven (judged at rows 1 to 4096)"
+    norm = ServingRange("rmsnorm", "float32", {"M": 128, "N": 384}, None,
+                        [Shape({"M": m, "N": 384}, True, not_slower=False) for m in (1, 128, 256)], representative=True)
+    assert why(norm, {"M": 128, "N": 384}, on_gpu=True) == "rows 128: slower here"  # time is a norm's gain
+
+
 def h200_rows():
     with EVIDENCE.open() as f:
         return {r["kernel_type"]: r for r in csv.DictReader(f, delimiter="\t")}

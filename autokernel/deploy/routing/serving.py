@@ -10,7 +10,9 @@ call is served when
   of the shapes whose checked output was right (only at those very shapes, if the kernel was
   wrong at one: then nothing between them is trusted);
 - on a GPU, when the figures were taken on a GPU: it lies between two measured shapes where the
-  kernel was not slower than PyTorch (or is one), with no shape where it was slower in between.
+  kernel was not slower than PyTorch (or is one), with no shape where it was slower in between;
+  except for a kernel type whose gain is memory (FOR_MEMORY): the fused loss serves where it is
+  right, whatever its speed, and verify reports both.
 
 On the CPU the interpreter's times say nothing about speed: correctness alone decides. A run
 recorded before serving ranges has its target alone: it serves exactly that shape.
@@ -33,6 +35,10 @@ FREE_DIMS: dict[str, tuple[str, ...]] = {
     "add_rmsnorm": ("M",), "silu_mul": ("M",), "rotary_qk": ("B", "S"), "linear_cross_entropy": ("N",),
 }
 DIM_WORDS = {"M": "rows", "N": "rows", "B": "batch", "S": "sequence"}
+# kernel types whose gain is memory, served where right whatever their speed: the final projection +
+# cross-entropy never holds the [tokens, vocabulary] logits, and serves only a training step's loss,
+# where that is what a larger batch needs (Liger's, for one, trades about a tenth of the speed for it)
+FOR_MEMORY = frozenset({"linear_cross_entropy"})
 
 
 @dataclass
@@ -90,7 +96,7 @@ class ServingRange:
         if not proven or not all(min(p[i] for p in proven) <= v <= max(p[i] for p in proven)
                                  for i, v in enumerate(point)):
             return ("unproven", self.kernel_type, self._changed(dims), self._span(proven))
-        if on_gpu and self.representative:
+        if on_gpu and self.representative and self.kernel_type not in FOR_MEMORY:
             return self._speed(point, dims)
         return None
 
