@@ -28,6 +28,10 @@
 #      ...)
 #  10. a LLaMA (vocabulary 32000, 2 x 1024 tokens) training step's peak memory with and without the
 #      fused loss, torch.cuda.max_memory_allocated beside the allocator's events (fused_loss_memory.py)
+#  11. (only when named: STEPS=11) the fused loss through the product: autokernel optimize --train
+#      of a LLaMA at vocabulary 32000 and 2 x 1024 tokens (tests/data/hf_llama_32k.py) for the
+#      linear_cross_entropy chain alone, then its verify: verify.json's train.memory, the step's peak
+#      memory eager and with the fused loss (torch.cuda.max_memory_allocated beside it)
 #   5. three KernelBench level-1 problems with the tuner
 #   4. the bf16 LLaMA: autokernel optimize with the tuner (budget: 3 minutes, or what the deadline
 #      leaves less two minutes for profiling and verify: its workload and torch.compile of the model
@@ -79,6 +83,7 @@ if [ "$DRY_RUN" = 1 ]; then
   TRAIN=(--dry-run --types rmsnorm softmax)
   CHAINS=(--dry-run --types silu_mul rotary_qk)
   LOSS_MEMORY=(--tokens 64 --vocab 2000 --device cpu)
+  LOSS_RUN=(tests/data/hf_llama_causal_tiny.py --device cpu)
 else
   DEV=(--device cuda)
   SUITE_TYPES=(--types matmul,fused_mlp,flash_attention,rmsnorm,layernorm,softmax,cross_entropy,reduce,rotary_embedding)
@@ -93,6 +98,7 @@ else
   TRAIN=(--dtype bfloat16)
   CHAINS=(--dtype bfloat16 --types add_rmsnorm silu_mul rotary_qk linear_cross_entropy)
   LOSS_MEMORY=(--device cuda)
+  LOSS_RUN=(tests/data/hf_llama_32k.py --device cuda)
 fi
 
 # Seconds left before the deadline, less a margin for writing the summary.
@@ -150,6 +156,22 @@ kernelbench() {  # three level-1 problems the tuner's starters fit: a matmul, a 
   cp examples/kernelbench/layernorm.py "$kb/level1/40_LayerNorm.py"
   "$PY" -m autokernel kernelbench run --kb-dir "$kb" --level 1 --problems 1,23,40 "${KB[@]}" \
     --runs-dir "$WORK/kb-runs"
+}
+
+fused_loss_run() {  # optimize --train for the fused loss alone (its verify runs at the end), then its memory
+  local runs="$WORK/loss-runs" run
+  "$PY" -m autokernel optimize "${LOSS_RUN[@]}" --train --only linear_cross_entropy --max-experiments 0 \
+    --budget 3m --agent tune --plain --runs-dir "$runs"
+  run="$(find "$runs" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | head -n1)"
+  [ -n "$run" ] && [ -f "$run/verify.json" ] && "$PY" -c '
+import json, sys
+v = json.load(open(sys.argv[1]))
+train = v.get("train") or {}
+print("verify:", json.dumps({k: v.get(k) for k in ("status", "failures", "chains")}))
+print("fused loss in training:", json.dumps({t: {k: x.get(k) for k in ("calls_served", "fallbacks", "fallback_reasons")}
+                                             for t, x in (train.get("per_kernel") or {}).items()}))
+print("20 steps match eager:", train.get("match"), "; memory:", json.dumps(train.get("memory"), indent=1))
+' "$run/verify.json"
 }
 
 llama() {  # optimize (which ends with its own verify, torch.compile timed too), then verify again if that did not happen
@@ -268,6 +290,7 @@ for s in $STEPS; do
          "$PY" benchmarks/train_starters.py "${CHAINS[@]}" ;;
     10) step "The fused loss: a LLaMA training step's peak memory with and without it" 60 \
          "$PY" benchmarks/fused_loss_memory.py "${LOSS_MEMORY[@]}" ;;
+    11) step "The fused loss through optimize --train and verify: verify.json's step memory" 240 fused_loss_run ;;
     7) step "Training: starters forward+backward vs eager, torch.compile and Liger, with memory" 90 \
          "$PY" benchmarks/train_starters.py "${TRAIN[@]}" ;;
     6) step "Timing attacks only a GPU can run, beside the honest starters" 120 \
