@@ -30,7 +30,7 @@ from pathlib import Path
 from autokernel.errors import UsageError, UserError
 from autokernel.search.run import RunDir
 from autokernel.deploy.verify import FILENAME as VERIFY_FILE
-from autokernel.deploy.winners import WinnerFile, winner_files
+from autokernel.deploy.winners import WinnerFile, members_instead, winner_files
 from harness.isolation import syntax
 
 PACKAGE = "autokernel_kernels"
@@ -103,6 +103,10 @@ def collect(run_path: str | Path) -> Exported:
     verified = _read_verify(run)
     kernels, left_out, sources = [], [], {}
     files = winner_files(run)
+    bound = {f.target for f in files if f.decision and f.decision.get("served") == "chain"}
+    for d in verified.get("chains") or []:  # verify found a chain's form fits no call: its members serve
+        if d.get("chain") in bound and d.get("served") != "chain":
+            members_instead(files, d["chain"], d.get("why", "verify bound its members"))
     for f in files:
         reason = leave_out_reason(f, verified)
         if reason:

@@ -41,7 +41,8 @@ from typing import Any, Callable, Optional
 from autokernel.errors import UserError
 from autokernel.deploy import verify_parameters
 from autokernel.search.run import RunDir, write_json_atomic
-from autokernel.deploy.winners import WinnerFile, load_winners, not_runnable, winner_files
+from autokernel.deploy.winners import (WinnerFile, load_winners, members_instead, not_runnable, unbound_chains,
+                                       winner_files)
 
 __all__ = ["FILENAME", "WinnerFile", "load_winners", "not_runnable", "run_folder", "verify", "winner_files"]
 
@@ -110,6 +111,14 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
         log(f"verify: {d['chain']}: {'the ' + d['served'] if d['served'] != 'neither' else 'neither'} served: {d['why']}")
     params = verify_parameters.fingerprint(loaded.model)  # every weight, bit for bit, before any winner runs
     full, rest, guilty, clean = judge_winners(loaded, winners, failed, sets, log)
+    unbound = unbound_chains(files, full["tally"])
+    if unbound:  # a chain whose form fits no call here: its members serve those calls instead
+        for chain, reason in unbound.items():
+            members_instead(files, chain, f"its form fits no call of this model ({reason}), so its members' "
+                                          "winners serve")
+            log(f"verify: {chain}: its form fits no call of this model ({reason}): its members' winners serve instead")
+        winners, failed = load_winners([f for f in files if f.target not in not_run and not f.not_served])
+        full, rest, guilty, clean = judge_winners(loaded, winners, failed, sets, log)
     times = verify_workload.time_sets(loaded, sets, spec.device, clean, compile_baseline, log)
     touched = verify_parameters.changed(params)  # before training, whose optimizer changes them on purpose
     if touched:

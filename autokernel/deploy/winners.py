@@ -148,6 +148,37 @@ def choose_alternatives(found: list[WinnerFile], plan: dict) -> list[dict]:
     return decisions
 
 
+def unbound_chains(files: list[WinnerFile], tally: dict) -> dict[str, str]:
+    """Bound chains that served no call because their form fits no call of this model (a layer
+    with other arguments than the form reads: a hand-written decoder layer called with (x, cos,
+    sin)), and the reason: their members' winners can serve those calls instead."""
+    from autokernel.deploy.routing.router import UNBOUND_WORDS
+    found = {}
+    for f in files:
+        k = (tally.get("per_kernel") or {}).get(f.target)
+        if not f.decision or f.decision.get("served") != "chain" or f.not_served or not k or k["calls_served"]:
+            continue
+        reasons = k.get("fallback_reasons") or {}
+        if reasons and all(str(r).endswith(UNBOUND_WORDS) for r in reasons):
+            found[f.target] = max(reasons, key=reasons.get)
+    return found
+
+
+def members_instead(files: list[WinnerFile], chain_target: str, why: str) -> None:
+    """The chain's form binds no call of this model (`why`, verify's finding): its members' winners
+    are bound in its place, and the chain is not (its decision updated, as verify.json records it;
+    export reads it there)."""
+    chain = next((f for f in files if f.target == chain_target and f.decision), None)
+    if chain is None:
+        return
+    chain.decision.update(served="members" if chain.decision["members"] else "neither", why=why)
+    chain.not_served = f"not served: {why}"
+    lost = f"not served: the {chain_target} chain"
+    for f in files:
+        if f.target in chain.decision["members"] and f.not_served.startswith(lost):
+            f.not_served = ""
+
+
 def bindable(kernel_type: str) -> bool:
     """Whether the router can bind a winner of this type into a model: a hand-written form of it
     (routing/calls.py FORMS) or a torch op it serves (routing/binding.py KINDS)."""

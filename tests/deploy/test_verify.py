@@ -217,3 +217,23 @@ def test_a_wrong_winner_fails_verify_is_named_and_left_out_of_the_export(starter
     assert [k["reason"].split(":")[0] for k in manifest["left_out"]] == ["guilty in verify.json"]
     assert "rmsnorm[8x32:float32]" not in {k["target"] for k in manifest["kernels"]}
     assert len(manifest["kernels"]) == 4
+
+
+def test_a_chain_whose_form_fits_no_call_of_the_model_gives_its_calls_back_to_its_members(tmp_path):
+    """The tiny LLaMA's decoder layer is called (x, cos, sin), not as the pre-norm form reads it: on
+    CPU figures the add_rmsnorm chain is bound over the rmsnorm winner, serves nothing, and verify
+    binds the member in its place (verify passes, the chain not served, saying why); export follows."""
+    from autokernel.deploy import export as exporter
+    chain = ("add_rmsnorm[8x32:float32]", "add_rmsnorm", {"M": 8, "N": 32}, {"eps": 1e-6}, "module",
+             [{"name": "layers.0", "class": "DecoderLayer"}], 0)
+    run = make_run(tmp_path, targets=[TARGETS[0], chain], plan_extra={"cpu_figures": True})
+    result = verifier.verify(run, seeds=(0,))
+    assert result["ok"], result["failures"]
+    (decision,) = result["chains"]
+    assert decision["served"] == "members" and "its form fits no call of this model" in decision["why"]
+    assert "DecoderLayer.forward did not match the add_rmsnorm reference" in decision["why"]
+    assert result["per_kernel"][TARGETS[0][0]]["calls_served"] == 3 * 4  # three norms, four input sets
+    assert result["per_kernel"][chain[0]]["calls_served"] == 0
+    manifest = exporter.collect(run).manifest
+    assert [k["target"] for k in manifest["kernels"]] == [TARGETS[0][0]]
+    assert manifest["left_out"][0]["target"] == chain[0]

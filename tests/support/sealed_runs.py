@@ -25,12 +25,13 @@ def record_baseline(run: RunDir, target: TargetState, source: str, median_us: fl
 
 
 def write_run(root, spec, targets, name: str = "run", dtype: str = "float32", verdict=None,
-              figures=None) -> RunDir:
+              figures=None, plan_extra=None) -> RunDir:
     """A finished run of the model `spec` (a ModelSpec) whose winners are given as sources:
     targets are (target, kernel type, dims, kwargs, route, modules, source), in plan order; a
     target of a chain type is a row of the plan's chains (its members found among the rest);
     `verdict(target_state)`, where given, is the verdict recorded beside a winner (or None);
-    `figures`: {target: (share, best us, eager us)}, else (0.1, 100, 50)."""
+    `figures`: {target: (share, best us, eager us)}, else (0.1, 100, 50); `plan_extra`: more keys of
+    plan.json (`cpu_figures`: a run whose figures are the interpreter's)."""
     from autokernel.profile.chain_plan import members
     from autokernel.search.run import RunState
     from starter_kernels import CHAIN_TYPES
@@ -58,7 +59,8 @@ def write_run(root, spec, targets, name: str = "run", dtype: str = "float32", ve
         row["members"] = members(row, entries)
     device = spec.device or "cpu"
     run.write_json(run.config_path, {"run_id": run.run_id, "model": spec.to_json(), "device": {"type": device}})
-    run.write_json(run.plan_path, {"device": device, "entries": entries, "chains": {"entries": chains}})
+    run.write_json(run.plan_path, {"device": device, "entries": entries, "chains": {"entries": chains},
+                                   **(plan_extra or {})})
     run.save_state(state)
     return run
 

@@ -57,7 +57,7 @@ def llama():
 
 
 def make_run(root: Path, targets=TARGETS, dtype: str = "float32", model_dtype=None, name: str = "run-starters",
-             exact: tuple = (), device: str = "cpu") -> Path:
+             exact: tuple = (), device: str = "cpu", plan_extra=None) -> Path:
     """A finished run on the tiny LLaMA whose winners are the Triton starters at its shapes (the
     targets' dtype `dtype`; the model cast to `model_dtype` when given; on `device`). Each winner's
     verdict says the judge proved it at the shapes around its target, except those named in `exact`:
@@ -68,8 +68,8 @@ def make_run(root: Path, targets=TARGETS, dtype: str = "float32", model_dtype=No
                      vocab_size=64, init_args=LLAMA_ARGS, device=device, dtype=model_dtype)
     sources = [(target, kernel_type, dims, kwargs, route, modules, starter_path(kernel_type).read_text())
                for target, kernel_type, dims, kwargs, route, modules, _ in targets]
-    return write_run(root, spec, sources, name, dtype,
-                     verdict=lambda t: None if t.name in exact else proven_around(t)).path
+    return write_run(root, spec, sources, name, dtype, verdict=lambda t: None if t.name in exact else proven_around(t),
+                     plan_extra=plan_extra).path
 
 
 def proven_around(t: TargetState) -> dict:

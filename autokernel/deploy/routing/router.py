@@ -191,7 +191,11 @@ def reason_text(reason: Any) -> str:
     if reason[0] != "unbound":  # outside a winner's serving range
         return words(reason)
     _, name, kernel_type = reason  # "unbound"
-    return f"{name} did not match the {kernel_type} reference with the arguments a kernel would get"
+    return f"{name} did not match the {kernel_type} reference {UNBOUND_WORDS}"
+
+
+# the end of every "unbound" reason: a form that does not fit the model's callable (verify reads it)
+UNBOUND_WORDS = "with the arguments a kernel would get"
 
 
 class Router:
