@@ -18,7 +18,9 @@ left can pay back: the most worth per minute first, each claiming the experiment
 (PAYBACK to PAYBACK_MAX), as many as the time left holds; a baseline whose claim does not fit is
 measured only where the experiments after it still win what the best measured target does. With a
 night ahead that is every target; with three minutes, the largest. A visit under way goes on to its
-plateau before a baseline the time left comes to pay back later. In the last stretch, once the
+plateau before a baseline the time left comes to pay back later. On the CPU (`cpu`) nothing pays
+back (the interpreter is hundreds of times slower than PyTorch), and the frame covers every target
+whose next verdict fits: a CPU run's budget returns verdicts, each starter judged, the largest first. In the last stretch, once the
 time left holds no more than PAYBACK_MAX of a target's experiments, its proposals build on the best
 alone (`explores_parents`): another elite's line would pay back only later.
 
@@ -166,8 +168,9 @@ def choose(targets: Sequence[TargetState], current: int | None = None, cpu: bool
     first (the fewest first), so no target is written off early; otherwise the one with the highest
     expected end-to-end gain per minute. The baseline round and the minimum of turns cover only the
     targets the time left can pay back (`payback`); a target whose next experiment cannot end
-    before the budget does is not visited at all. `cpu`: the timings are the Triton interpreter's,
-    and the reason given says so instead of a ceiling."""
+    before the budget does is not visited at all. `cpu`: the timings are the Triton interpreter's:
+    the baseline round and the minimum of turns cover every target whose verdict fits (`_paid`), and
+    the reason given says so instead of a ceiling."""
     left = [i for i, t in enumerate(targets) if eligible(t) and fits(targets, t, left_s)]
     if not left:
         return None
