@@ -114,13 +114,7 @@ result = {"selftest": sorted(package.selftest())}
 with torch.inference_mode(), package.patch(model) as router:
     result["patch_error"] = (model(tokens) - expected).abs().max().item()
 result["patch"] = {t: k["calls_served"] for t, k in router.tally.to_json()["per_kernel"].items()}
-if not hasattr(modeling_llama.apply_rotary_pos_emb, "kernel_layer_name") and \
-        not hasattr(type(modeling_llama.apply_rotary_pos_emb), "kernel_layer_name"):
-    rotary = use_kernel_forward_from_hub("rotary_pos_emb")(modeling_llama.apply_rotary_pos_emb)
-    modeling_llama.apply_rotary_pos_emb = rotary
-    for m in model.modules():
-        if isinstance(m, modeling_llama.LlamaAttention):
-            m.__dict__.setdefault("_kernel_funcs", {})["apply_rotary_pos_emb"] = rotary
+mark_rotary_as_transformers_would(model)
 replace_kernel_forward_from_hub(modeling_llama.LlamaMLP, "SwiGLUMLP")
 manifest = json.loads((repo / "manifest.json").read_text())
 with use_kernel_mapping({x["layer_name"]: {"cpu": LocalLayerRepository(repo, layer_name=x["layer"])}

@@ -49,18 +49,10 @@ with torch.inference_mode():
 # "RMSNorm" and apply_rotary_pos_emb the "rotary_pos_emb" function layer of each attention module.
 # With an older kernels, that is done here as transformers would. Its MLP has no layer name in any
 # version: registering one is the user's step.
-def kernel_aware(obj):
-    return hasattr(obj if isinstance(obj, type) else type(obj), "kernel_layer_name")
-
-
 marked_by_transformers = kernel_aware(modeling_llama.LlamaRMSNorm) and kernel_aware(modeling_llama.apply_rotary_pos_emb)
 if not marked_by_transformers:
     replace_kernel_forward_from_hub(modeling_llama.LlamaRMSNorm, "RMSNorm")
-    rotary = use_kernel_forward_from_hub("rotary_pos_emb")(modeling_llama.apply_rotary_pos_emb)
-    modeling_llama.apply_rotary_pos_emb = rotary
-    for m in model.modules():
-        if isinstance(m, modeling_llama.LlamaAttention):
-            m.__dict__.setdefault("_kernel_funcs", {})["apply_rotary_pos_emb"] = rotary
+    mark_rotary_as_transformers_would(model)
 replace_kernel_forward_from_hub(modeling_llama.LlamaMLP, "SwiGLUMLP")
 
 layer_names = {"RMSNorm": "RMSNorm", "SwiGLUMLP": "SwiGLUMLP", "rotary_pos_emb": "RotaryPosEmb"}

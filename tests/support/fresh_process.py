@@ -40,4 +40,20 @@ hf_llama = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(hf_llama)
 torch.manual_seed(0)
 model = hf_llama.Model().eval()
+
+
+def kernel_aware(obj):
+    return hasattr(obj if isinstance(obj, type) else type(obj), "kernel_layer_name")
+
+
+def mark_rotary_as_transformers_would(model):
+    """With kernels >= 0.18.2 transformers marks apply_rotary_pos_emb as the "rotary_pos_emb"
+    function layer of each attention module; with an older kernels, the same is done here."""
+    if kernel_aware(modeling_llama.apply_rotary_pos_emb):
+        return
+    rotary = use_kernel_forward_from_hub("rotary_pos_emb")(modeling_llama.apply_rotary_pos_emb)
+    modeling_llama.apply_rotary_pos_emb = rotary
+    for m in model.modules():
+        if isinstance(m, modeling_llama.LlamaAttention):
+            m.__dict__.setdefault("_kernel_funcs", {})["apply_rotary_pos_emb"] = rotary
 '''
