@@ -114,9 +114,9 @@ def verify(run_path: str | Path, device: Optional[str] = None, compile_baseline:
     unbound = unbound_chains(files, full["tally"])
     if unbound:  # a chain whose form fits no call here: its members serve those calls instead
         for chain, reason in unbound.items():
-            members_instead(files, chain, f"its form fits no call of this model ({reason}), so its members' "
-                                          "winners serve")
-            log(f"verify: {chain}: its form fits no call of this model ({reason}): its members' winners serve instead")
+            why = f"its form fits no call of this model ({reason}), so its members' winners serve"
+            members_instead(files, chain, why)
+            log(f"verify: {chain}: {why}")
         winners, failed = load_winners([f for f in files if f.target not in not_run and not f.not_served])
         full, rest, guilty, clean = judge_winners(loaded, winners, failed, sets, log)
     times = verify_workload.time_sets(loaded, sets, spec.device, clean, compile_baseline, log)

@@ -20,9 +20,10 @@ measured only where the experiments after it still win what the best measured ta
 night ahead that is every target; with three minutes, the largest. A visit under way goes on to its
 plateau before a baseline the time left comes to pay back later. On the CPU (`cpu`) nothing pays
 back (the interpreter is hundreds of times slower than PyTorch), and the frame covers every target
-whose next verdict fits: a CPU run's budget returns verdicts, each starter judged, the largest first. In the last stretch, once the
-time left holds no more than PAYBACK_MAX of a target's experiments, its proposals build on the best
-alone (`explores_parents`): another elite's line would pay back only later.
+whose next verdict fits: a CPU run's budget returns verdicts, each starter judged, the largest
+first. In the last stretch, once the time left holds no more than PAYBACK_MAX of a target's
+experiments, its proposals build on the best alone (`explores_parents`): another elite's line would
+pay back only later.
 
 Speeds count as served: a best slower than PyTorch's op is not served, so it counts as 1x.
 
@@ -279,10 +280,8 @@ def _paid(targets: Sequence[TargetState], left: Sequence[int], scores: dict[int,
     kernel hundreds to thousands of times slower than PyTorch runs the op (a served speed below 1x
     counts as 1x), so no experiment there can pay back in any time, and what a CPU run's budget can
     return is verdicts: each target's starter judged (forward and backward) and ready for verify to
-    serve, the largest share first."""
-    if cpu:
-        return sorted(left, key=lambda i: (-scores[i], i))
-    return payback(targets, left, scores, left_s)
+    serve (the baseline round takes the largest share first)."""
+    return list(left) if cpu else payback(targets, left, scores, left_s)
 
 
 def _covering(targets: Sequence[TargetState], left: Sequence[int], scores: dict[int, float],

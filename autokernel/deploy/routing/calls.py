@@ -194,9 +194,10 @@ def _cross_entropy(args, kwargs):
     blocker = ("class weights" if p["weight"] is not None else "reduction other than mean"
                if p["reduction"] != "mean" or p["size_average"] is not None or p["reduce"] is not None
                else "label smoothing" if p["label_smoothing"] else "")
-    ignore = p["ignore_index"]
+    ignore, dtype = p["ignore_index"], logits.dtype
+    finish = lambda out: out.to(dtype)  # noqa: E731
     if blocker or torch.compiler.is_compiling():  # no data-dependent rows in a traced graph
-        return Request("cross_entropy", (logits, targets), blocker=blocker, finish=lambda out: out.to(logits.dtype),
+        return Request("cross_entropy", (logits, targets), blocker=blocker, finish=finish,
                        late_check=lambda: "ignored targets (ignore_index)" if bool((targets == ignore).any()) else "")
     keep = targets != ignore
     if not bool(keep.all()):  # a host sync, once a loss: a causal LM's shifted labels always end ignored
@@ -205,7 +206,7 @@ def _cross_entropy(args, kwargs):
         else:  # the mean over the targets kept is the mean over their rows alone; autograd scatters
             # their gradients back, zero at the ignored rows, as PyTorch's are
             logits, targets = logits[keep], targets[keep]
-    return Request("cross_entropy", (logits, targets), blocker=blocker, finish=lambda out: out.to(logits.dtype))
+    return Request("cross_entropy", (logits, targets), blocker=blocker, finish=finish)
 
 
 _SOFTMAX = _rowwise("softmax", ("input", "dim", "dtype"), {"dim": None, "dtype": None})
