@@ -42,6 +42,9 @@ def preload(known_triton_key: str | None = None) -> str | None:
     """Everything a worker imports before the candidate, so a child starts with it in memory.
     Returns Triton's version key, for the judge to hand to its next zygote."""
     import torch  # noqa: F401
+    # torch imports dynamo lazily, at the first call of any op it wraps (torch.rms_norm's reference
+    # among them): about a second in every child that would otherwise import it for itself
+    import torch._dynamo  # noqa: F401
     import triton  # noqa: F401  (reads TRITON_INTERPRET now: the environment is the child's)
 
     import harness.kernelbench.kb_worker  # noqa: F401

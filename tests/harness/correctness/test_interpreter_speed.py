@@ -1,0 +1,129 @@
+"""The interpreter without the work whose result it drops (harness/correctness/interpreter_speed.py):
+a kernel computes the same bits, the same builtins are patched the same way at every launch, and a
+kernel that calls a @triton.jit helper still runs."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.runtime import interpreter
+
+from harness.correctness import interpreter_speed, launches
+
+
+@triton.jit
+def _helper(x, factor):
+    return x * factor + 7
+
+
+@triton.jit
+def _int_arith(out_ptr, x_ptr, factor, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    # int32 arithmetic that overflows: the dropped check would have flagged it, a GPU wraps
+    tl.store(out_ptr + offs, _helper(x, factor) - x)
+
+
+def _run(x, factor):
+    out = torch.empty_like(x)
+    _int_arith[(1,)](out, x, factor, N=x.numel())
+    return out
+
+
+def _builder():
+    return interpreter.interpreter_builder
+
+
+@pytest.fixture
+def as_shipped():
+    """The interpreter as Triton ships it, for the length of one test; then as the judge runs it."""
+    launches.install()
+    builder = _builder()
+    options, patch_builtin = builder.options, interpreter._patch_builtin
+    builder.options = dataclasses.replace(options, sanitize_overflow=True)
+    interpreter._patch_builtin = patch_builtin.__wrapped__
+    try:
+        yield
+    finally:
+        builder.options, interpreter._patch_builtin = options, patch_builtin
+
+
+def test_installed_by_the_launch_monitor():
+    launches.install()
+    assert _builder().options.sanitize_overflow is False and _builder().options.debug is False
+    assert getattr(interpreter._patch_builtin, "lists_once", False)
+
+
+def test_a_kernel_computes_the_same_bits_with_and_without_the_dropped_work(as_shipped):
+    x = torch.tensor([1, -5, 2**30, -(2**31), 2**31 - 1, 123456789, 0, 77], dtype=torch.int32)
+    shipped = _run(x, 3)
+    assert _builder().options.sanitize_overflow is True  # the check was built, and dropped
+    interpreter_speed.install()
+    assert _builder().options.sanitize_overflow is False
+    judged = _run(x, 3)
+    assert torch.equal(judged, shipped)
+    assert torch.equal(judged, (x * 3 + 7) - x)  # int32 wraps, as a GPU's does
+
+
+def _patched(fn) -> list[tuple[str, str]]:
+    scope = interpreter._patch_lang(fn)
+    try:
+        return [(getattr(obj, "__name__", repr(obj)), name) for obj, name, _ in scope._changes]
+    finally:
+        scope.restore()
+
+
+def test_the_same_builtins_are_patched_at_every_launch(as_shipped):
+    fn = _int_arith.fn
+    shipped = _patched(fn)
+    interpreter_speed.install()
+    assert _patched(fn) == shipped and _patched(fn) == shipped  # listed once, then reused
+    assert len(shipped) > 100 and ("triton.language", "load") in shipped
+
+
+def _patched_inside(fn, outer_fn) -> list[tuple[str, str]]:
+    """What a helper's call patches inside a launch (whose patches are in place)."""
+    outer = interpreter._patch_lang(outer_fn)
+    try:
+        return _patched(fn)
+    finally:
+        outer.restore()
+
+
+def test_a_library_helper_inside_a_launch_patches_the_same_builtins(as_shipped):
+    # tl.sum is Triton's own @triton.jit: its call inside a kernel patches triton.language.core
+    helper = tl.standard.sum.fn
+    assert any(value is tl.core for value in helper.__globals__.values())
+    shipped = _patched_inside(helper, _int_arith.fn)
+    interpreter_speed.install()
+    assert _patched_inside(helper, _int_arith.fn) == shipped and len(shipped) > 50
+
+
+def test_a_builtin_patched_by_an_enclosing_launch_is_listed_too(as_shipped):
+    # the first listing may be made inside a launch (a helper's call), where the builtins are wrappers
+    shipped = _patched(_int_arith.fn)
+    outer = interpreter._patch_lang(_int_arith.fn)
+    try:
+        interpreter_speed.install()
+        inner = interpreter._patch_lang(_int_arith.fn)
+        inner.restore()
+    finally:
+        outer.restore()
+    assert _patched(_int_arith.fn) == shipped
+    x = torch.arange(8, dtype=torch.int32)
+    assert torch.equal(_run(x, 2), x * 2 + 7 - x)
+
+
+def test_a_module_that_gains_a_builtin_is_listed_again(as_shipped):
+    interpreter_speed.install()
+    before = _patched(_int_arith.fn)
+    tl.extra_builtin_for_test = tl.load  # a builtin under a new name
+    try:
+        after = _patched(_int_arith.fn)
+    finally:
+        del tl.extra_builtin_for_test
+    assert ("triton.language", "extra_builtin_for_test") in after and len(after) == len(before) + 1
+    assert _patched(_int_arith.fn) == before
