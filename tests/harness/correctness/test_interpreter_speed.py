@@ -1,9 +1,16 @@
 """The interpreter without the work whose result it drops (harness/correctness/interpreter_speed.py):
 a kernel computes the same bits, the same builtins are patched the same way at every launch, and a
-kernel that calls a @triton.jit helper still runs."""
+kernel that calls a @triton.jit helper still runs.
+
+The interpreter's patches of triton.language leak from one test to the next (a helper's call leaves
+its patches in place), so the comparisons run in a fresh interpreter: the one test outside it runs
+this file again in a process of its own, where the others run."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -25,6 +32,17 @@ def _int_arith(out_ptr, x_ptr, factor, N: tl.constexpr):
     x = tl.load(x_ptr + offs)
     # int32 arithmetic that overflows: the dropped check would have flagged it, a GPU wraps
     tl.store(out_ptr + offs, _helper(x, factor) - x)
+
+
+FRESH = "AUTOKERNEL_TEST_FRESH_INTERPRETER"
+in_a_fresh_interpreter = pytest.mark.skipif(not os.environ.get(FRESH), reason="run by test_in_a_fresh_interpreter")
+
+
+@pytest.mark.skipif(bool(os.environ.get(FRESH)), reason="this is the fresh interpreter")
+def test_in_a_fresh_interpreter():
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", __file__],
+                          env={**os.environ, FRESH: "1"}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "6 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
 
 
 def _run(x, factor):
@@ -51,12 +69,14 @@ def as_shipped():
         builder.options, interpreter._patch_builtin = options, patch_builtin
 
 
+@in_a_fresh_interpreter
 def test_installed_by_the_launch_monitor():
     launches.install()
     assert _builder().options.sanitize_overflow is False and _builder().options.debug is False
     assert getattr(interpreter._patch_builtin, "lists_once", False)
 
 
+@in_a_fresh_interpreter
 def test_a_kernel_computes_the_same_bits_with_and_without_the_dropped_work(as_shipped):
     x = torch.tensor([1, -5, 2**30, -(2**31), 2**31 - 1, 123456789, 0, 77], dtype=torch.int32)
     shipped = _run(x, 3)
@@ -76,6 +96,7 @@ def _patched(fn) -> list[tuple[str, str]]:
         scope.restore()
 
 
+@in_a_fresh_interpreter
 def test_the_same_builtins_are_patched_at_every_launch(as_shipped):
     fn = _int_arith.fn
     shipped = _patched(fn)
@@ -93,6 +114,7 @@ def _patched_inside(fn, outer_fn) -> list[tuple[str, str]]:
         outer.restore()
 
 
+@in_a_fresh_interpreter
 def test_a_library_helper_inside_a_launch_patches_the_same_builtins(as_shipped):
     # tl.sum is Triton's own @triton.jit: its call inside a kernel patches triton.language.core
     helper = tl.standard.sum.fn
@@ -102,6 +124,7 @@ def test_a_library_helper_inside_a_launch_patches_the_same_builtins(as_shipped):
     assert _patched_inside(helper, _int_arith.fn) == shipped and len(shipped) > 50
 
 
+@in_a_fresh_interpreter
 def test_a_builtin_patched_by_an_enclosing_launch_is_listed_too(as_shipped):
     # the first listing may be made inside a launch (a helper's call), where the builtins are wrappers
     shipped = _patched(_int_arith.fn)
@@ -117,6 +140,7 @@ def test_a_builtin_patched_by_an_enclosing_launch_is_listed_too(as_shipped):
     assert torch.equal(_run(x, 2), x * 2 + 7 - x)
 
 
+@in_a_fresh_interpreter
 def test_a_module_that_gains_a_builtin_is_listed_again(as_shipped):
     interpreter_speed.install()
     before = _patched(_int_arith.fn)
