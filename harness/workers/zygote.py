@@ -21,6 +21,7 @@ was killed) kills every child's process group and ends this process.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -210,8 +211,21 @@ def main() -> int:
     os.dup2(2, 1)
     os.close(null)
     known = os.environ.pop(TRITON_KEY_ENV, None)  # the judge's, not the children's
+    home = os.getcwd()
     serve(requests_fd, replies_fd, preload(known))
+    _remove_home(home)
     return 0
+
+
+def _remove_home(home: str) -> None:
+    """The folder the judge made for this zygote (its stderr), removed once the judge has hung up:
+    the judge removes it when it closes the zygote, but a judge killed with SIGKILL cannot."""
+    if not os.path.basename(home).startswith("ak-zygote-"):
+        return  # started by hand somewhere else: not ours to remove
+    with contextlib.suppress(OSError):
+        for name in os.listdir(home):
+            os.unlink(os.path.join(home, name))
+        os.rmdir(home)
 
 
 if __name__ == "__main__":

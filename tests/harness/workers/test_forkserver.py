@@ -170,8 +170,8 @@ def test_forked_worker_dies_with_a_killed_judge(tmp_path):
     kernel.write_text("KERNEL_TYPE = 'softmax'\nBACKEND = 'triton'\ndef kernel_fn(x):\n    while True:\n        pass\n")
     code = ("import sys\nfrom harness.judge import judge\nfrom harness.workers.judge_session import judge_session\n"
             "with judge_session(fork=True):\n    judge(sys.argv[1], device='cpu', timeout_s=600)\n")
-    parent = subprocess.Popen([sys.executable, "-c", code, str(kernel)],
-                              env={**os.environ, "TMPDIR": killed_scratch(tmp_path)})
+    scratch = Path(killed_scratch(tmp_path))
+    parent = subprocess.Popen([sys.executable, "-c", code, str(kernel)], env={**os.environ, "TMPDIR": str(scratch)})
     workers: list[int] = []
     try:
         deadline = time.time() + 120
@@ -188,6 +188,11 @@ def test_forked_worker_dies_with_a_killed_judge(tmp_path):
         parent.kill()
         parent.wait()
     assert not still_alive(workers, timeout_s=15)
+    # and the zygote, told by the closed pipe, removed the folder the judge made for it
+    deadline = time.time() + 15
+    while list(scratch.glob("ak-zygote-*")) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not list(scratch.glob("ak-zygote-*"))
 
 
 @pytest.mark.gpu
