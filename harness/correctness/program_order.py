@@ -179,21 +179,23 @@ def install_hooks(monitor) -> None:
         if orders.accesses is not None:
             orders.accesses.access(ptrs, mask, write, atomic)
 
-    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+    # the arguments read are the leading ones, the rest passed on as they came: Triton 3.6's
+    # builder takes a cache modifier and an eviction policy where later ones take a cache policy
+    def create_masked_load(self, ptrs, mask, *rest):
         _seen(ptrs, mask, False)
-        return load(self, ptrs, mask, other, cache_policy, is_volatile)
+        return load(self, ptrs, mask, *rest)
 
-    def create_masked_store(self, ptrs, value, mask, cache_policy):
+    def create_masked_store(self, ptrs, value, mask, *rest):
         _seen(ptrs, mask, True)
-        return store(self, ptrs, value, mask, cache_policy)
+        return store(self, ptrs, value, mask, *rest)
 
-    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest):
         _seen(ptr, mask, True, atomic=True)
-        return rmw(self, rmwOp, ptr, val, mask, sem, scope)
+        return rmw(self, rmwOp, ptr, val, mask, *rest)
 
-    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
+    def create_atomic_cas(self, ptr, *rest):
         _seen(ptr, None, True, atomic=True)
-        return cas(self, ptr, cmp, val, sem, scope)
+        return cas(self, ptr, *rest)
 
     set_grid_idx.program_order = True
     builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx

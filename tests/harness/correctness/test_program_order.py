@@ -2,6 +2,10 @@
 compared bitwise (harness/correctness/program_order.py), in this process's interpreter."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +14,7 @@ import triton.language as tl
 
 from harness.correctness import launches
 from harness.correctness.program_order import ProgramOrders
+from paths import ROOT
 
 
 @triton.jit
@@ -266,3 +271,42 @@ def test_unordered_reads_are_named_only_across_programs_and_where_no_atomic_orde
     log.program = 2
     log.access(_Handle([4000]), None, write=False)  # no ticket first
     assert log.first_unordered_read() == (4000, 0, 2)
+
+
+TRITON36 = os.environ.get("AUTOKERNEL_TRITON36")
+# Every hook, run in the interpreter of Triton 3.6 (a GPU image's today), whose builder takes a cache
+# modifier and an eviction policy where later ones take one cache policy: the hooks pass on what they
+# do not read, so a load, a store and both atomics run there as Triton's own builder runs them.
+UNDER_TRITON_3_6 = r'''
+import torch, triton, triton.language as tl
+from harness.correctness import launches
+from harness.correctness.program_order import ProgramOrders
+assert triton.__version__.startswith("3.6"), triton.__version__
+monitor = launches.install()
+monitor.orders = ProgramOrders(seed=1)
+
+@triton.jit
+def _kernel(y_ptr, x_ptr, total_ptr, flag_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(y_ptr + offs, x * 2, mask=mask)
+    tl.atomic_add(total_ptr, tl.sum(tl.where(mask, 1, 0)))
+    tl.atomic_cas(flag_ptr, 0, 1)
+
+x = torch.arange(100, dtype=torch.float32)
+y, total, flag = torch.empty_like(x), torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+with monitor.orders.compared():
+    _kernel[(4,)](y, x, total, flag, 100, BLOCK=32)
+assert torch.equal(y, x * 2) and total.item() == 100 and flag.item() == 1, (y, total, flag)
+assert monitor.orders.atomics > 0
+print("ok")
+'''
+
+
+@pytest.mark.skipif(not TRITON36, reason="no Triton 3.6 named by AUTOKERNEL_TRITON36 (.ci/run installs one)")
+def test_the_hooks_run_under_the_interpreter_of_triton_3_6():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([TRITON36, str(ROOT)])}
+    proc = subprocess.run([sys.executable, "-c", UNDER_TRITON_3_6], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
