@@ -179,23 +179,24 @@ def install_hooks(monitor) -> None:
         if orders.accesses is not None:
             orders.accesses.access(ptrs, mask, write, atomic)
 
-    # the arguments read are the leading ones, the rest passed on as they came: Triton 3.6's
-    # builder takes a cache modifier and an eviction policy where later ones take a cache policy
-    def create_masked_load(self, ptrs, mask, *rest):
+    # the arguments read are the leading ones, the rest passed on as they came, by position or by
+    # name (a tensor descriptor's load names its cache_policy): Triton 3.6's builder takes a cache
+    # modifier and an eviction policy where later ones take a cache policy
+    def create_masked_load(self, ptrs, mask, *rest, **named):
         _seen(ptrs, mask, False)
-        return load(self, ptrs, mask, *rest)
+        return load(self, ptrs, mask, *rest, **named)
 
-    def create_masked_store(self, ptrs, value, mask, *rest):
+    def create_masked_store(self, ptrs, value, mask, *rest, **named):
         _seen(ptrs, mask, True)
-        return store(self, ptrs, value, mask, *rest)
+        return store(self, ptrs, value, mask, *rest, **named)
 
-    def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest):
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **named):
         _seen(ptr, mask, True, atomic=True)
-        return rmw(self, rmwOp, ptr, val, mask, *rest)
+        return rmw(self, rmwOp, ptr, val, mask, *rest, **named)
 
-    def create_atomic_cas(self, ptr, *rest):
+    def create_atomic_cas(self, ptr, *rest, **named):
         _seen(ptr, None, True, atomic=True)
-        return cas(self, ptr, *rest)
+        return cas(self, ptr, *rest, **named)
 
     set_grid_idx.program_order = True
     builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx
