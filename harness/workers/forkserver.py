@@ -12,7 +12,6 @@ None, and the caller spawns `python -m harness.workers.worker` as before.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 from harness.isolation.process import ChildResult, _kill_group, _live_groups, _read
-from harness.workers.zygote import TITLE_ROOM, TRITON_KEY_ENV
+from harness.workers.zygote import HOME_PREFIX, TITLE_ROOM, TRITON_KEY_ENV, remove_home
 
 START_TIMEOUT_S = 300.0  # importing torch and triton on a loaded machine
 # set in the child after the fork, never read at import: the scratch folder and the judgement's
@@ -54,7 +53,7 @@ class Zygote:
 
     def __init__(self, env: dict[str, str]):
         self.env = {k: v for k, v in env.items() if k not in PER_CALL_ENV}
-        self._home = tempfile.mkdtemp(prefix="ak-zygote-")
+        self._home = tempfile.mkdtemp(prefix=HOME_PREFIX)
         self._log = open(Path(self._home, "stderr"), "wb")
         known = {TRITON_KEY_ENV: _triton_key} if _triton_key else {}
         self.proc = subprocess.Popen([sys.executable, *ZYGOTE_ARGV], stdin=subprocess.PIPE,
@@ -142,10 +141,7 @@ class Zygote:
             _kill_group(self.proc.pid)
             self.proc.wait()
         self._log.close()
-        with contextlib.suppress(OSError):
-            for name in os.listdir(self._home):
-                os.unlink(Path(self._home, name))
-            os.rmdir(self._home)
+        remove_home(self._home)
 
 
 class ZygotePool:

@@ -37,6 +37,7 @@ WORKERS = ("harness.workers.worker", "harness.kernelbench.kb_worker", "harness.w
 
 # Triton's version key, as an earlier zygote of the same judging process computed it (forkserver.py)
 TRITON_KEY_ENV = "AUTOKERNEL_TRITON_KEY"
+HOME_PREFIX = "ak-zygote-"  # the folder the judge makes for each zygote (its working folder, its stderr)
 
 
 def preload(known_triton_key: str | None = None) -> str | None:
@@ -213,14 +214,14 @@ def main() -> int:
     known = os.environ.pop(TRITON_KEY_ENV, None)  # the judge's, not the children's
     home = os.getcwd()
     serve(requests_fd, replies_fd, preload(known))
-    _remove_home(home)
+    remove_home(home)
     return 0
 
 
-def _remove_home(home: str) -> None:
-    """The folder the judge made for this zygote (its stderr), removed once the judge has hung up:
-    the judge removes it when it closes the zygote, but a judge killed with SIGKILL cannot."""
-    if not os.path.basename(home).startswith("ak-zygote-"):
+def remove_home(home: str) -> None:
+    """The folder the judge made for a zygote (its stderr), removed: by the judge when it closes the
+    zygote, and by the zygote once the judge has hung up (a judge killed with SIGKILL cannot)."""
+    if not os.path.basename(home).startswith(HOME_PREFIX):
         return  # started by hand somewhere else: not ours to remove
     with contextlib.suppress(OSError):
         for name in os.listdir(home):
