@@ -1,4 +1,5 @@
-"""The Triton interpreter's tl.dot made to compute what a GPU's tensor cores compute.
+"""The Triton interpreter's tl.dot made to compute what a GPU's tensor cores compute, and its
+float-to-integer conversions what a GPU's convert.
 
 The interpreter multiplies tl.dot's operands with numpy as they are stored, which differs from an
 NVIDIA GPU in two ways a kernel can hide behind:
@@ -12,9 +13,14 @@ NVIDIA GPU in two ways a kernel can hide behind:
   integers, so a bf16 dot product could not be judged at all. Now each operand is widened to fp32
   (exact: bf16 is fp32's upper half) and the products accumulated in fp32, as tensor cores do.
 
-`install()` replaces InterpreterBuilder.create_dot once per process; it is called by the launch
-monitor's install (harness/correctness/launches.py), so the judge, verify's child and an exported
-package on the CPU all run a dot alike. Nothing happens at import.
+A third, float-to-integer conversion: numpy gives INT_MIN for a value past the integer type's
+range (and for NaN) where a GPU clamps to the range's end (NaN to 0), and the interpreter converted
+a bf16 value's raw bits. So a kernel could be right here only because 3e9 became INT_MIN. Now each
+conversion clamps as the GPU's does.
+
+`install()` replaces InterpreterBuilder.create_dot and the float-to-integer conversions once per
+process; it is called by the launch monitor's install (harness/correctness/launches.py), so the
+judge, verify's child and an exported package on the CPU all run them alike. Nothing happens at import.
 """
 from __future__ import annotations
 
@@ -89,3 +95,39 @@ def install(monitor=None) -> None:
     create_dot.gpu_numerics = True
     create_dot.__wrapped__ = original
     builder.create_dot = create_dot
+    for name in ("create_fp_to_si", "create_fp_to_ui"):
+        setattr(builder, name, _saturating(getattr(builder, name), interpreter, tl))
+
+
+def float_to_int(values: np.ndarray, int_dtype) -> np.ndarray:
+    """Floats converted to `int_dtype` as a GPU converts them (cvt.rzi): toward zero, a value past
+    the type's range clamped to its end, NaN to 0. numpy's astype gives INT_MIN past either end."""
+    info = np.iinfo(int_dtype)
+    wide = np.asarray(values, dtype=np.float64)
+    # >= and <=: the float64 nearest to a 64-bit type's end may lie one past it
+    high, low = wide >= float(info.max), wide <= float(info.min)
+    inside = np.where(np.isnan(wide) | high | low, 0.0, wide).astype(int_dtype)
+    return np.where(high, info.max, np.where(low, info.min, inside)).astype(int_dtype)
+
+
+def _saturating(original, interpreter, tl):
+    """create_fp_to_si / create_fp_to_ui converting as a GPU does (float_to_int); a bf16 source
+    widened first (the interpreter converted its raw bits as if they were the integer)."""
+    if getattr(original, "gpu_numerics", False):
+        return original
+    widths = {tl.float16: np.float16, tl.float32: np.float32, tl.float64: np.float64}
+
+    def convert(self, src, dst_type):
+        scalar = src.dtype.scalar
+        if scalar == tl.bfloat16:
+            values = bf16_to_fp32(src.data)
+        elif scalar in widths:
+            values = src.data
+        else:  # fp8: as the interpreter converts it
+            return original(self, src, dst_type)
+        out = float_to_int(values, interpreter._get_np_dtype(dst_type))
+        return interpreter.TensorHandle(out, dst_type.scalar)
+
+    convert.gpu_numerics = True
+    convert.__wrapped__ = original
+    return convert

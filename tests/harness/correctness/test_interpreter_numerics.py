@@ -1,5 +1,6 @@
 """The interpreter's tl.dot as a GPU computes it (harness/correctness/interpreter_numerics.py): fp32
-operands as TF32 unless the dot says "ieee", 3xTF32 for "tf32x3", bf16 operands widened to fp32."""
+operands as TF32 unless the dot says "ieee", 3xTF32 for "tf32x3", bf16 operands widened to fp32;
+and its float-to-integer conversions as a GPU's: clamped to the range, NaN to 0."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ import triton
 import triton.language as tl
 
 from harness.correctness import launches
-from harness.correctness.interpreter_numerics import round_to_tf32
+from harness.correctness.interpreter_numerics import float_to_int, round_to_tf32
 
 
 @triton.jit
@@ -74,3 +75,39 @@ def test_a_bf16_dot_widens_its_operands_and_sums_in_fp32(operands):
     got = _run(a, b, "default")
     want = a.double() @ b.double()  # bf16 products are exact in fp32; the sums round in fp32
     assert (got.double() - want).abs().max() < 1e-5 * want.abs().max()
+
+
+def test_float_to_int_clamps_past_the_range_and_sends_nan_to_zero():
+    values = np.array([3e9, -3e9, np.inf, -np.inf, np.nan, 2.9, -2.9, 2147483647.0, -2147483648.0, 1e30])
+    got = float_to_int(values, np.int32)
+    assert got.dtype == np.int32
+    assert got.tolist() == [2**31 - 1, -(2**31), 2**31 - 1, -(2**31), 0, 2, -2, 2**31 - 1, -(2**31), 2**31 - 1]
+    assert float_to_int(np.array([200.0, -200.0, 127.9]), np.int8).tolist() == [127, -128, 127]
+    assert float_to_int(np.array([-5.0, 3e9, 5e9]), np.uint32).tolist() == [0, 3_000_000_000, 2**32 - 1]
+    assert float_to_int(np.array([1e19, -1e19, 2.0**62]), np.int64).tolist() == [2**63 - 1, -(2**63), 2**62]
+    with np.errstate(invalid="ignore"):  # what the interpreter's numpy did: INT_MIN past either end
+        assert np.array([3e9]).astype(np.int32)[0] == -(2**31)
+
+
+@triton.jit
+def _to_int(out32_ptr, out8_ptr, outu_ptr, x_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(out32_ptr + offs, x.to(tl.int32))
+    tl.store(out8_ptr + offs, x.to(tl.int8))
+    tl.store(outu_ptr + offs, x.to(tl.uint32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_kernel_converts_floats_to_ints_as_a_gpu_does(dtype):
+    launches.install()
+    x = torch.tensor([3e9, -3e9, float("nan"), float("inf"), 200.0, -200.0, 2.75, -2.75]).to(dtype)
+    out32, out8 = torch.empty(8, dtype=torch.int32), torch.empty(8, dtype=torch.int8)
+    outu = torch.empty(8, dtype=torch.uint32)
+    _to_int[(1,)](out32, out8, outu, x, N=8)
+    wide = x.double().numpy()
+    assert out32.tolist() == float_to_int(wide, np.int32).tolist()
+    assert out8.tolist() == float_to_int(wide, np.int8).tolist() == [127, -128, 0, 127, 127, -128, 2, -2]
+    assert outu.tolist() == float_to_int(wide, np.uint32).tolist()
+    if dtype == torch.float32:  # fp16 and bf16 hold inf, not 3e9, past 65504 / round it
+        assert out32.tolist()[:4] == [2**31 - 1, -(2**31), 0, 2**31 - 1]
