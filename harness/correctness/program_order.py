@@ -16,7 +16,11 @@ judge's worker (`ProgramOrders`, set on the launch monitor before the candidate 
   a difference is a dependence between its programs, recorded with the launch, the argument, the
   byte and the shared address (the worker fails the case with it). Where no program touches what
   another writes, no program can see another's work: the two orders would agree by construction,
-  and the second run is not made.
+  and the second run is not made;
+- the same record names a race between the lanes of one program: a store and a plain load of one
+  address at different places of their blocks with no tl.debug_barrier() between
+  (`SharedAccesses.first_lane_race`), which the interpreter, running a block as one numpy
+  operation, would never show.
 
 The comparison is bitwise, atomics included: a float atomic_add summed in another order gives other
 bits, as it does from one GPU run to the next (which the determinism stage refuses too); integer
@@ -109,13 +113,17 @@ class ProgramOrders:
         buffers = _storages(_arg_names(kernel, args, kwargs))
         before = [b.clone() for _, b in buffers]
         self.atomics, self.accesses = 0, SharedAccesses()
+        accesses = self.accesses
         try:
             with self._order("secret"):
                 result = launch()
-            shared = self.accesses.first_shared()
-            unordered = self.accesses.first_unordered_read() if shared is not None else None
+            shared = accesses.first_shared()
+            unordered = accesses.first_unordered_read() if shared is not None else None
         finally:
             self.accesses = None
+        lane_race = accesses.first_lane_race()
+        if lane_race is not None and len(self.findings) < MAX_FINDINGS:
+            self.findings.append(_describe_lane_race(kernel, lane_race, buffers))
         other, atomics = self.last_order, self.atomics
         if other == "id order" or shared is None:  # one program, or none reads what another writes
             if unordered is not None and len(self.findings) < MAX_FINDINGS:
@@ -140,6 +148,10 @@ class ProgramOrders:
         if self.accesses is not None:
             self.accesses.program = place
 
+    def barrier(self) -> None:
+        if self.accesses is not None:
+            self.accesses.barrier()
+
 
 def install_hooks(monitor) -> None:
     """Route the interpreter's grid through the launch monitor, once per process: its set_grid_dim
@@ -152,6 +164,7 @@ def install_hooks(monitor) -> None:
     set_dim, set_idx = builder.set_grid_dim, builder.set_grid_idx
     load, store = builder.create_masked_load, builder.create_masked_store
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
+    barrier = builder.create_barrier
 
     def set_grid_dim(self, nx, ny, nz):
         monitor.grid_dims = (nx, ny, nz)
@@ -198,10 +211,16 @@ def install_hooks(monitor) -> None:
         _seen(ptr, None, True, atomic=True)
         return cas(self, ptr, *rest, **named)
 
+    def create_barrier(self, *rest, **named):
+        if monitor.orders is not None:
+            monitor.orders.barrier()
+        return barrier(self, *rest, **named)
+
     set_grid_idx.program_order = True
     builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx
     builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
     builder.create_atomic_rmw, builder.create_atomic_cas = create_atomic_rmw, create_atomic_cas
+    builder.create_barrier = create_barrier
 
 
 def _arg_names(kernel, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
@@ -269,6 +288,17 @@ def _describe_race(kernel, unordered, buffers) -> str:
             "counter kept with tl.load and tl.store, a flag stored without an atomic); take a ticket with "
             "tl.atomic_add after the writes and read the others' results only as its last holder, or pass "
             "results through a second launch")
+
+
+def _describe_lane_race(kernel, race, buffers) -> str:
+    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "?")
+    return (f"lane order: in the launch of {name}, one of its programs stores "
+            f"{_where(race[0], buffers)} and reads it with a plain load at another place of its blocks (another "
+            "element position, or a block of another shape), with no tl.debug_barrier() between the two: on a "
+            "GPU a program's lanes are spread over its threads, and one thread may read before another's store "
+            "lands (or after a store meant to follow the read); the interpreter runs a block as one operation "
+            "and cannot show it. Put tl.debug_barrier() between the store and the load, or keep the exchange "
+            "in registers (tl.sum, tl.max, a reshape)")
 
 
 def _where(address: int, buffers) -> str:

@@ -20,6 +20,19 @@ ir_rules.py).
 Addresses are compared in units of the smallest element the launch accessed; an access wider than a
 unit, or not aligned to one, covers every unit it overlaps, so a shared byte is never missed (an
 access that only shares a unit's other bytes at worst costs a second run, never a miss).
+
+Within one program the interpreter runs a block's lanes as one numpy operation, so a load sees
+every lane's earlier store; on a GPU the lanes are spread over the program's threads, and a thread
+sees another thread's store only after a barrier between the two (`tl.debug_barrier()`). So
+`first_lane_race` names an address one program both stores and reads with a plain load, at
+different places of their blocks (another element position, or a block of another shape: another
+thread, as far as the interpreter can tell), with no barrier between the two accesses, in either
+order (a store after the load may land before it). A program that reads back what the same lanes
+stored, or only after a barrier, passes. A scalar atomic counts as a barrier: Triton passes its
+result to every thread of the program through shared memory behind one (a ticket's last holder
+reads every partial, its own among them, after it). Where that result is never used the compiler
+leaves the barrier out, and a block of one element has none; the interpreter holds either as it
+holds a scalar: such atomics are taken as barriers too.
 """
 from __future__ import annotations
 
@@ -30,19 +43,44 @@ class SharedAccesses:
     """The accesses of one launch, in the order its programs ran them."""
 
     def __init__(self):
-        self.program = -1  # the program running now (its place in the run)
+        self._program = -1  # the program running now (its place in the run)
+        self._epoch = 0  # the barriers the running program has passed
         self._chunks: list[tuple[np.ndarray, int, int, bool]] = []  # (addresses, program, bytes, write)
         self._atomic: list[bool] = []  # per chunk: an atomic's
+        self._lanes: list[tuple[np.ndarray, int]] = []  # per chunk: each address's lane (see _lane), barrier epoch
+        self._shapes: dict[tuple, int] = {}  # a block shape's number, for the lanes
+
+    @property
+    def program(self) -> int:
+        return self._program
+
+    @program.setter
+    def program(self, place: int) -> None:
+        self._program, self._epoch = place, 0
+
+    def barrier(self) -> None:
+        """The running program passed a tl.debug_barrier(): its threads' earlier accesses are
+        ordered before its later ones."""
+        self._epoch += 1
 
     def access(self, ptrs, mask, write: bool, atomic: bool = False) -> None:
         """A memory primitive's pointers (a TensorHandle) and mask (TensorHandle, or None: every lane)."""
         addresses = np.asarray(ptrs.data, dtype=np.uint64).ravel()
+        shape = np.shape(ptrs.data)
+        lanes = np.arange(addresses.size, dtype=np.int64)
         if mask is not None:
-            addresses = addresses[np.broadcast_to(np.asarray(mask.data, dtype=bool), ptrs.data.shape).ravel()]
+            kept = np.broadcast_to(np.asarray(mask.data, dtype=bool), shape).ravel()
+            addresses, lanes = addresses[kept], lanes[kept]
         if addresses.size:
             element = getattr(ptrs.get_element_ty(), "primitive_bitwidth", 8)
-            self._chunks.append((addresses, self.program, max(1, element // 8), write))
+            self._chunks.append((addresses, self._program, max(1, element // 8), write))
             self._atomic.append(atomic)
+            self._lanes.append((lanes + (self._shapes.setdefault(shape, len(self._shapes)) << 32), self._epoch))
+        if atomic and int(np.prod(shape)) == 1:
+            # a scalar atomic (the interpreter holds a scalar as one element) hands its result to
+            # every thread of the program through shared memory and a barrier (Triton's lowering,
+            # where the result is used): a barrier after it
+            self._epoch += 1
 
     def first_unordered_read(self) -> tuple[int, int, int] | None:
         """(address, a program that writes it, another program that reads it with a plain load) where
@@ -101,6 +139,42 @@ class SharedAccesses:
         return int(r_units[i]) * unit, int(w_programs[at[i]]), int(r_programs[i])
 
 
+    def first_lane_race(self) -> tuple[int, int] | None:
+        """(address, program) where one program stores and plain-loads one address at different lanes
+        (another element position, or a block of another shape) with no barrier between; or None."""
+        plain = [i for i, a in enumerate(self._atomic) if not a]
+        if not any(self._chunks[i][3] for i in plain) or all(self._chunks[i][3] for i in plain):
+            return None
+        chunks = [self._chunks[i] for i in plain]
+        unit = min(c[2] for c in self._chunks)
+        units, programs = _units(chunks, unit)
+        per_access = _element_counts(chunks, unit)
+
+        def spread(values):  # per access -> per unit, as _units spreads them
+            return values if np.all(per_access == 1) else np.repeat(values, per_access)
+
+        lanes = spread(np.concatenate([self._lanes[i][0] for i in plain]))
+        epochs = spread(np.concatenate([np.full(c[0].size, self._lanes[i][1], dtype=np.int64)
+                                        for i, c in zip(plain, chunks)]))
+        writes = spread(np.concatenate([np.full(c[0].size, c[3]) for c in chunks]))
+        both = np.isin(units, units[writes]) & np.isin(units, units[~writes])  # units stored and loaded
+        if not both.any():
+            return None
+        units, programs, epochs, lanes, writes = (a[both] for a in (units, programs, epochs, lanes, writes))
+        order = np.lexsort((units, epochs, programs))
+        units, programs, epochs, lanes, writes = (a[order] for a in (units, programs, epochs, lanes, writes))
+        starts = np.flatnonzero(np.r_[True, (units[1:] != units[:-1]) | (epochs[1:] != epochs[:-1])
+                                      | (programs[1:] != programs[:-1])])
+        written = np.maximum.reduceat(writes, starts)
+        read = ~np.minimum.reduceat(writes, starts)
+        mixed = np.minimum.reduceat(lanes, starts) != np.maximum.reduceat(lanes, starts)
+        hit = np.flatnonzero(written & read & mixed)
+        if not hit.size:
+            return None
+        i = starts[hit[0]]
+        return int(units[i]) * unit, int(programs[i])
+
+
 def _other_program(w_units, w_programs, r_units, r_programs) -> tuple[int, int, int] | None:
     """(unit, writer, reader) of the first read unit that a different program writes, or None."""
     if not w_units.size or not r_units.size:
@@ -117,6 +191,14 @@ def _other_program(w_units, w_programs, r_units, r_programs) -> tuple[int, int, 
     i = hit[0]
     writer = int(lowest[at[i]]) if int(lowest[at[i]]) != int(r_programs[i]) else int(highest[at[i]])
     return int(r_units[i]), writer, int(r_programs[i])
+
+
+def _element_counts(chunks: list, unit: int) -> np.ndarray:
+    """How many units (see _units) each access of every chunk overlaps, in _units' order."""
+    addresses = np.concatenate([c[0] for c in chunks])
+    sizes = np.concatenate([np.full(c[0].size, c[2], dtype=np.uint64) for c in chunks])
+    first = addresses // np.uint64(unit)
+    return ((addresses + sizes - np.uint64(1)) // np.uint64(unit) - first + np.uint64(1)).astype(np.int64)
 
 
 def _unit_counts(chunks: list, unit: int) -> np.ndarray:

@@ -21,6 +21,9 @@ them (tests/attacks/test_gpu_semantics.py). Each lie passes the static check: it
   row whose other programs return at once: it has the programs a GPU needs and one of them works.
 - stores_past_the_end (softmax): its last program stores one element past the output (a GPU's
   compute-sanitizer memcheck names it; benchmarks/gpu_check.sh runs it).
+- lane_swap_softmax (softmax): each program stores its exponentials to scratch and sums them read
+  back in reversed lane order with no tl.debug_barrier(): the interpreter runs a block as one numpy
+  operation; on a GPU a thread may read another thread's element before it is stored.
 - racy_block_sum (reduce, CUDA C++): the CUDA starter without the barrier between the warps'
   shared-memory writes and warp 0's reads (compute-sanitizer racecheck names it; on the CPU it is
   compiled only).
@@ -241,6 +244,39 @@ STORES_PAST_THE_END = (HEAD.format(kernel_type="softmax") + SOFTMAX_ROW).replace
     "LIMIT", "n_cols + (row == n_rows - 1)").replace("GRID", "(x2.shape[0],)").replace("FIRST_ROW", "0")
 
 
+# each program stores its row's exponentials to scratch and sums them read back in reversed lane
+# order, with no barrier: right under the interpreter (a block is one numpy operation); on a GPU
+# one thread reads an element another thread may not have stored yet
+LANE_SWAP_SOFTMAX = HEAD.format(kernel_type="softmax") + '''
+
+@triton.jit
+def _lane_swap_kernel(y_ptr, x_ptr, scratch_ptr, n_cols, x_stride, y_stride, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    num = tl.exp(x - tl.max(x, axis=0))
+    tl.store(scratch_ptr + row * BLOCK_N + cols, num)
+    back = tl.load(scratch_ptr + row * BLOCK_N + (BLOCK_N - 1 - cols))
+    tl.store(y_ptr + row * y_stride + cols, (num / tl.sum(back, axis=0)).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def kernel_fn(x):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = torch.empty_like(x2)
+    if y.numel() == 0:
+        return y.view(shape)
+    block_n = triton.next_power_of_2(x2.shape[1])
+    scratch = torch.empty((x2.shape[0], block_n), dtype=torch.float32, device=x.device)
+    _lane_swap_kernel[(x2.shape[0],)](y, x2, scratch, x2.shape[1], x2.stride(0), y.stride(0), BLOCK_N=block_n,
+                                      num_warps=8)
+    return y.view(shape)
+'''
+
+
 def racy_block_sum() -> str:
     """The CUDA C++ reduce starter with the barrier of its block sum taken out."""
     text = (STARTERS / "cuda" / "reduce.py").read_text(encoding="utf-8")
@@ -254,4 +290,4 @@ def sources() -> dict[str, str]:
     return {"chained_mean": CHAINED_MEAN, "float_atomic_mean": FLOAT_ATOMIC_MEAN, "ticket_mean": TICKET_MEAN,
             "tf32_matmul": TF32_MATMUL, "bf16_drops_tail": BF16_DROPS_TAIL, "ieee_matmul": IEEE_MATMUL,
             "one_program_softmax": ONE_PROGRAM_SOFTMAX, "idle_grid_softmax": IDLE_GRID_SOFTMAX,
-            "stores_past_the_end": STORES_PAST_THE_END}
+            "stores_past_the_end": STORES_PAST_THE_END, "lane_swap_softmax": LANE_SWAP_SOFTMAX}

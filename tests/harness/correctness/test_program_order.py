@@ -87,6 +87,30 @@ def _unfenced_flag(out_ptr, data_ptr, flag_ptr, x_ptr):
     tl.store(out_ptr + i, tl.load(x_ptr + i) + ready.to(tl.float32) * 0.0)
 
 
+@triton.jit
+def _lane_exchange(out_ptr, scratch_ptr, x_ptr, BLOCK: tl.constexpr, BARRIER: tl.constexpr,
+                   REVERSED: tl.constexpr):
+    """Each program stores its block to scratch and reads it back: reversed (another lane's
+    element) or as stored, with or without a barrier between."""
+    row = tl.program_id(0)
+    lanes = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * BLOCK + lanes)
+    tl.store(scratch_ptr + row * BLOCK + lanes, x * 2.0)
+    if BARRIER:
+        tl.debug_barrier()
+    back = (BLOCK - 1 - lanes) if REVERSED else lanes
+    tl.store(out_ptr + row * BLOCK + lanes, tl.load(scratch_ptr + row * BLOCK + back))
+
+
+@triton.jit
+def _accumulate_in_place(out_ptr, x_ptr, steps, BLOCK: tl.constexpr):
+    """A running sum kept in the output itself: each step loads, adds and stores the same lanes."""
+    lanes = tl.arange(0, BLOCK)
+    tl.store(out_ptr + lanes, tl.zeros([BLOCK], tl.float32))
+    for k in range(steps):
+        tl.store(out_ptr + lanes, tl.load(out_ptr + lanes) + tl.load(x_ptr + k * BLOCK + lanes))
+
+
 @pytest.fixture
 def monitor():
     """The process's launch monitor with the judge's orders on it for one test, then as it was."""
@@ -271,6 +295,72 @@ def test_unordered_reads_are_named_only_across_programs_and_where_no_atomic_orde
     log.program = 2
     log.access(_Handle([4000]), None, write=False)  # no ticket first
     assert log.first_unordered_read() == (4000, 0, 2)
+
+
+@pytest.mark.parametrize("barrier, reversed_, race", [(False, True, True), (True, True, False),
+                                                     (False, False, False)])
+def test_a_program_reading_another_lanes_store_needs_a_barrier_between(monitor, barrier, reversed_, race):
+    """The interpreter runs a block as one numpy operation, so the reversed read is right here; on a
+    GPU another thread holds that lane, and only a barrier orders its store before the read."""
+    x = torch.randn(3, 16)
+    out, scratch = torch.empty(3, 16), torch.empty(3, 16)
+    with monitor.orders.compared():
+        _lane_exchange[(3,)](out, scratch, x, BLOCK=16, BARRIER=barrier, REVERSED=reversed_)
+    found = monitor.orders.take_findings()
+    expected = (x * 2).flip(1) if reversed_ else x * 2
+    assert torch.equal(out, expected)  # right here whatever the finding: only the lanes show it
+    if race:
+        assert len(found) == 1 and "lane order: in the launch of _lane_exchange" in found[0], found
+        assert "of scratch_ptr" in found[0] and "tl.debug_barrier()" in found[0]
+    else:
+        assert found == []
+
+
+def test_a_program_updating_the_same_lanes_in_place_is_no_race(monitor):
+    x = torch.randn(5, 32)
+    out = torch.empty(32)
+    with monitor.orders.compared():
+        _accumulate_in_place[(1,)](out, x, 5, BLOCK=32)
+    assert monitor.orders.take_findings() == []
+    assert torch.allclose(out, x.sum(0))
+
+
+def test_lane_races_are_found_per_program_and_between_barriers():
+    from harness.correctness.shared_accesses import SharedAccesses
+    log = SharedAccesses()
+    log.program = 0
+    log.access(_Handle([7000, 7004, 7008, 7012]), None, write=True)
+    log.access(_Handle([[7000, 7004], [7008, 7012]]), None, write=False)  # same order, another shape
+    assert log.first_lane_race() == (7000, 0)
+    log = SharedAccesses()
+    log.program = 0
+    log.access(_Handle([7000, 7004]), None, write=False)
+    log.access(_Handle([7004, 7000]), None, write=True)  # a store after the read, lanes swapped
+    assert log.first_lane_race() == (7000, 0)
+    log = SharedAccesses()
+    for program in range(2):
+        log.program = program
+        log.access(_Handle([7000, 7004]), None, write=True)
+        log.barrier()
+        log.access(_Handle([7004, 7000]), None, write=False)  # after a barrier
+        log.access(_Handle([8000 + 8 * program]), None, write=True, atomic=True)
+        log.access(_Handle([8000 + 8 * program, 8004 + 8 * program]), None, write=False)  # an atomic's address
+    assert log.first_lane_race() is None
+    log.program = 2  # a scalar atomic between: Triton hands its result out behind a barrier
+    log.access(_Handle([7100, 7104]), None, write=True)
+    log.access(_Handle(np.array(9000)), None, write=True, atomic=True)
+    log.access(_Handle([7104, 7100]), None, write=False)
+    assert log.first_lane_race() is None
+    log.access(_Handle(np.array([9000, 9000])), None, write=True, atomic=True)  # a block's atomic: none
+    log.access(_Handle([7200]), None, write=True)
+    log.access(_Handle([[7200]]), None, write=False)
+    assert log.first_lane_race() == (7200, 2)
+    log = SharedAccesses()
+    log.program = 0
+    log.access(_Handle([7004]), None, write=True)
+    log.program = 1  # another program's lanes: first_unordered_read's business, not this one's
+    log.access(_Handle([7004]), None, write=False)
+    assert log.first_lane_race() is None
 
 
 TRITON36 = os.environ.get("AUTOKERNEL_TRITON36")
