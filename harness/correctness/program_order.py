@@ -121,13 +121,11 @@ class ProgramOrders:
             unordered = accesses.first_unordered_read() if shared is not None else None
         finally:
             self.accesses = None
-        lane_race = accesses.first_lane_race()
-        if lane_race is not None and len(self.findings) < MAX_FINDINGS:
-            self.findings.append(_describe_lane_race(kernel, lane_race, buffers))
         other, atomics = self.last_order, self.atomics
         if other == "id order" or shared is None:  # one program, or none reads what another writes
             if unordered is not None and len(self.findings) < MAX_FINDINGS:
                 self.findings.append(_describe_race(kernel, unordered, buffers))
+            self._lane_race(accesses, kernel, buffers)
             return result
         after = [b.clone() for _, b in buffers]
         for (_, b), saved in zip(buffers, before):
@@ -142,7 +140,15 @@ class ProgramOrders:
         else:  # the same bytes in both orders: a read no atomic orders is still a race on a GPU
             if unordered is not None and len(self.findings) < MAX_FINDINGS:
                 self.findings.append(_describe_race(kernel, unordered, buffers))
+        self._lane_race(accesses, kernel, buffers)
         return result
+
+    def _lane_race(self, accesses: SharedAccesses, kernel, buffers) -> None:
+        """After the findings between programs (the first names the launch's deeper fault): one
+        between the lanes of a program."""
+        race = accesses.first_lane_race()
+        if race is not None and len(self.findings) < MAX_FINDINGS:
+            self.findings.append(_describe_lane_race(kernel, race, buffers))
 
     def program_started(self, place: int) -> None:
         if self.accesses is not None:

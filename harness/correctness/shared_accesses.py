@@ -145,6 +145,17 @@ class SharedAccesses:
         plain = [i for i, a in enumerate(self._atomic) if not a]
         if not any(self._chunks[i][3] for i in plain) or all(self._chunks[i][3] for i in plain):
             return None
+        # only stores and loads whose address spans meet one of the other kind's: most launches
+        # load one buffer and store another, and end here
+        spans = np.array([(int(self._chunks[i][0].min()), int(self._chunks[i][0].max()) + self._chunks[i][2])
+                          for i in plain], dtype=np.int64)
+        stores = np.array([self._chunks[i][3] for i in plain])
+        meets = np.zeros(len(plain), dtype=bool)
+        meets[stores] = _meets(spans[stores], spans[~stores])
+        meets[~stores] = _meets(spans[~stores], spans[stores])
+        plain = [i for i, m in zip(plain, meets) if m]
+        if not plain:
+            return None
         chunks = [self._chunks[i] for i in plain]
         unit = min(c[2] for c in self._chunks)
         units, programs = _units(chunks, unit)
@@ -173,6 +184,16 @@ class SharedAccesses:
             return None
         i = starts[hit[0]]
         return int(units[i]) * unit, int(programs[i])
+
+
+def _meets(spans: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Per [start, end) span of `spans`: whether it overlaps any span of `others`."""
+    if not others.size or not spans.size:
+        return np.zeros(len(spans), dtype=bool)
+    order = np.argsort(others[:, 0], kind="stable")
+    starts, furthest = others[order, 0], np.maximum.accumulate(others[order, 1])
+    last = np.searchsorted(starts, spans[:, 1], side="left") - 1  # the last other span starting before the end
+    return (last >= 0) & (furthest[np.maximum(last, 0)] > spans[:, 0])
 
 
 def _other_program(w_units, w_programs, r_units, r_programs) -> tuple[int, int, int] | None:

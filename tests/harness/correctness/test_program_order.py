@@ -326,7 +326,11 @@ def test_a_program_updating_the_same_lanes_in_place_is_no_race(monitor):
 
 
 def test_lane_races_are_found_per_program_and_between_barriers():
-    from harness.correctness.shared_accesses import SharedAccesses
+    from harness.correctness.shared_accesses import SharedAccesses, _meets
+    # the spans the check narrows to first: [start, end) against any other's, touching is not meeting
+    spans, others = np.array([[0, 4], [10, 20], [30, 31], [50, 51]]), np.array([[4, 10], [19, 25], [0, 60]])
+    assert _meets(spans, others[:2]).tolist() == [False, True, False, False]
+    assert _meets(spans, others).tolist() == [True, True, True, True]
     log = SharedAccesses()
     log.program = 0
     log.access(_Handle([7000, 7004, 7008, 7012]), None, write=True)
