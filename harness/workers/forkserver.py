@@ -9,9 +9,16 @@ None, and the caller spawns `python -m harness.workers.worker` as before.
 
     with judge_session():     # autokernel optimize / bench --suite: every judge call inside reuses
         judge(...)            # the zygotes; AUTOKERNEL_JUDGE_FORK=0 turns them off
+
+A session that ends hands its zygotes (alive, idle, at most KEPT of them) to the next session of the
+same process, which takes one whose environment is the one it needs: starting a zygote costs seconds
+of imports, and a judge() called outside a session (a session of its own) would otherwise pay them
+every call. A zygote never runs a candidate itself (each child is a fresh fork of it), so nothing a
+candidate did can reach a later session's workers. They are closed when the process exits.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -27,8 +34,11 @@ from harness.workers.zygote import HOME_PREFIX, TITLE_ROOM, TRITON_KEY_ENV, remo
 
 START_TIMEOUT_S = 300.0  # importing torch and triton on a loaded machine
 # set in the child after the fork, never read at import: the scratch folder and the judgement's
-# own compiler caches (harness/isolation/sandbox.py's private_caches)
-PER_CALL_ENV = ("TMPDIR", "TRITON_CACHE_DIR", "AUTOKERNEL_BUILD_CACHE", "TORCH_EXTENSIONS_DIR")
+# own compiler caches (harness/isolation/sandbox.py's private_caches), and pytest's name for the test
+# running now, which changes with every test of a run
+PER_CALL_ENV = ("TMPDIR", "TRITON_CACHE_DIR", "AUTOKERNEL_BUILD_CACHE", "TORCH_EXTENSIONS_DIR",
+                "PYTEST_CURRENT_TEST")
+KEPT = 4  # idle zygotes a process keeps between sessions: each holds torch and triton imported
 ZYGOTE_ARGV = ["-m", "harness.workers.zygote", " " * TITLE_ROOM]  # blank room for each child's own command line
 
 
@@ -46,6 +56,45 @@ def enabled() -> bool:
 
 def env_key(env: dict[str, str]) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if k not in PER_CALL_ENV))
+
+
+_kept: list[tuple[tuple, "Zygote"]] = []  # idle zygotes of ended sessions, oldest first, by kept_key
+_kept_lock = threading.Lock()
+
+
+def _kept_key(key: tuple) -> tuple:
+    """A zygote serves a later session only where it was started the way that session would start one."""
+    return key, sys.executable, tuple(ZYGOTE_ARGV)
+
+
+def _reuse(key: tuple) -> "Zygote | None":
+    with _kept_lock:
+        for i in range(len(_kept) - 1, -1, -1):
+            if _kept[i][0] == _kept_key(key):
+                zygote = _kept.pop(i)[1]
+                if zygote.alive():
+                    return zygote
+                zygote.close()
+    return None
+
+
+def _keep(zygote: "Zygote") -> None:
+    """Keep an idle zygote for a later session; the oldest beyond KEPT are closed."""
+    with _kept_lock:
+        _kept.append((_kept_key(env_key(zygote.env)), zygote))
+        surplus = _kept[:-KEPT] if len(_kept) > KEPT else []
+        del _kept[:len(surplus)]
+    for _, old in surplus:
+        old.close()
+
+
+@atexit.register
+def close_kept() -> None:
+    with _kept_lock:
+        kept = [z for _, z in _kept]
+        _kept.clear()
+    for zygote in kept:
+        zygote.close()
 
 
 class Zygote:
@@ -181,16 +230,24 @@ class ZygotePool:
                 zygote = idle.pop()
                 if zygote.alive():
                     return zygote
-            try:
-                zygote = Zygote(env)
-            except OSError:
-                return None
+            zygote = _reuse(key)  # an earlier session's, idle
+            if zygote is None:
+                try:
+                    zygote = Zygote(env)
+                except OSError:
+                    return None
             self._all.append(zygote)
             return zygote
 
     def close(self) -> None:
+        """The session ends: its idle zygotes are kept for the next session (see the module's note),
+        any still serving (a judge interrupted) are closed."""
         with self._lock:
+            idle = {id(z) for zygotes in self._idle.values() for z in zygotes}
             for zygote in self._all:
-                zygote.close()
+                if id(zygote) in idle and zygote.alive() and zygote.ready:
+                    _keep(zygote)
+                else:
+                    zygote.close()
             self._all.clear()
             self._idle.clear()

@@ -6,7 +6,8 @@ policy: re-timed after a while, or after so many candidates).
         ...
 
 judge() outside a session opens one of its own for the call, so its baseline worker and its
-candidate's worker fork from one pre-imported process.
+candidate's worker fork from one pre-imported process, which the next session of the process forks
+from too (harness/workers/forkserver.py keeps it); the baselines are the session's own.
 """
 from __future__ import annotations
 

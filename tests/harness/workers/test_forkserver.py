@@ -155,6 +155,32 @@ def test_a_zygote_that_cannot_start_falls_back_to_spawning(tmp_path, monkeypatch
     assert (v["verdict"], v["failed_stage"], v["judge_seconds"]["worker"]) == ("FAIL", "smoke", "spawn")
 
 
+def test_a_later_session_forks_from_the_zygote_an_earlier_one_left(tmp_path, monkeypatch):
+    """judge() outside a session opens one of its own; the next call's workers fork from the zygote
+    the last call left, where the environment is the same, and the verdicts agree."""
+    paths = judge_kernels.write_variants(tmp_path, ["wrong_math"])
+    forkserver.close_kept()
+    started: list[int] = []
+    real = forkserver.Zygote.__init__
+
+    def counted(self, env):
+        real(self, env)
+        started.append(self.proc.pid)
+
+    monkeypatch.setattr(forkserver.Zygote, "__init__", counted)
+    first = judge(paths["wrong_math"], device="cpu", timeout_s=180)
+    kept = [z.proc.pid for _, z in forkserver._kept]
+    assert started and kept == started  # the baseline's worker and the candidate's, one after the other
+    second = judge(paths["wrong_math"], device="cpu", timeout_s=180)
+    assert started == kept and [z.proc.pid for _, z in forkserver._kept] == kept  # no zygote started
+    assert second["judge_seconds"]["worker"] == "fork" and _summary(second) == _summary(first)
+    monkeypatch.setenv("AUTOKERNEL_TEST_OTHER_ENV", "1")  # another environment: another zygote
+    judge(paths["wrong_math"], device="cpu", timeout_s=180)
+    assert len(started) == 2 and len(forkserver._kept) == 2
+    forkserver.close_kept()
+    assert not forkserver._kept and still_alive(started, timeout_s=15) == []  # closed, not left running
+
+
 def test_opt_out_spawns(monkeypatch):
     monkeypatch.setenv("AUTOKERNEL_JUDGE_FORK", "0")
     with judge_session() as session:
