@@ -48,6 +48,13 @@ def preload(known_triton_key: str | None = None) -> str | None:
     # among them): about a second in every child that would otherwise import it for itself
     import torch._dynamo  # noqa: F401
     import triton  # noqa: F401  (reads TRITON_INTERPRET now: the environment is the child's)
+    # what a child would import at its first kernel launch: Triton's argument specialization imports
+    # its Gluon package (a third of a second), the launch monitor torch's C++ extension loader
+    try:
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:  # a Triton without it does not import it at launch either
+        pass
+    import torch.utils.cpp_extension  # noqa: F401
 
     import harness.kernelbench.kb_worker  # noqa: F401
     import harness.workers.baseline  # noqa: F401
@@ -55,6 +62,8 @@ def preload(known_triton_key: str | None = None) -> str | None:
     import harness.timing.timer  # noqa: F401
     import harness.workers.worker  # noqa: F401
     harness.workers.worker._target_compile()
+    from harness.kernel_types import registry
+    registry.names()  # the kernel types' modules, loaded at a worker's first lookup
     return _triton_key(known_triton_key)
 
 
