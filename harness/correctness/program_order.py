@@ -17,10 +17,10 @@ judge's worker (`ProgramOrders`, set on the launch monitor before the candidate 
   byte and the shared address (the worker fails the case with it). Where no program touches what
   another writes, no program can see another's work: the two orders would agree by construction,
   and the second run is not made;
-- the same record names a race between the lanes of one program: a store and a plain load of one
-  address at different places of their blocks with no tl.debug_barrier() between
-  (`SharedAccesses.first_lane_race`), which the interpreter, running a block as one numpy
-  operation, would never show.
+- the same record names a race between the lanes of one program: one address touched at different
+  places of its blocks with no tl.debug_barrier() (or acq_rel atomic) between, a plain store
+  against a plain load or store, or an atomic against either (`SharedAccesses.first_lane_race`),
+  which the interpreter, running a block as one numpy operation, would never show.
 
 The comparison is bitwise, atomics included: a float atomic_add summed in another order gives other
 bits, as it does from one GPU run to the next (which the determinism stage refuses too); integer
@@ -112,7 +112,8 @@ class ProgramOrders:
                 return launch()
         buffers = _storages(_arg_names(kernel, args, kwargs))
         before = [b.clone() for _, b in buffers]
-        self.atomics, self.accesses = 0, SharedAccesses()
+        # a program's threads: the launch's warps (Triton's default 4), 32 threads each
+        self.atomics, self.accesses = 0, SharedAccesses(threads=32 * int(kwargs.get("num_warps") or 4))
         accesses = self.accesses
         try:
             with self._order("secret"):
@@ -186,7 +187,7 @@ def install_hooks(monitor) -> None:
         orders.program_started((x * self.grid_dim[1] + y) * self.grid_dim[2] + z)
         return set_idx(self, *orders.program(x, y, z))
 
-    def _seen(ptrs, mask, write: bool, atomic: bool = False) -> None:
+    def _seen(ptrs, mask, write: bool, atomic: bool = False, sem=None) -> None:
         working = monitor.working
         if write and working is not None and monitor.program_place not in working \
                 and (mask is None or np.any(mask.data)):
@@ -196,7 +197,7 @@ def install_hooks(monitor) -> None:
             return
         orders.atomics += atomic
         if orders.accesses is not None:
-            orders.accesses.access(ptrs, mask, write, atomic)
+            orders.accesses.access(ptrs, mask, write, atomic, str(sem).rsplit(".", 1)[-1] if atomic else "")
 
     # the arguments read are the leading ones, the rest passed on as they came, by position or by
     # name (a tensor descriptor's load names its cache_policy): Triton 3.6's builder takes a cache
@@ -210,11 +211,11 @@ def install_hooks(monitor) -> None:
         return store(self, ptrs, value, mask, *rest, **named)
 
     def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **named):
-        _seen(ptr, mask, True, atomic=True)
+        _seen(ptr, mask, True, atomic=True, sem=rest[0] if rest else named.get("sem"))
         return rmw(self, rmwOp, ptr, val, mask, *rest, **named)
 
-    def create_atomic_cas(self, ptr, *rest, **named):
-        _seen(ptr, None, True, atomic=True)
+    def create_atomic_cas(self, ptr, *rest, **named):  # (ptr, cmp, val, sem, scope)
+        _seen(ptr, None, True, atomic=True, sem=rest[2] if len(rest) > 2 else named.get("sem"))
         return cas(self, ptr, *rest, **named)
 
     def create_barrier(self, *rest, **named):
@@ -298,13 +299,13 @@ def _describe_race(kernel, unordered, buffers) -> str:
 
 def _describe_lane_race(kernel, race, buffers) -> str:
     name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "?")
-    return (f"lane order: in the launch of {name}, one of its programs stores "
-            f"{_where(race[0], buffers)} and reads it with a plain load at another place of its blocks (another "
-            "element position, or a block of another shape), with no tl.debug_barrier() between the two: on a "
-            "GPU a program's lanes are spread over its threads, and one thread may read before another's store "
-            "lands (or after a store meant to follow the read); the interpreter runs a block as one operation "
-            "and cannot show it. Put tl.debug_barrier() between the store and the load, or keep the exchange "
-            "in registers (tl.sum, tl.max, a reshape)")
+    return (f"lane order: in the launch of {name}, one of its programs touches {_where(race[0], buffers)} at two "
+            "places of its blocks (another element position, a block of another shape, or a block smaller than "
+            "its threads, which several threads hold and one stores), a store against a load or another store, or "
+            "an atomic against either, with no tl.debug_barrier() between: on a GPU a program's lanes are spread "
+            "over its threads, and one thread may read before another's store lands (or after a store meant to "
+            "follow the read); the interpreter runs a block as one operation and cannot show it. Put "
+            "tl.debug_barrier() between the two, or keep the exchange in registers (tl.sum, tl.max, a reshape)")
 
 
 def _where(address: int, buffers) -> str:

@@ -24,15 +24,16 @@ access that only shares a unit's other bytes at worst costs a second run, never 
 Within one program the interpreter runs a block's lanes as one numpy operation, so a load sees
 every lane's earlier store; on a GPU the lanes are spread over the program's threads, and a thread
 sees another thread's store only after a barrier between the two (`tl.debug_barrier()`). So
-`first_lane_race` names an address one program both stores and reads with a plain load, at
-different places of their blocks (another element position, or a block of another shape: another
-thread, as far as the interpreter can tell), with no barrier between the two accesses, in either
-order (a store after the load may land before it). A program that reads back what the same lanes
-stored, or only after a barrier, passes. A scalar atomic counts as a barrier: Triton passes its
-result to every thread of the program through shared memory behind one (a ticket's last holder
-reads every partial, its own among them, after it). Where that result is never used the compiler
-leaves the barrier out, and a block of one element has none; the interpreter holds either as it
-holds a scalar: such atomics are taken as barriers too.
+`first_lane_race` names an address one program touches at two different places of its blocks
+(another element position, or a block of another shape: another thread, as far as the interpreter
+can tell), with no barrier between, where one access is a plain store and the other a plain load
+or store (in either order: a store after a load may land before it), or one is an atomic and the
+other plain. A block with fewer elements than the program has threads (a scalar among them) is held
+by several threads and stored by one of them: a load of what it stored is another thread's read
+whatever its position. Atomics order the program's threads as Triton compiles them: an acq_rel one
+(the default) has a barrier before and after it, a release one before, an acquire one after. A
+program that reads back what the same lanes of a full block stored, or only across a barrier,
+passes.
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ import numpy as np
 class SharedAccesses:
     """The accesses of one launch, in the order its programs ran them."""
 
-    def __init__(self):
+    def __init__(self, threads: int = 128):
+        self.threads = threads  # a program's threads (32 per warp): a smaller block is held by several
         self._program = -1  # the program running now (its place in the run)
         self._epoch = 0  # the barriers the running program has passed
         self._chunks: list[tuple[np.ndarray, int, int, bool]] = []  # (addresses, program, bytes, write)
@@ -63,11 +65,18 @@ class SharedAccesses:
         ordered before its later ones."""
         self._epoch += 1
 
-    def access(self, ptrs, mask, write: bool, atomic: bool = False) -> None:
-        """A memory primitive's pointers (a TensorHandle) and mask (TensorHandle, or None: every lane)."""
+    def access(self, ptrs, mask, write: bool, atomic: bool = False, sem: str = "") -> None:
+        """A memory primitive's pointers (a TensorHandle) and mask (TensorHandle, or None: every lane);
+        an atomic's memory semantic by name (ACQUIRE_RELEASE, RELEASE, ACQUIRE, RELAXED)."""
+        if atomic and sem.endswith("RELEASE"):  # acq_rel or release: a barrier before it
+            self._epoch += 1
         addresses = np.asarray(ptrs.data, dtype=np.uint64).ravel()
         shape = np.shape(ptrs.data)
         lanes = np.arange(addresses.size, dtype=np.int64)
+        if addresses.size < self.threads:  # held by several threads: a lane of its own, unlike any other
+            lanes = np.full(addresses.size, -1 - len(self._chunks), dtype=np.int64)
+        else:
+            lanes += self._shapes.setdefault(shape, len(self._shapes)) << 32
         if mask is not None:
             kept = np.broadcast_to(np.asarray(mask.data, dtype=bool), shape).ravel()
             addresses, lanes = addresses[kept], lanes[kept]
@@ -75,11 +84,8 @@ class SharedAccesses:
             element = getattr(ptrs.get_element_ty(), "primitive_bitwidth", 8)
             self._chunks.append((addresses, self._program, max(1, element // 8), write))
             self._atomic.append(atomic)
-            self._lanes.append((lanes + (self._shapes.setdefault(shape, len(self._shapes)) << 32), self._epoch))
-        if atomic and int(np.prod(shape)) == 1:
-            # a scalar atomic (the interpreter holds a scalar as one element) hands its result to
-            # every thread of the program through shared memory and a barrier (Triton's lowering,
-            # where the result is used): a barrier after it
+            self._lanes.append((lanes, self._epoch))
+        if atomic and sem.startswith("ACQUIRE"):  # acq_rel or acquire: a barrier after it
             self._epoch += 1
 
     def first_unordered_read(self) -> tuple[int, int, int] | None:
@@ -140,23 +146,19 @@ class SharedAccesses:
 
 
     def first_lane_race(self) -> tuple[int, int] | None:
-        """(address, program) where one program stores and plain-loads one address at different lanes
-        (another element position, or a block of another shape) with no barrier between; or None."""
-        plain = [i for i, a in enumerate(self._atomic) if not a]
-        if not any(self._chunks[i][3] for i in plain) or all(self._chunks[i][3] for i in plain):
+        """(address, program) where one program touches one address at two different lanes (another
+        element position, a block of another shape, a block held by several threads) with no barrier
+        between, one access a plain store and the other plain, or one an atomic and the other plain;
+        or None."""
+        if not any(c[3] for c in self._chunks):
             return None
-        # only stores and loads whose address spans meet one of the other kind's: most launches
-        # load one buffer and store another, and end here
-        spans = np.array([(int(self._chunks[i][0].min()), int(self._chunks[i][0].max()) + self._chunks[i][2])
-                          for i in plain], dtype=np.int64)
-        stores = np.array([self._chunks[i][3] for i in plain])
-        meets = np.zeros(len(plain), dtype=bool)
-        meets[stores] = _meets(spans[stores], spans[~stores])
-        meets[~stores] = _meets(spans[~stores], spans[stores])
-        plain = [i for i, m in zip(plain, meets) if m]
-        if not plain:
+        # only accesses whose address spans meet another's: most launches load one buffer and store
+        # another, and end here
+        spans = np.array([(int(c[0].min()), int(c[0].max()) + c[2]) for c in self._chunks], dtype=np.int64)
+        kept = [int(i) for i in np.flatnonzero(_meets_another(spans))]
+        if not any(self._chunks[i][3] for i in kept):
             return None
-        chunks = [self._chunks[i] for i in plain]
+        chunks = [self._chunks[i] for i in kept]
         unit = min(c[2] for c in self._chunks)
         units, programs = _units(chunks, unit)
         per_access = _element_counts(chunks, unit)
@@ -164,36 +166,53 @@ class SharedAccesses:
         def spread(values):  # per access -> per unit, as _units spreads them
             return values if np.all(per_access == 1) else np.repeat(values, per_access)
 
-        lanes = spread(np.concatenate([self._lanes[i][0] for i in plain]))
-        epochs = spread(np.concatenate([np.full(c[0].size, self._lanes[i][1], dtype=np.int64)
-                                        for i, c in zip(plain, chunks)]))
-        writes = spread(np.concatenate([np.full(c[0].size, c[3]) for c in chunks]))
-        both = np.isin(units, units[writes]) & np.isin(units, units[~writes])  # units stored and loaded
-        if not both.any():
-            return None
-        units, programs, epochs, lanes, writes = (a[both] for a in (units, programs, epochs, lanes, writes))
+        def each(value):  # one value per chunk, spread over its accesses
+            return spread(np.concatenate([np.full(self._chunks[i][0].size, value(i), dtype=np.int64) for i in kept]))
+
+        lanes = spread(np.concatenate([self._lanes[i][0] for i in kept]))
+        epochs = each(lambda i: self._lanes[i][1])
+        kinds = each(lambda i: 2 if self._atomic[i] else int(self._chunks[i][3]))  # 0 load, 1 store, 2 atomic
+        sources = each(lambda i: i)
         order = np.lexsort((units, epochs, programs))
-        units, programs, epochs, lanes, writes = (a[order] for a in (units, programs, epochs, lanes, writes))
+        units, programs, epochs, lanes, kinds, sources = (
+            a[order] for a in (units, programs, epochs, lanes, kinds, sources))
         starts = np.flatnonzero(np.r_[True, (units[1:] != units[:-1]) | (epochs[1:] != epochs[:-1])
                                       | (programs[1:] != programs[:-1])])
-        written = np.maximum.reduceat(writes, starts)
-        read = ~np.minimum.reduceat(writes, starts)
-        mixed = np.minimum.reduceat(lanes, starts) != np.maximum.reduceat(lanes, starts)
-        hit = np.flatnonzero(written & read & mixed)
+        top, bottom = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+
+        def low(values, where):
+            return np.minimum.reduceat(np.where(where, values, top), starts)
+
+        def high(values, where):
+            return np.maximum.reduceat(np.where(where, values, bottom), starts)
+
+        load, store, atomic = kinds == 0, kinds == 1, kinds == 2
+        has_load, has_store, has_atomic = (high(kinds, k) > bottom for k in (load, store, atomic))
+        one_lane = ((low(lanes, load) == high(lanes, load)) | ~has_load) & \
+                   ((low(lanes, store) == high(lanes, store)) | ~has_store) & \
+                   ((low(lanes, load) == low(lanes, store)) | ~has_load | ~has_store)
+        plain = load | store
+        race = (has_load & has_store & ~one_lane)
+        race |= has_store & (low(lanes, store) != high(lanes, store)) & (low(sources, store) != high(sources, store))
+        race |= has_atomic & (has_load | has_store) & (low(lanes, atomic | plain) != high(lanes, atomic | plain))
+        hit = np.flatnonzero(race)
         if not hit.size:
             return None
         i = starts[hit[0]]
         return int(units[i]) * unit, int(programs[i])
 
 
-def _meets(spans: np.ndarray, others: np.ndarray) -> np.ndarray:
-    """Per [start, end) span of `spans`: whether it overlaps any span of `others`."""
-    if not others.size or not spans.size:
-        return np.zeros(len(spans), dtype=bool)
-    order = np.argsort(others[:, 0], kind="stable")
-    starts, furthest = others[order, 0], np.maximum.accumulate(others[order, 1])
-    last = np.searchsorted(starts, spans[:, 1], side="left") - 1  # the last other span starting before the end
-    return (last >= 0) & (furthest[np.maximum(last, 0)] > spans[:, 0])
+def _meets_another(spans: np.ndarray) -> np.ndarray:
+    """Per [start, end) span: whether it overlaps another span of `spans`."""
+    order = np.argsort(spans[:, 0], kind="stable")
+    starts, ends = spans[order, 0], spans[order, 1]
+    furthest = np.maximum.accumulate(ends)
+    found = np.zeros(len(spans), dtype=bool)
+    found[1:] |= starts[1:] < furthest[:-1]  # an earlier span reaches past this one's start
+    found[:-1] |= ends[:-1] > starts[1:]  # this one reaches past the next one's start
+    out = np.zeros(len(spans), dtype=bool)
+    out[order] = found
+    return out
 
 
 def _other_program(w_units, w_programs, r_units, r_programs) -> tuple[int, int, int] | None:

@@ -103,6 +103,23 @@ def _lane_exchange(out_ptr, scratch_ptr, x_ptr, BLOCK: tl.constexpr, BARRIER: tl
 
 
 @triton.jit
+def _scalar_reload(out_ptr, scratch_ptr, x_ptr, BLOCK: tl.constexpr):
+    """The row's sum stored as a scalar and read back: one thread stores it, every thread reads it."""
+    lanes = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + lanes)
+    tl.store(scratch_ptr, tl.sum(x, axis=0))
+    tl.store(out_ptr + lanes, x / tl.load(scratch_ptr))
+
+
+@triton.jit
+def _atomic_exchange(out_ptr, scratch_ptr, x_ptr, BLOCK: tl.constexpr, SEM: tl.constexpr):
+    """The block exchanged through scratch by an atomic_xchg to reversed lanes, then read back."""
+    lanes = tl.arange(0, BLOCK)
+    tl.atomic_xchg(scratch_ptr + (BLOCK - 1 - lanes), tl.load(x_ptr + lanes), sem=SEM)
+    tl.store(out_ptr + lanes, tl.load(scratch_ptr + lanes))
+
+
+@triton.jit
 def _accumulate_in_place(out_ptr, x_ptr, steps, BLOCK: tl.constexpr):
     """A running sum kept in the output itself: each step loads, adds and stores the same lanes."""
     lanes = tl.arange(0, BLOCK)
@@ -266,8 +283,9 @@ def test_a_plain_read_of_another_programs_write_with_no_atomic_between_is_a_race
         else:
             _unfenced_flag[(16,)](out, partial, counter, x)
     found = monitor.orders.take_findings()
-    assert len(found) == 1, found
-    assert f"in the launch of {kernel}" in found[0] and "no atomic orders the two" in found[0]
+    assert found and f"in the launch of {kernel}" in found[0] and "no atomic orders the two" in found[0], found
+    # and, behind it, the scalar stored by one thread and read back by all: a race between lanes too
+    assert all(f.startswith("lane order") for f in found[1:]), found
     if kernel == "_plain_ticket":
         assert out[0].item() == float(x.sum() * 2)  # right here: only the accesses show it
 
@@ -302,10 +320,10 @@ def test_unordered_reads_are_named_only_across_programs_and_where_no_atomic_orde
 def test_a_program_reading_another_lanes_store_needs_a_barrier_between(monitor, barrier, reversed_, race):
     """The interpreter runs a block as one numpy operation, so the reversed read is right here; on a
     GPU another thread holds that lane, and only a barrier orders its store before the read."""
-    x = torch.randn(3, 16)
-    out, scratch = torch.empty(3, 16), torch.empty(3, 16)
+    x = torch.randn(3, 128)  # a full block: 128 lanes, one per thread of 4 warps
+    out, scratch = torch.empty(3, 128), torch.empty(3, 128)
     with monitor.orders.compared():
-        _lane_exchange[(3,)](out, scratch, x, BLOCK=16, BARRIER=barrier, REVERSED=reversed_)
+        _lane_exchange[(3,)](out, scratch, x, BLOCK=128, BARRIER=barrier, REVERSED=reversed_)
     found = monitor.orders.take_findings()
     expected = (x * 2).flip(1) if reversed_ else x * 2
     assert torch.equal(out, expected)  # right here whatever the finding: only the lanes show it
@@ -316,55 +334,93 @@ def test_a_program_reading_another_lanes_store_needs_a_barrier_between(monitor, 
         assert found == []
 
 
-def test_a_program_updating_the_same_lanes_in_place_is_no_race(monitor):
-    x = torch.randn(5, 32)
-    out = torch.empty(32)
+@pytest.mark.parametrize("kernel, race", [("scalar", True), ("release", True), ("acq_rel", False)])
+def test_a_scalar_read_back_or_an_atomic_exchange_is_judged_by_the_threads_it_orders(monitor, kernel, race):
+    """A scalar is stored by one thread and read by all; an acq_rel atomic (the default) has a barrier
+    on both sides, a release one only before it."""
+    dtype = torch.float32 if kernel == "scalar" else torch.int32  # the interpreter exchanges integers
+    x = torch.randn(128) if kernel == "scalar" else torch.randperm(128, dtype=torch.int32)
+    out, scratch = torch.empty(128, dtype=dtype), torch.zeros(128, dtype=dtype)
     with monitor.orders.compared():
-        _accumulate_in_place[(1,)](out, x, 5, BLOCK=32)
+        if kernel == "scalar":
+            _scalar_reload[(1,)](out, scratch, x, BLOCK=128)
+        else:
+            _atomic_exchange[(1,)](out, scratch, x, BLOCK=128, SEM=kernel)
+    found = monitor.orders.take_findings()
+    assert torch.allclose(out, x / x.sum()) if kernel == "scalar" else torch.equal(out, x.flip(0))  # right here
+    assert (len(found) == 1 and "lane order" in found[0] and "of scratch_ptr" in found[0]) if race else found == [], found
+
+
+def test_a_program_updating_the_same_lanes_in_place_is_no_race(monitor):
+    x = torch.randn(5, 128)
+    out = torch.empty(128)
+    with monitor.orders.compared():
+        _accumulate_in_place[(1,)](out, x, 5, BLOCK=128)
     assert monitor.orders.take_findings() == []
     assert torch.allclose(out, x.sum(0))
 
 
 def test_lane_races_are_found_per_program_and_between_barriers():
-    from harness.correctness.shared_accesses import SharedAccesses, _meets
-    # the spans the check narrows to first: [start, end) against any other's, touching is not meeting
-    spans, others = np.array([[0, 4], [10, 20], [30, 31], [50, 51]]), np.array([[4, 10], [19, 25], [0, 60]])
-    assert _meets(spans, others[:2]).tolist() == [False, True, False, False]
-    assert _meets(spans, others).tolist() == [True, True, True, True]
-    log = SharedAccesses()
-    log.program = 0
-    log.access(_Handle([7000, 7004, 7008, 7012]), None, write=True)
-    log.access(_Handle([[7000, 7004], [7008, 7012]]), None, write=False)  # same order, another shape
-    assert log.first_lane_race() == (7000, 0)
-    log = SharedAccesses()
-    log.program = 0
-    log.access(_Handle([7000, 7004]), None, write=False)
-    log.access(_Handle([7004, 7000]), None, write=True)  # a store after the read, lanes swapped
-    assert log.first_lane_race() == (7000, 0)
-    log = SharedAccesses()
+    from harness.correctness.shared_accesses import SharedAccesses, _meets_another
+    # the spans the check narrows to first: [start, end) overlapping another's; touching is not meeting
+    spans = np.array([[0, 4], [4, 10], [30, 31], [9, 12], [50, 60], [55, 56]])
+    assert _meets_another(spans).tolist() == [False, True, False, True, True, True]
+
+    def log(threads=1):  # threads=1: every block is a full one, each lane its own thread
+        return SharedAccesses(threads=threads)
+
+    one = log()
+    one.program = 0
+    one.access(_Handle([7000, 7004, 7008, 7012]), None, write=True)
+    one.access(_Handle([[7000, 7004], [7008, 7012]]), None, write=False)  # same order, another shape
+    assert one.first_lane_race() == (7000, 0)
+    one = log()
+    one.program = 0
+    one.access(_Handle([7000, 7004]), None, write=False)
+    one.access(_Handle([7004, 7000]), None, write=True)  # a store after the read, lanes swapped
+    assert one.first_lane_race() == (7000, 0)
+    one = log()
+    one.program = 0
+    one.access(_Handle([7000, 7004]), None, write=True)
+    one.access(_Handle([7004, 7000]), None, write=True)  # two stores, lanes swapped: either lands last
+    assert one.first_lane_race() == (7000, 0)
+    one = log()
     for program in range(2):
-        log.program = program
-        log.access(_Handle([7000, 7004]), None, write=True)
-        log.barrier()
-        log.access(_Handle([7004, 7000]), None, write=False)  # after a barrier
-        log.access(_Handle([8000 + 8 * program]), None, write=True, atomic=True)
-        log.access(_Handle([8000 + 8 * program, 8004 + 8 * program]), None, write=False)  # an atomic's address
-    assert log.first_lane_race() is None
-    log.program = 2  # a scalar atomic between: Triton hands its result out behind a barrier
-    log.access(_Handle([7100, 7104]), None, write=True)
-    log.access(_Handle(np.array(9000)), None, write=True, atomic=True)
-    log.access(_Handle([7104, 7100]), None, write=False)
-    assert log.first_lane_race() is None
-    log.access(_Handle(np.array([9000, 9000])), None, write=True, atomic=True)  # a block's atomic: none
-    log.access(_Handle([7200]), None, write=True)
-    log.access(_Handle([[7200]]), None, write=False)
-    assert log.first_lane_race() == (7200, 2)
-    log = SharedAccesses()
-    log.program = 0
-    log.access(_Handle([7004]), None, write=True)
-    log.program = 1  # another program's lanes: first_unordered_read's business, not this one's
-    log.access(_Handle([7004]), None, write=False)
-    assert log.first_lane_race() is None
+        one.program = program
+        one.access(_Handle([7000, 7004]), None, write=True)
+        one.barrier()
+        one.access(_Handle([7004, 7000]), None, write=False)  # after a barrier
+        one.barrier()
+        one.access(_Handle([7000, 7004]), None, write=False)
+        one.access(_Handle([7000, 7004]), None, write=True)  # the same lanes again: one thread each
+    assert one.first_lane_race() is None
+    one.program = 2  # another program's lanes: first_unordered_read's business, not this one's
+    one.access(_Handle([7004]), None, write=False)
+    assert one.first_lane_race() is None
+    # atomics: acq_rel has a barrier on both sides, release before it, acquire after it
+    for sem, race in (("ACQUIRE_RELEASE", None), ("RELEASE", (7100, 0)), ("ACQUIRE", (7100, 0))):
+        one = log()
+        one.program = 0
+        one.access(_Handle([7100, 7104]), None, write=True)
+        one.access(_Handle([7104, 7100]), None, write=True, atomic=True, sem=sem)  # an exchange
+        one.access(_Handle([7100, 7104]), None, write=False)  # read back at the lanes it came from
+        assert one.first_lane_race() == race, sem
+    one = log()
+    one.program = 0
+    one.access(_Handle([7200, 7200]), None, write=True, atomic=True, sem="RELAXED")  # atomics alone: fine
+    one.access(_Handle([7200]), None, write=True, atomic=True, sem="RELAXED")
+    assert one.first_lane_race() is None
+    # a block smaller than the program's threads is held by several: a reload is another thread's
+    few = log(threads=128)
+    few.program = 0
+    few.access(_Handle([7300]), None, write=True)  # a scalar, stored by one thread
+    few.access(_Handle([7300]), None, write=False)  # read by every thread
+    assert few.first_lane_race() == (7300, 0)
+    full = log(threads=2)
+    full.program = 0
+    full.access(_Handle([7300, 7304]), None, write=True)
+    full.access(_Handle([7300, 7304]), None, write=False)
+    assert full.first_lane_race() is None
 
 
 TRITON36 = os.environ.get("AUTOKERNEL_TRITON36")
