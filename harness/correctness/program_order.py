@@ -112,8 +112,7 @@ class ProgramOrders:
                 return launch()
         buffers = _storages(_arg_names(kernel, args, kwargs))
         before = [b.clone() for _, b in buffers]
-        # a program's threads: the launch's warps (Triton's default 4), 32 threads each
-        self.atomics, self.accesses = 0, SharedAccesses(threads=32 * int(kwargs.get("num_warps") or 4))
+        self.atomics, self.accesses = 0, SharedAccesses()
         accesses = self.accesses
         try:
             with self._order("secret"):
@@ -300,8 +299,8 @@ def _describe_race(kernel, unordered, buffers) -> str:
 def _describe_lane_race(kernel, race, buffers) -> str:
     name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "?")
     return (f"lane order: in the launch of {name}, one of its programs touches {_where(race[0], buffers)} at two "
-            "places of its blocks (another element position, a block of another shape, or a block smaller than "
-            "its threads, which several threads hold and one stores), a store against a load or another store, or "
+            "places of its blocks (another element position, or a block of another shape), a store against a load or "
+            "another store, or "
             "an atomic against either, with no tl.debug_barrier() between: on a GPU a program's lanes are spread "
             "over its threads, and one thread may read before another's store lands (or after a store meant to "
             "follow the read); the interpreter runs a block as one operation and cannot show it. Put "

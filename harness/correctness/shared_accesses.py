@@ -28,10 +28,14 @@ sees another thread's store only after a barrier between the two (`tl.debug_barr
 (another element position, or a block of another shape: another thread, as far as the interpreter
 can tell), with no barrier between, where one access is a plain store and the other a plain load
 or store (in either order: a store after a load may land before it), or one is an atomic and the
-other plain. A block with fewer elements than the program has threads (a scalar among them) is held
-by several threads and stored by one of them: a load of what it stored is another thread's read
-whatever its position. Atomics order the program's threads as Triton compiles them: an acq_rel one
-(the default) has a barrier before and after it, a release one before, an acquire one after. A
+other plain. (A scalar, or a block smaller than the program's threads, is held by several threads
+and stored by one: reading back what it stored is a race where a copy's value is used beyond its
+lane, as a row's statistic read back by every thread is, and harmless where the copies only feed
+the owner's next store, as the add+RMSNorm backward's running partials at a width of one do. The
+interpreter sees the same accesses in both and holds a scalar as a block of one element, so such
+blocks are taken as one lane per element, and the first kind is not caught.)
+Atomics order the program's threads as Triton compiles them: an acq_rel one (the default) has a
+barrier before and after it, a release one before, an acquire one after. A
 program that reads back what the same lanes of a full block stored, or only across a barrier,
 passes.
 """
@@ -43,8 +47,7 @@ import numpy as np
 class SharedAccesses:
     """The accesses of one launch, in the order its programs ran them."""
 
-    def __init__(self, threads: int = 128):
-        self.threads = threads  # a program's threads (32 per warp): a smaller block is held by several
+    def __init__(self):
         self._program = -1  # the program running now (its place in the run)
         self._epoch = 0  # the barriers the running program has passed
         self._chunks: list[tuple[np.ndarray, int, int, bool]] = []  # (addresses, program, bytes, write)
@@ -73,10 +76,7 @@ class SharedAccesses:
         addresses = np.asarray(ptrs.data, dtype=np.uint64).ravel()
         shape = np.shape(ptrs.data)
         lanes = np.arange(addresses.size, dtype=np.int64)
-        if addresses.size < self.threads:  # held by several threads: a lane of its own, unlike any other
-            lanes = np.full(addresses.size, -1 - len(self._chunks), dtype=np.int64)
-        else:
-            lanes += self._shapes.setdefault(shape, len(self._shapes)) << 32
+        lanes += self._shapes.setdefault(shape, len(self._shapes)) << 32
         if mask is not None:
             kept = np.broadcast_to(np.asarray(mask.data, dtype=bool), shape).ravel()
             addresses, lanes = addresses[kept], lanes[kept]
@@ -147,7 +147,7 @@ class SharedAccesses:
 
     def first_lane_race(self) -> tuple[int, int] | None:
         """(address, program) where one program touches one address at two different lanes (another
-        element position, a block of another shape, a block held by several threads) with no barrier
+        element position, or a block of another shape) with no barrier
         between, one access a plain store and the other plain, or one an atomic and the other plain;
         or None."""
         if not any(c[3] for c in self._chunks):

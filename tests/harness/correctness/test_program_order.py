@@ -103,15 +103,6 @@ def _lane_exchange(out_ptr, scratch_ptr, x_ptr, BLOCK: tl.constexpr, BARRIER: tl
 
 
 @triton.jit
-def _scalar_reload(out_ptr, scratch_ptr, x_ptr, BLOCK: tl.constexpr):
-    """The row's sum stored as a scalar and read back: one thread stores it, every thread reads it."""
-    lanes = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + lanes)
-    tl.store(scratch_ptr, tl.sum(x, axis=0))
-    tl.store(out_ptr + lanes, x / tl.load(scratch_ptr))
-
-
-@triton.jit
 def _atomic_exchange(out_ptr, scratch_ptr, x_ptr, BLOCK: tl.constexpr, SEM: tl.constexpr):
     """The block exchanged through scratch by an atomic_xchg to reversed lanes, then read back."""
     lanes = tl.arange(0, BLOCK)
@@ -334,20 +325,15 @@ def test_a_program_reading_another_lanes_store_needs_a_barrier_between(monitor, 
         assert found == []
 
 
-@pytest.mark.parametrize("kernel, race", [("scalar", True), ("release", True), ("acq_rel", False)])
-def test_a_scalar_read_back_or_an_atomic_exchange_is_judged_by_the_threads_it_orders(monitor, kernel, race):
-    """A scalar is stored by one thread and read by all; an acq_rel atomic (the default) has a barrier
-    on both sides, a release one only before it."""
-    dtype = torch.float32 if kernel == "scalar" else torch.int32  # the interpreter exchanges integers
-    x = torch.randn(128) if kernel == "scalar" else torch.randperm(128, dtype=torch.int32)
-    out, scratch = torch.empty(128, dtype=dtype), torch.zeros(128, dtype=dtype)
+@pytest.mark.parametrize("sem, race", [("release", True), ("acq_rel", False)])
+def test_an_atomic_exchange_is_judged_by_the_barriers_its_semantic_puts_around_it(monitor, sem, race):
+    """An acq_rel atomic (the default) has a barrier on both sides, a release one only before it."""
+    x = torch.randperm(128, dtype=torch.int32)  # the interpreter exchanges integers
+    out, scratch = torch.empty(128, dtype=torch.int32), torch.zeros(128, dtype=torch.int32)
     with monitor.orders.compared():
-        if kernel == "scalar":
-            _scalar_reload[(1,)](out, scratch, x, BLOCK=128)
-        else:
-            _atomic_exchange[(1,)](out, scratch, x, BLOCK=128, SEM=kernel)
+        _atomic_exchange[(1,)](out, scratch, x, BLOCK=128, SEM=sem)
     found = monitor.orders.take_findings()
-    assert torch.allclose(out, x / x.sum()) if kernel == "scalar" else torch.equal(out, x.flip(0))  # right here
+    assert torch.equal(out, x.flip(0))  # right here either way
     assert (len(found) == 1 and "lane order" in found[0] and "of scratch_ptr" in found[0]) if race else found == [], found
 
 
@@ -366,8 +352,8 @@ def test_lane_races_are_found_per_program_and_between_barriers():
     spans = np.array([[0, 4], [4, 10], [30, 31], [9, 12], [50, 60], [55, 56]])
     assert _meets_another(spans).tolist() == [False, True, False, True, True, True]
 
-    def log(threads=1):  # threads=1: every block is a full one, each lane its own thread
-        return SharedAccesses(threads=threads)
+    def log():
+        return SharedAccesses()
 
     one = log()
     one.program = 0
@@ -410,17 +396,11 @@ def test_lane_races_are_found_per_program_and_between_barriers():
     one.access(_Handle([7200, 7200]), None, write=True, atomic=True, sem="RELAXED")  # atomics alone: fine
     one.access(_Handle([7200]), None, write=True, atomic=True, sem="RELAXED")
     assert one.first_lane_race() is None
-    # a block smaller than the program's threads is held by several: a reload is another thread's
-    few = log(threads=128)
-    few.program = 0
-    few.access(_Handle([7300]), None, write=True)  # a scalar, stored by one thread
-    few.access(_Handle([7300]), None, write=False)  # read by every thread
-    assert few.first_lane_race() == (7300, 0)
-    full = log(threads=2)
-    full.program = 0
-    full.access(_Handle([7300, 7304]), None, write=True)
-    full.access(_Handle([7300, 7304]), None, write=False)
-    assert full.first_lane_race() is None
+    block = log()  # a block's lanes read back as stored: one thread each
+    block.program = 0
+    block.access(_Handle([7300, 7304]), None, write=True)
+    block.access(_Handle([7300, 7304]), None, write=False)
+    assert block.first_lane_race() is None
 
 
 TRITON36 = os.environ.get("AUTOKERNEL_TRITON36")
