@@ -171,6 +171,25 @@ def install_hooks(monitor) -> None:
     load, store = builder.create_masked_load, builder.create_masked_store
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
     barrier = builder.create_barrier
+    # whether the load or store being built is a scalar's (a pointer, not a block of them): the
+    # builder sees a scalar as a block of one element, which a scalar is not on a GPU
+    from triton.language.semantic import TritonSemantic
+    scalar = {"now": False}
+
+    def _scalar_aware(method):
+        def wrapped(self, ptr, *rest, **named):
+            ty = getattr(ptr, "type", None)
+            element = getattr(ty, "element_ty", None)
+            was, scalar["now"] = scalar["now"], ty is not None and not ty.is_block() \
+                and not (element is not None and element.is_block())  # a block pointer's is a block
+            try:
+                return method(self, ptr, *rest, **named)
+            finally:
+                scalar["now"] = was
+        wrapped.__wrapped__ = method
+        return wrapped
+
+    TritonSemantic.load, TritonSemantic.store = _scalar_aware(TritonSemantic.load), _scalar_aware(TritonSemantic.store)
 
     def set_grid_dim(self, nx, ny, nz):
         monitor.grid_dims = (nx, ny, nz)
@@ -196,7 +215,8 @@ def install_hooks(monitor) -> None:
             return
         orders.atomics += atomic
         if orders.accesses is not None:
-            orders.accesses.access(ptrs, mask, write, atomic, str(sem).rsplit(".", 1)[-1] if atomic else "")
+            orders.accesses.access(ptrs, mask, write, atomic, str(sem).rsplit(".", 1)[-1] if atomic else "",
+                                   scalar=scalar["now"] and not atomic)
 
     # the arguments read are the leading ones, the rest passed on as they came, by position or by
     # name (a tensor descriptor's load names its cache_policy): Triton 3.6's builder takes a cache

@@ -28,12 +28,13 @@ sees another thread's store only after a barrier between the two (`tl.debug_barr
 (another element position, or a block of another shape: another thread, as far as the interpreter
 can tell), with no barrier between, where one access is a plain store and the other a plain load
 or store (in either order: a store after a load may land before it), or one is an atomic and the
-other plain. (A scalar, or a block smaller than the program's threads, is held by several threads
-and stored by one: reading back what it stored is a race where a copy's value is used beyond its
-lane, as a row's statistic read back by every thread is, and harmless where the copies only feed
-the owner's next store, as the add+RMSNorm backward's running partials at a width of one do. The
-interpreter sees the same accesses in both and holds a scalar as a block of one element, so such
-blocks are taken as one lane per element, and the first kind is not caught.)
+other plain. A scalar is held by every thread of the program and stored by one of them, so a load
+of a scalar the program stored is another thread's read (the hooks tell a scalar's access from a
+block's at Triton's language level: the interpreter's builder holds a scalar as a block of one
+element). A block smaller than the program's threads is held by several threads too, and reading
+back its own store is the same race where a copy's value is used beyond its lane, but harmless
+where the copies only feed the owner's next store (the add+RMSNorm backward's running partials at
+a width of one): the accesses are the same, so a block's elements are one lane each.
 Atomics order the program's threads as Triton compiles them: an acq_rel one (the default) has a
 barrier before and after it, a release one before, an acquire one after. A
 program that reads back what the same lanes of a full block stored, or only across a barrier,
@@ -68,15 +69,19 @@ class SharedAccesses:
         ordered before its later ones."""
         self._epoch += 1
 
-    def access(self, ptrs, mask, write: bool, atomic: bool = False, sem: str = "") -> None:
+    def access(self, ptrs, mask, write: bool, atomic: bool = False, sem: str = "", scalar: bool = False) -> None:
         """A memory primitive's pointers (a TensorHandle) and mask (TensorHandle, or None: every lane);
-        an atomic's memory semantic by name (ACQUIRE_RELEASE, RELEASE, ACQUIRE, RELAXED)."""
+        an atomic's memory semantic by name (ACQUIRE_RELEASE, RELEASE, ACQUIRE, RELAXED); `scalar`: a
+        scalar's load or store (every thread holds it, one stores it), not a block's."""
         if atomic and sem.endswith("RELEASE"):  # acq_rel or release: a barrier before it
             self._epoch += 1
         addresses = np.asarray(ptrs.data, dtype=np.uint64).ravel()
         shape = np.shape(ptrs.data)
         lanes = np.arange(addresses.size, dtype=np.int64)
-        lanes += self._shapes.setdefault(shape, len(self._shapes)) << 32
+        if scalar:  # a lane of its own, unlike any other access's: its store and its loads are other threads'
+            lanes = np.full(addresses.size, -1 - len(self._chunks), dtype=np.int64)
+        else:
+            lanes += self._shapes.setdefault(shape, len(self._shapes)) << 32
         if mask is not None:
             kept = np.broadcast_to(np.asarray(mask.data, dtype=bool), shape).ravel()
             addresses, lanes = addresses[kept], lanes[kept]
@@ -147,7 +152,7 @@ class SharedAccesses:
 
     def first_lane_race(self) -> tuple[int, int] | None:
         """(address, program) where one program touches one address at two different lanes (another
-        element position, or a block of another shape) with no barrier
+        element position, a block of another shape, a scalar) with no barrier
         between, one access a plain store and the other plain, or one an atomic and the other plain;
         or None."""
         if not any(c[3] for c in self._chunks):

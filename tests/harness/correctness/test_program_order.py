@@ -103,6 +103,15 @@ def _lane_exchange(out_ptr, scratch_ptr, x_ptr, BLOCK: tl.constexpr, BARRIER: tl
 
 
 @triton.jit
+def _scalar_reload(out_ptr, scratch_ptr, x_ptr, BLOCK: tl.constexpr):
+    """The row's sum stored as a scalar and read back: one thread stores it, every thread reads it."""
+    lanes = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + lanes)
+    tl.store(scratch_ptr, tl.sum(x, axis=0))
+    tl.store(out_ptr + lanes, x / tl.load(scratch_ptr))
+
+
+@triton.jit
 def _atomic_exchange(out_ptr, scratch_ptr, x_ptr, BLOCK: tl.constexpr, SEM: tl.constexpr):
     """The block exchanged through scratch by an atomic_xchg to reversed lanes, then read back."""
     lanes = tl.arange(0, BLOCK)
@@ -335,6 +344,23 @@ def test_an_atomic_exchange_is_judged_by_the_barriers_its_semantic_puts_around_i
     found = monitor.orders.take_findings()
     assert torch.equal(out, x.flip(0))  # right here either way
     assert (len(found) == 1 and "lane order" in found[0] and "of scratch_ptr" in found[0]) if race else found == [], found
+
+
+def test_a_scalar_read_back_is_another_threads_read_and_a_block_of_one_is_not(monitor):
+    """A scalar is held by every thread and stored by one; a block of one element updated in place
+    (a running partial) is its own lane, though the interpreter holds both alike."""
+    x = torch.randn(128)
+    out, scratch = torch.empty(128), torch.zeros(128)
+    with monitor.orders.compared():
+        _scalar_reload[(1,)](out, scratch, x, BLOCK=128)
+    found = monitor.orders.take_findings()
+    assert torch.allclose(out, x / x.sum())  # right here: only the lanes show it
+    assert len(found) == 1 and "lane order: in the launch of _scalar_reload" in found[0], found
+    out = torch.empty(1)
+    with monitor.orders.compared():
+        _accumulate_in_place[(1,)](out, x[:5].reshape(5, 1), 5, BLOCK=1)
+    assert monitor.orders.take_findings() == []
+    assert torch.allclose(out, x[:5].sum())
 
 
 def test_a_program_updating_the_same_lanes_in_place_is_no_race(monitor):
