@@ -291,7 +291,7 @@ def _first_difference(now, theirs) -> int | None:
 
 
 def _describe(kernel, names: list[str], offset: int, other: str, atomics: int, shared, buffers) -> str:
-    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "?")
+    name = _kernel_name(kernel)
     address, writer, other_program = shared
     text = (f"program order: the launch of {name} wrote different bytes when its programs ran in {other} "
             f"than in id order (in {', '.join(names[:3])}, byte {offset} of its storage; "
@@ -306,7 +306,7 @@ def _describe(kernel, names: list[str], offset: int, other: str, atomics: int, s
 
 
 def _describe_race(kernel, unordered, buffers) -> str:
-    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "?")
+    name = _kernel_name(kernel)
     return (f"program order: in the launch of {name}, {_where(unordered[0], buffers)} is written by one of its "
             "programs and read by another with a plain load, and no atomic orders the two (the writer's after "
             "its write, the reader's before its read): on a GPU the programs run concurrently and the read "
@@ -317,14 +317,18 @@ def _describe_race(kernel, unordered, buffers) -> str:
 
 
 def _describe_lane_race(kernel, race, buffers) -> str:
-    name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "?")
+    name = _kernel_name(kernel)
     return (f"lane order: in the launch of {name}, one of its programs touches {_where(race[0], buffers)} at two "
-            "places of its blocks (another element position, or a block of another shape), a store against a load or "
-            "another store, or "
-            "an atomic against either, with no tl.debug_barrier() between: on a GPU a program's lanes are spread "
+            "places of its blocks (another element position, or a block of another shape), a store against a load "
+            "or another store, or an atomic against either, with no tl.debug_barrier() between: on a GPU a program's lanes are spread "
             "over its threads, and one thread may read before another's store lands (or after a store meant to "
             "follow the read); the interpreter runs a block as one operation and cannot show it. Put "
             "tl.debug_barrier() between the two, or keep the exchange in registers (tl.sum, tl.max, a reshape)")
+
+
+def _kernel_name(kernel) -> str:
+    """A launched kernel's name: a JITFunction's own, or that of the function it wraps (an autotuner)."""
+    return getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "?")
 
 
 def _where(address: int, buffers) -> str:

@@ -53,7 +53,7 @@ class SharedAccesses:
         self._epoch = 0  # the barriers the running program has passed
         self._chunks: list[tuple[np.ndarray, int, int, bool]] = []  # (addresses, program, bytes, write)
         self._atomic: list[bool] = []  # per chunk: an atomic's
-        self._lanes: list[tuple[np.ndarray, int]] = []  # per chunk: each address's lane (see _lane), barrier epoch
+        self._lanes: list[tuple[np.ndarray, int]] = []  # per chunk: each address's lane (see access), barrier epoch
         self._shapes: dict[tuple, int] = {}  # a block shape's number, for the lanes
 
     @property
@@ -149,12 +149,10 @@ class SharedAccesses:
         i = shared[0]
         return int(r_units[i]) * unit, int(w_programs[at[i]]), int(r_programs[i])
 
-
     def first_lane_race(self) -> tuple[int, int] | None:
         """(address, program) where one program touches one address at two different lanes (another
-        element position, a block of another shape, a scalar) with no barrier
-        between, one access a plain store and the other plain, or one an atomic and the other plain;
-        or None."""
+        element position, a block of another shape, a scalar) with no barrier between, one access a
+        plain store and the other plain, or one an atomic and the other plain; or None."""
         if not any(c[3] for c in self._chunks):
             return None
         # only accesses whose address spans meet another's: most launches load one buffer and store
@@ -165,8 +163,8 @@ class SharedAccesses:
             return None
         chunks = [self._chunks[i] for i in kept]
         unit = min(c[2] for c in self._chunks)
-        units, programs = _units(chunks, unit)
         per_access = _element_counts(chunks, unit)
+        units, programs = _units(chunks, unit, per_access)
 
         def spread(values):  # per access -> per unit, as _units spreads them
             return values if np.all(per_access == 1) else np.repeat(values, per_access)
@@ -192,14 +190,15 @@ class SharedAccesses:
             return np.maximum.reduceat(np.where(where, values, bottom), starts)
 
         load, store, atomic = kinds == 0, kinds == 1, kinds == 2
-        has_load, has_store, has_atomic = (high(kinds, k) > bottom for k in (load, store, atomic))
-        one_lane = ((low(lanes, load) == high(lanes, load)) | ~has_load) & \
-                   ((low(lanes, store) == high(lanes, store)) | ~has_store) & \
-                   ((low(lanes, load) == low(lanes, store)) | ~has_load | ~has_store)
         plain = load | store
-        race = (has_load & has_store & ~one_lane)
-        race |= has_store & (low(lanes, store) != high(lanes, store)) & (low(sources, store) != high(sources, store))
-        race |= has_atomic & (has_load | has_store) & (low(lanes, atomic | plain) != high(lanes, atomic | plain))
+        has_load, has_store, has_atomic = (high(kinds, k) > bottom for k in (load, store, atomic))
+
+        def mixed(where):  # the group's accesses of that kind are at more than one lane
+            return low(lanes, where) != high(lanes, where)
+
+        race = has_load & has_store & mixed(plain)  # a load against a store
+        race |= has_store & mixed(store) & (low(sources, store) != high(sources, store))  # two stores
+        race |= has_atomic & (has_load | has_store) & mixed(atomic | plain)  # an atomic against either
         hit = np.flatnonzero(race)
         if not hit.size:
             return None
@@ -248,20 +247,17 @@ def _element_counts(chunks: list, unit: int) -> np.ndarray:
 
 def _unit_counts(chunks: list, unit: int) -> np.ndarray:
     """How many units (see _units) each chunk's accesses cover, in total per chunk."""
-    out = []
-    for addresses, _, size, *_ in chunks:
-        first = addresses // np.uint64(unit)
-        out.append(int(((addresses + np.uint64(size) - np.uint64(1)) // np.uint64(unit) - first + np.uint64(1)).sum()))
-    return np.array(out, dtype=np.int64)
+    starts = np.cumsum([0] + [c[0].size for c in chunks[:-1]])
+    return np.add.reduceat(_element_counts(chunks, unit), starts)
 
 
-def _units(chunks: list, unit: int) -> tuple[np.ndarray, np.ndarray]:
-    """(unit index, program) of every unit each access overlaps."""
+def _units(chunks: list, unit: int, count: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(unit index, program) of every unit each access overlaps; `count`: _element_counts', where
+    the caller has it."""
     addresses = np.concatenate([c[0] for c in chunks])
     programs = np.concatenate([np.full(c[0].size, c[1], dtype=np.int64) for c in chunks])
-    sizes = np.concatenate([np.full(c[0].size, c[2], dtype=np.uint64) for c in chunks])
     first = addresses // np.uint64(unit)
-    count = ((addresses + sizes - np.uint64(1)) // np.uint64(unit) - first + np.uint64(1)).astype(np.int64)
+    count = _element_counts(chunks, unit) if count is None else count
     if np.all(count == 1):
         return first, programs
     # an access over several units: one entry per unit it overlaps
