@@ -101,7 +101,12 @@ def install(monitor=None) -> None:
 
 def float_to_int(values: np.ndarray, int_dtype) -> np.ndarray:
     """Floats converted to `int_dtype` as a GPU converts them (cvt.rzi): toward zero, a value past
-    the type's range clamped to its end, NaN to 0. numpy's astype gives INT_MIN past either end."""
+    the type's range clamped to its end, NaN to 0. numpy's astype gives INT_MIN past either end.
+    An 8-bit type has no cvt of its own: the GPU converts to the 16-bit type of the same sign
+    (clamped there) and stores its low byte, so 1e30 becomes int8 -1, not 127."""
+    if np.dtype(int_dtype).itemsize == 1:
+        wide16 = np.int16 if np.issubdtype(int_dtype, np.signedinteger) else np.uint16
+        return float_to_int(values, wide16).astype(int_dtype)  # the low byte, as the store keeps it
     info = np.iinfo(int_dtype)
     wide = np.asarray(values, dtype=np.float64)
     # >= and <=: the float64 nearest to a 64-bit type's end may lie one past it
