@@ -96,7 +96,13 @@ def test_a_store_past_a_row_of_a_view_is_found_with_its_tensor_and_offset():
     assert problem.startswith("softmax[6x100:float32,model_views]: kernel_fn wrote outside the elements of its input x")
 
 
-def test_a_store_past_the_output_kernel_fn_allocated_lands_in_a_guard_and_is_named():
+def test_a_store_past_the_output_kernel_fn_allocated_lands_in_a_guard_and_is_named(monkeypatch):
+    # the guard bytes are drawn from the OS once per process; here every one differs from the byte the
+    # kernel stores over it (the last row's maximum, as float32), so all 4 bytes it writes are counted
+    stored = registry.build_inputs(VIEWS, "cpu")[0][0][-1].max().reshape(1).view(torch.uint8)
+    pattern = torch.full((2 * guards.GUARD_BYTES,), 0x5A, dtype=torch.uint8)
+    pattern[guards.GUARD_BYTES:guards.GUARD_BYTES + 4] = stored ^ 0xFF
+    monkeypatch.setattr(guards, "_PATTERN", [pattern])
     result = _call(_kernel(past_out=True))
     (stray,) = result.strays
     assert stray["tensor"].startswith("the output (a float32 [6, 100] tensor") and stray["where"] == "past the end"
