@@ -43,6 +43,25 @@ def specialize(record, backend):
     return ASTSource(jf, signature, constexprs, attrs), options
 
 
+# Triton's own functions (its standard library) as JITFunctions, by the InterpretedFunction they
+# replace (held, so its id is not reused): made once per process, by the zygote before it forks a
+# worker (`convert_tritons_own`), where each lowering made them again (a JITFunction reads its
+# source: about 15 ms for the fifty of them, at every stage that launched something new). A
+# candidate's functions are converted at every compile: their globals are the candidate's.
+_TRITONS_OWN: dict[int, tuple[Any, Any]] = {}
+
+
+def _tritons_own(fn) -> bool:
+    module = getattr(fn, "__module__", None) or ""
+    return module == "triton" or module.startswith("triton.")
+
+
+def convert_tritons_own() -> None:
+    """Make Triton's own JITFunctions now (the zygote's preload), not in every worker it forks."""
+    with compiled_mode([]):
+        pass
+
+
 @contextmanager
 def compiled_mode(records):
     """Under TRITON_INTERPRET=1 every @triton.jit function, Triton's standard library included, is an
@@ -66,7 +85,13 @@ def compiled_mode(records):
 
     def convert(itf):
         if id(itf) not in swapped:
-            swapped[id(itf)] = JITFunction(itf.fn, **itf.kwargs)
+            kept = _TRITONS_OWN.get(id(itf))
+            if kept is not None and kept[0] is itf:
+                swapped[id(itf)] = kept[1]
+            else:
+                swapped[id(itf)] = JITFunction(itf.fn, **itf.kwargs)
+                if _tritons_own(itf.fn):
+                    _TRITONS_OWN[id(itf)] = (itf, swapped[id(itf)])
             scan_function(itf.fn)
         return swapped[id(itf)]
 

@@ -62,6 +62,8 @@ def preload(known_triton_key: str | None = None) -> str | None:
     import harness.timing.timer  # noqa: F401
     import harness.workers.worker  # noqa: F401
     harness.workers.worker._target_compile()
+    from harness.compiling.triton_specialization import convert_tritons_own
+    convert_tritons_own()  # the lowering's JITFunctions of Triton's standard library (interpreter only)
     from harness.kernel_types import registry
     registry.names()  # the kernel types' modules, loaded at a worker's first lookup
     return _triton_key(known_triton_key)

@@ -115,6 +115,13 @@ out["not_autotuned"] = summary(compile_triton(config_records(scale_kernel.fn), "
 # the interpreter still works after compiling: the language patches were put back
 scale_kernel[(4,)](x, y, 1000, BLOCK=256)
 out["interpreter_after"] = bool(torch.allclose(y, 2 * x))
+# Triton's standard library (tl.sum, tl.max above) converted once for every compile, and put back
+from triton.runtime.interpreter import InterpretedFunction
+from harness.compiling import triton_specialization
+own = dict(triton_specialization._TRITONS_OWN)
+compile_triton(record(lambda: scale_kernel[(4,)](x, y, 1000, BLOCK=64)), "sm_90")
+out["stdlib_converted_once"] = bool(own) and all(triton_specialization._TRITONS_OWN[k][1] is v[1] for k, v in own.items())
+out["stdlib_put_back"] = all(isinstance(getattr(tl.standard, name), InterpretedFunction) for name in ("sum", "max"))
 print("RESULT " + json.dumps(out))
 '''
 
@@ -221,6 +228,11 @@ def test_autotune_configs_that_cannot_run_are_pruned_as_the_autotuner_does(trito
 
 def test_the_interpreter_still_runs_after_compiling(triton_results):
     assert triton_results["interpreter_after"]
+    assert triton_results["stdlib_put_back"]  # tl.sum and tl.max are the interpreter's again
+
+
+def test_tritons_own_functions_are_converted_for_the_compiler_once_per_process(triton_results):
+    assert triton_results["stdlib_converted_once"]
 
 
 # ---------------------------------------------------------------- CUDA C++
