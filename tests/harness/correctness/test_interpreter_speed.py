@@ -42,7 +42,7 @@ in_a_fresh_interpreter = pytest.mark.skipif(not os.environ.get(FRESH), reason="r
 def test_in_a_fresh_interpreter():
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", __file__],
                           env={**os.environ, FRESH: "1"}, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "6 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
+    assert proc.returncode == 0 and "8 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
 
 
 def _run(x, factor):
@@ -60,13 +60,13 @@ def as_shipped():
     """The interpreter as Triton ships it, for the length of one test; then as the judge runs it."""
     launches.install()
     builder = _builder()
-    options, patch_builtin = builder.options, interpreter._patch_builtin
+    options, patch_builtin, np_dtype = builder.options, interpreter._patch_builtin, interpreter._get_np_dtype
     builder.options = dataclasses.replace(options, sanitize_overflow=True)
-    interpreter._patch_builtin = patch_builtin.__wrapped__
+    interpreter._patch_builtin, interpreter._get_np_dtype = patch_builtin.__wrapped__, np_dtype.__wrapped__
     try:
         yield
     finally:
-        builder.options, interpreter._patch_builtin = options, patch_builtin
+        builder.options, interpreter._patch_builtin, interpreter._get_np_dtype = options, patch_builtin, np_dtype
 
 
 @in_a_fresh_interpreter
@@ -74,6 +74,23 @@ def test_installed_by_the_launch_monitor():
     launches.install()
     assert _builder().options.sanitize_overflow is False and _builder().options.debug is False
     assert getattr(interpreter._patch_builtin, "lists_once", False)
+    assert getattr(interpreter._get_np_dtype, "kept", False)
+
+
+@in_a_fresh_interpreter
+def test_every_type_is_stored_as_the_same_numpy_dtype(as_shipped):
+    shipped = interpreter._get_np_dtype
+    interpreter_speed.install()
+    kept = interpreter._get_np_dtype
+    assert kept is not shipped
+    scalars = [tl.int1, tl.int8, tl.uint8, tl.int16, tl.uint16, tl.int32, tl.uint32, tl.int64, tl.uint64,
+               tl.float16, tl.bfloat16, tl.float32, tl.float64, tl.float8e5, tl.float8e4nv, tl.float8e4b15]
+    types = scalars + [tl.pointer_type(tl.float16), tl.pointer_type(tl.int8)]
+    types += [tl.block_type(t, [4, 8]) for t in types]
+    for _ in range(2):  # the first lookup and the kept answer
+        assert [kept(t) for t in types] == [shipped(t) for t in types]
+    with pytest.raises(KeyError):  # a type the table lacks fails as it did
+        kept(tl.void)
 
 
 @in_a_fresh_interpreter
@@ -122,6 +139,37 @@ def test_a_library_helper_inside_a_launch_patches_the_same_builtins(as_shipped):
     shipped = _patched_inside(helper, _int_arith.fn)
     interpreter_speed.install()
     assert _patched_inside(helper, _int_arith.fn) == shipped and len(shipped) > 50
+
+
+def _sequence(helper, outer_fn) -> list[list[tuple[str, str]]]:
+    """What each patch of a launch's life patches: the launch, a helper's call three times (all
+    patched already), the launch's end (each undone, last first), and a helper's call again (the
+    builtins are back)."""
+    seen = []
+
+    def patch(fn):
+        scope = interpreter._patch_lang(fn)
+        seen.append([(getattr(obj, "__name__", repr(obj)), name) for obj, name, _ in scope._changes])
+        return scope
+
+    outer = patch(outer_fn)
+    helpers = [patch(helper) for _ in range(3)]
+    for scope in [*reversed(helpers), outer]:
+        scope.restore()
+    patch(helper).restore()
+    return seen
+
+
+@in_a_fresh_interpreter
+def test_a_helper_called_again_where_all_is_patched_patches_what_triton_would(as_shipped):
+    helper = tl.standard.sum.fn
+    shipped = _sequence(helper, _int_arith.fn)
+    assert len(shipped[1]) > len(shipped[2]) == len(shipped[3])  # the builtins once, the rest every call
+    interpreter_speed.install()
+    assert _sequence(helper, _int_arith.fn) == shipped
+    assert _sequence(helper, _int_arith.fn) == shipped  # again, with what the first run kept
+    x = torch.arange(8, dtype=torch.int32)
+    assert torch.equal(_run(x, 2), x * 2 + 7 - x)
 
 
 @in_a_fresh_interpreter
