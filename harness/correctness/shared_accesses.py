@@ -169,8 +169,10 @@ class SharedAccesses:
         def spread(values):  # per access -> per unit, as _units spreads them
             return values if np.all(per_access == 1) else np.repeat(values, per_access)
 
+        sizes = np.fromiter((c[0].size for c in chunks), dtype=np.int64, count=len(chunks))
+
         def each(value):  # one value per chunk, spread over its accesses
-            return spread(np.concatenate([np.full(self._chunks[i][0].size, value(i), dtype=np.int64) for i in kept]))
+            return spread(np.repeat(np.fromiter((value(i) for i in kept), dtype=np.int64, count=len(kept)), sizes))
 
         lanes = spread(np.concatenate([self._lanes[i][0] for i in kept]))
         epochs = each(lambda i: self._lanes[i][1])
@@ -237,10 +239,16 @@ def _other_program(w_units, w_programs, r_units, r_programs) -> tuple[int, int, 
     return int(r_units[i]), writer, int(r_programs[i])
 
 
+def _per_access(chunks: list, field: int, dtype) -> np.ndarray:
+    """A chunk's field (its program, its element size) repeated for each of its accesses."""
+    values = np.fromiter((c[field] for c in chunks), dtype=dtype, count=len(chunks))
+    return np.repeat(values, np.fromiter((c[0].size for c in chunks), dtype=np.int64, count=len(chunks)))
+
+
 def _element_counts(chunks: list, unit: int) -> np.ndarray:
     """How many units (see _units) each access of every chunk overlaps, in _units' order."""
     addresses = np.concatenate([c[0] for c in chunks])
-    sizes = np.concatenate([np.full(c[0].size, c[2], dtype=np.uint64) for c in chunks])
+    sizes = _per_access(chunks, 2, np.uint64)
     first = addresses // np.uint64(unit)
     return ((addresses + sizes - np.uint64(1)) // np.uint64(unit) - first + np.uint64(1)).astype(np.int64)
 
@@ -255,7 +263,7 @@ def _units(chunks: list, unit: int, count: np.ndarray | None = None) -> tuple[np
     """(unit index, program) of every unit each access overlaps; `count`: _element_counts', where
     the caller has it."""
     addresses = np.concatenate([c[0] for c in chunks])
-    programs = np.concatenate([np.full(c[0].size, c[1], dtype=np.int64) for c in chunks])
+    programs = _per_access(chunks, 1, np.int64)
     first = addresses // np.uint64(unit)
     count = _element_counts(chunks, unit) if count is None else count
     if np.all(count == 1):
