@@ -95,7 +95,12 @@ def compiled_mode(records):
             scan_function(itf.fn)
         return swapped[id(itf)]
 
+    scanned: set[int] = set()  # namespaces already scanned (each held by a module or function we keep)
+
     def scan(namespace: dict) -> None:
+        if id(namespace) in scanned:  # a module's functions share its namespace: once is enough
+            return
+        scanned.add(id(namespace))
         for key, value in list(namespace.items()):
             if isinstance(value, InterpretedFunction):
                 put(namespace, key, convert(value))
