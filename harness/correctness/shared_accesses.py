@@ -93,6 +93,15 @@ class SharedAccesses:
         if atomic and sem.startswith("ACQUIRE"):  # acq_rel or acquire: a barrier after it
             self._epoch += 1
 
+    def _spans(self) -> np.ndarray:
+        """Each chunk's [first byte, last byte + 1), as int64 rows."""
+        sizes = np.fromiter((c[0].size for c in self._chunks), dtype=np.int64, count=len(self._chunks))
+        starts = np.cumsum(sizes) - sizes
+        addresses = np.concatenate([c[0] for c in self._chunks]).astype(np.int64)
+        low, high = np.minimum.reduceat(addresses, starts), np.maximum.reduceat(addresses, starts)
+        widths = np.fromiter((c[2] for c in self._chunks), dtype=np.int64, count=len(self._chunks))
+        return np.stack([low, high + widths], axis=1)
+
     def first_unordered_read(self) -> tuple[int, int, int] | None:
         """(address, a program that writes it, another program that reads it with a plain load) where
         no atomic orders the two (the writer's after its write, the reader's before its read); None
@@ -127,7 +136,13 @@ class SharedAccesses:
     def first_shared(self) -> tuple[int, int, int] | None:
         """(address, a program that writes it, another program that touches it), or None when no
         two programs share an address one of them writes."""
-        writes = [c for c in self._chunks if c[3]]
+        if not any(c[3] for c in self._chunks):
+            return None
+        # two programs share an address only where two accesses' spans meet: most launches read one
+        # buffer and write another, a row or a tile each, and end here
+        meets = _meets_another(self._spans())
+        chunks = [c for c, met in zip(self._chunks, meets) if met]
+        writes = [c for c in chunks if c[3]]
         if not writes:
             return None
         unit = min(c[2] for c in self._chunks)
@@ -138,7 +153,7 @@ class SharedAccesses:
         if same.size:  # two programs write one address
             i = same[0]
             return int(w_units[i]) * unit, int(w_programs[i]), int(w_programs[i + 1])
-        reads = [c for c in self._chunks if not c[3]]
+        reads = [c for c in chunks if not c[3]]
         if not reads:
             return None
         r_units, r_programs = _units(reads, unit)
@@ -157,8 +172,7 @@ class SharedAccesses:
             return None
         # only accesses whose address spans meet another's: most launches load one buffer and store
         # another, and end here
-        spans = np.array([(int(c[0].min()), int(c[0].max()) + c[2]) for c in self._chunks], dtype=np.int64)
-        kept = [int(i) for i in np.flatnonzero(_meets_another(spans))]
+        kept = [int(i) for i in np.flatnonzero(_meets_another(self._spans()))]
         if not any(self._chunks[i][3] for i in kept):
             return None
         chunks = [self._chunks[i] for i in kept]
