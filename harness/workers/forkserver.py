@@ -34,9 +34,13 @@ from harness.workers.zygote import HOME_PREFIX, TITLE_ROOM, TRITON_KEY_ENV, remo
 
 START_TIMEOUT_S = 300.0  # importing torch and triton on a loaded machine
 # set in the child after the fork, never read at import: the scratch folder and the judgement's
-# own compiler caches (harness/isolation/sandbox.py's private_caches), and pytest's name for the test
+# own compiler caches (harness/isolation/sandbox.py's private_caches); inductor's cache folder,
+# which torch writes into the environment of any process that ran torch.compile (a judging process
+# that compiled a baseline in its own process would start new zygotes from then on); the static
+# check's switch and our cache folder, read when a judgement runs; and pytest's name for the test
 # running now, which changes with every test of a run
 PER_CALL_ENV = ("TMPDIR", "TRITON_CACHE_DIR", "AUTOKERNEL_BUILD_CACHE", "TORCH_EXTENSIONS_DIR",
+                "TORCHINDUCTOR_CACHE_DIR", "AUTOKERNEL_STATIC_CHECK", "AUTOKERNEL_CACHE_DIR",
                 "PYTEST_CURRENT_TEST")
 KEPT = 4  # idle zygotes a process keeps between sessions: each holds torch and triton imported
 ZYGOTE_ARGV = ["-m", "harness.workers.zygote", " " * TITLE_ROOM]  # blank room for each child's own command line

@@ -174,6 +174,13 @@ def test_a_later_session_forks_from_the_zygote_an_earlier_one_left(tmp_path, mon
     second = judge(paths["wrong_math"], device="cpu", timeout_s=180)
     assert started == kept and [z.proc.pid for _, z in forkserver._kept] == kept  # no zygote started
     assert second["judge_seconds"]["worker"] == "fork" and _summary(second) == _summary(first)
+    # what torch writes into the environment once it has compiled, and the switches read when a
+    # judgement runs: each child takes them after the fork, from the same zygote
+    for name, value in (("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor")), ("AUTOKERNEL_STATIC_CHECK", "off"),
+                        ("AUTOKERNEL_CACHE_DIR", str(tmp_path / "cache"))):
+        monkeypatch.setenv(name, value)
+    third = judge(paths["wrong_math"], device="cpu", timeout_s=180)
+    assert started == kept and _summary(third) == _summary(first)
     monkeypatch.setenv("AUTOKERNEL_TEST_OTHER_ENV", "1")  # another environment: another zygote
     judge(paths["wrong_math"], device="cpu", timeout_s=180)
     assert len(started) == 2 and len(forkserver._kept) == 2
