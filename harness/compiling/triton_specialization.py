@@ -86,7 +86,7 @@ def compiled_mode(records):
     def convert(itf):
         if id(itf) not in swapped:
             kept = _TRITONS_OWN.get(id(itf))
-            if kept is not None and kept[0] is itf:
+            if kept is not None and kept[0] is itf and kept[1].fn is itf.fn:  # not re-pointed since
                 swapped[id(itf)] = kept[1]
             else:
                 swapped[id(itf)] = JITFunction(itf.fn, **itf.kwargs)

@@ -122,6 +122,17 @@ own = dict(triton_specialization._TRITONS_OWN)
 compile_triton(record(lambda: scale_kernel[(4,)](x, y, 1000, BLOCK=64)), "sm_90")
 out["stdlib_converted_once"] = bool(own) and all(triton_specialization._TRITONS_OWN[k][1] is v[1] for k, v in own.items())
 out["stdlib_put_back"] = all(isinstance(getattr(tl.standard, name), InterpretedFunction) for name in ("sum", "max"))
+# one of them re-pointed at other code: what is lowered is that code, not the conversion kept
+
+
+def _other_sum(input, axis=None, keep_dims=False, dtype=None):
+    return input
+
+
+kept_fn, tl.standard.sum.fn = tl.standard.sum.fn, _other_sum
+with triton_specialization.compiled_mode([]):
+    out["repointed_lowered_as_it_is"] = tl.standard.sum.fn is _other_sum
+tl.standard.sum.fn = kept_fn
 print("RESULT " + json.dumps(out))
 '''
 
@@ -233,6 +244,7 @@ def test_the_interpreter_still_runs_after_compiling(triton_results):
 
 def test_tritons_own_functions_are_converted_for_the_compiler_once_per_process(triton_results):
     assert triton_results["stdlib_converted_once"]
+    assert triton_results["repointed_lowered_as_it_is"]  # a function re-pointed since is converted anew
 
 
 # ---------------------------------------------------------------- CUDA C++
