@@ -121,6 +121,9 @@ class ProgramOrders:
             unordered = accesses.first_unordered_read() if shared is not None else None
         finally:
             self.accesses = None
+        # first: on a GPU the launch stops there, whatever its programs share
+        if accesses.misaligned is not None and len(self.findings) < MAX_FINDINGS:
+            self.findings.append(_describe_misaligned(kernel, accesses.misaligned, buffers))
         other, atomics = self.last_order, self.atomics
         if other == "id order" or shared is None:  # one program, or none reads what another writes
             if unordered is not None and len(self.findings) < MAX_FINDINGS:
@@ -324,6 +327,15 @@ def _describe_lane_race(kernel, race, buffers) -> str:
             "over its threads, and one thread may read before another's store lands (or after a store meant to "
             "follow the read); the interpreter runs a block as one operation and cannot show it. Put "
             "tl.debug_barrier() between the two, or keep the exchange in registers (tl.sum, tl.max, a reshape)")
+
+
+def _describe_misaligned(kernel, misaligned, buffers) -> str:
+    address, _, width, write = misaligned
+    return (f"misaligned address: in the launch of {_kernel_name(kernel)}, one of its programs "
+            f"{'stores' if write else 'loads'} a {width}-byte element at {_where(address, buffers)}, which is not "
+            f"a multiple of {width}: on a GPU every load, store and atomic must be aligned to its element's size, "
+            "and this one stops the kernel with a misaligned-address error (the interpreter reads any byte). "
+            "Point an element type's pointer only at offsets that are multiples of its size")
 
 
 def _kernel_name(kernel) -> str:

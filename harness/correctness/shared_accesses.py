@@ -35,6 +35,9 @@ element). A block smaller than the program's threads is held by several threads 
 back its own store is the same race where a copy's value is used beyond its lane, but harmless
 where the copies only feed the owner's next store (the add+RMSNorm backward's running partials at
 a width of one): the accesses are the same, so a block's elements are one lane each.
+On a GPU every load, store and atomic must be aligned to its element's size (PTX requires
+natural alignment; a misaligned one stops the kernel), where the interpreter reads any byte:
+`misaligned` keeps the first access off its alignment.
 Atomics order the program's threads as Triton compiles them: an acq_rel one (the default) has a
 barrier before and after it, a release one before, an acquire one after. A
 program that reads back what the same lanes of a full block stored, or only across a barrier,
@@ -55,6 +58,8 @@ class SharedAccesses:
         self._atomic: list[bool] = []  # per chunk: an atomic's
         self._lanes: list[tuple[np.ndarray, int]] = []  # per chunk: each address's lane (see access), barrier epoch
         self._shapes: dict[tuple, int] = {}  # a block shape's number, for the lanes
+        # the first access off its element's alignment: (address, program, element bytes, a write)
+        self.misaligned: tuple[int, int, int, bool] | None = None
 
     @property
     def program(self) -> int:
@@ -87,7 +92,12 @@ class SharedAccesses:
             addresses, lanes = addresses[kept], lanes[kept]
         if addresses.size:
             element = getattr(ptrs.get_element_ty(), "primitive_bitwidth", 8)
-            self._chunks.append((addresses, self._program, max(1, element // 8), write))
+            width = max(1, element // 8)
+            if width > 1 and self.misaligned is None:
+                off = np.flatnonzero(addresses % np.uint64(width))
+                if off.size:
+                    self.misaligned = (int(addresses[off[0]]), self._program, width, write)
+            self._chunks.append((addresses, self._program, width, write))
             self._atomic.append(atomic)
             self._lanes.append((lanes, self._epoch))
         if atomic and sem.startswith("ACQUIRE"):  # acq_rel or acquire: a barrier after it

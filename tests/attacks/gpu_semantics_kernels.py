@@ -24,6 +24,9 @@ them (tests/attacks/test_gpu_semantics.py). Each lie passes the static check: it
 - lane_swap_softmax (softmax): each program stores its exponentials to scratch and sums them read
   back in reversed lane order with no tl.debug_barrier(): the interpreter runs a block as one numpy
   operation; on a GPU a thread may read another thread's element before it is stored.
+- misaligned_softmax (softmax): each program keeps its exponentials as float32 in a byte scratch
+  buffer one byte past each 4-byte boundary: the interpreter reads any byte; a GPU stops the kernel
+  at the first such load or store (misaligned address).
 - racy_block_sum (reduce, CUDA C++): the CUDA starter without the barrier between the warps'
   shared-memory writes and warp 0's reads (compute-sanitizer racecheck names it; on the CPU it is
   compiled only).
@@ -277,6 +280,20 @@ def kernel_fn(x):
 '''
 
 
+# each program keeps its row's exponentials in a byte scratch buffer as float32 one byte past each
+# 4-byte boundary, and reads back the same lanes: right under the interpreter, which reads any
+# byte; on a GPU every float32 load and store there stops the kernel with a misaligned address
+MISALIGNED_SOFTMAX = LANE_SWAP_SOFTMAX.replace("_lane_swap_kernel", "_misaligned_kernel").replace(
+    "    tl.store(scratch_ptr + row * BLOCK_N + cols, num)\n"
+    "    back = tl.load(scratch_ptr + row * BLOCK_N + (BLOCK_N - 1 - cols))\n",
+    "    keep = (scratch_ptr + 1 + row * BLOCK_N * 4).to(tl.pointer_type(tl.float32))\n"
+    "    tl.store(keep + cols, num)\n"
+    "    back = tl.load(keep + cols)\n").replace(
+    "torch.empty((x2.shape[0], block_n), dtype=torch.float32, device=x.device)",
+    "torch.empty(x2.shape[0] * block_n * 4 + 4, dtype=torch.uint8, device=x.device)")
+assert "keep + cols" in MISALIGNED_SOFTMAX and "torch.uint8" in MISALIGNED_SOFTMAX
+
+
 def racy_block_sum() -> str:
     """The CUDA C++ reduce starter with the barrier of its block sum taken out."""
     text = (STARTERS / "cuda" / "reduce.py").read_text(encoding="utf-8")
@@ -290,4 +307,5 @@ def sources() -> dict[str, str]:
     return {"chained_mean": CHAINED_MEAN, "float_atomic_mean": FLOAT_ATOMIC_MEAN, "ticket_mean": TICKET_MEAN,
             "tf32_matmul": TF32_MATMUL, "bf16_drops_tail": BF16_DROPS_TAIL, "ieee_matmul": IEEE_MATMUL,
             "one_program_softmax": ONE_PROGRAM_SOFTMAX, "idle_grid_softmax": IDLE_GRID_SOFTMAX,
-            "stores_past_the_end": STORES_PAST_THE_END, "lane_swap_softmax": LANE_SWAP_SOFTMAX}
+            "stores_past_the_end": STORES_PAST_THE_END, "lane_swap_softmax": LANE_SWAP_SOFTMAX,
+            "misaligned_softmax": MISALIGNED_SOFTMAX}

@@ -22,7 +22,7 @@ STARTERS = ROOT / "starter_kernels" / "triton"
 TARGETS = {"cross_entropy": {"N": 16, "V": 256}, "matmul": {"M": 64, "K": 80, "N": 48}, "softmax": {"M": 16, "N": 256}}
 ATTACKS = {"cross_entropy": ("chained_mean", "float_atomic_mean", "ticket_mean"),
            "matmul": ("tf32_matmul", "bf16_drops_tail", "ieee_matmul"),
-           "softmax": ("one_program_softmax", "idle_grid_softmax", "lane_swap_softmax")}
+           "softmax": ("one_program_softmax", "idle_grid_softmax", "lane_swap_softmax", "misaligned_softmax")}
 HONEST = {"ticket_mean", "ieee_matmul", "one_program_softmax", "idle_grid_softmax"}
 
 # name -> (the stage that fails it, phrases its reason must hold)
@@ -35,6 +35,8 @@ EXPECTED = {
     "bf16_drops_tail": ("shape_sweep", ("matmul[127x65x33:bfloat16]", "out of tolerance")),
     "lane_swap_softmax": ("smoke", ("lane order: in the launch of _lane_swap_kernel", "of scratch_ptr",
                                     "no tl.debug_barrier() between")),
+    "misaligned_softmax": ("smoke", ("misaligned address: in the launch of _misaligned_kernel",
+                                     "stores a 4-byte element at byte", "of scratch_ptr, which is not a multiple of 4")),
 }
 
 

@@ -128,6 +128,13 @@ def _accumulate_in_place(out_ptr, x_ptr, steps, BLOCK: tl.constexpr):
         tl.store(out_ptr + lanes, tl.load(out_ptr + lanes) + tl.load(x_ptr + k * BLOCK + lanes))
 
 
+@triton.jit
+def _float_view(out_ptr, raw_ptr, OFFSET: tl.constexpr, BLOCK: tl.constexpr):
+    """float32 read from a byte buffer at OFFSET bytes in: aligned where OFFSET is a multiple of 4."""
+    lanes = tl.arange(0, BLOCK)
+    tl.store(out_ptr + lanes, tl.load((raw_ptr + OFFSET).to(tl.pointer_type(tl.float32)) + lanes))
+
+
 @pytest.fixture
 def monitor():
     """The process's launch monitor with the judge's orders on it for one test, then as it was."""
@@ -370,6 +377,22 @@ def test_a_program_updating_the_same_lanes_in_place_is_no_race(monitor):
         _accumulate_in_place[(1,)](out, x, 5, BLOCK=128)
     assert monitor.orders.take_findings() == []
     assert torch.allclose(out, x.sum(0))
+
+
+@pytest.mark.parametrize("offset", [1, 2, 4])
+def test_an_element_off_its_alignment_is_named_and_an_aligned_one_is_not(monitor, offset):
+    raw = torch.arange(64, dtype=torch.uint8)
+    out = torch.empty(8)
+    with monitor.orders.compared():
+        _float_view[(1,)](out, raw, OFFSET=offset, BLOCK=8)
+    found = monitor.orders.take_findings()
+    # what the interpreter read is the bytes there, as a GPU never would
+    assert torch.equal(out, raw[offset:offset + 32].clone().view(torch.float32))
+    if offset % 4 == 0:
+        assert found == []
+    else:
+        assert len(found) == 1 and found[0].startswith("misaligned address: in the launch of _float_view")
+        assert f"loads a 4-byte element at byte {offset} of raw_ptr" in found[0], found[0]
 
 
 def test_lane_races_are_found_per_program_and_between_barriers():
