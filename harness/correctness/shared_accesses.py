@@ -58,6 +58,7 @@ class SharedAccesses:
         self._atomic: list[bool] = []  # per chunk: an atomic's
         self._lanes: list[tuple[np.ndarray, int]] = []  # per chunk: each address's lane (see access), barrier epoch
         self._shapes: dict[tuple, int] = {}  # a block shape's number, for the lanes
+        self._spans_of: tuple[int, np.ndarray] | None = None  # (chunks then, their spans): both checks read them
         # the first access off its element's alignment: (address, program, element bytes, a write)
         self.misaligned: tuple[int, int, int, bool] | None = None
 
@@ -82,11 +83,10 @@ class SharedAccesses:
             self._epoch += 1
         addresses = np.asarray(ptrs.data, dtype=np.uint64).ravel()
         shape = np.shape(ptrs.data)
-        lanes = np.arange(addresses.size, dtype=np.int64)
         if scalar:  # a lane of its own, unlike any other access's: its store and its loads are other threads'
             lanes = np.full(addresses.size, -1 - len(self._chunks), dtype=np.int64)
         else:
-            lanes += self._shapes.setdefault(shape, len(self._shapes)) << 32
+            lanes = np.arange(addresses.size, dtype=np.int64) + (self._shapes.setdefault(shape, len(self._shapes)) << 32)
         if mask is not None:
             kept = np.broadcast_to(np.asarray(mask.data, dtype=bool), shape).ravel()
             addresses, lanes = addresses[kept], lanes[kept]
@@ -105,12 +105,14 @@ class SharedAccesses:
 
     def _spans(self) -> np.ndarray:
         """Each chunk's [first byte, last byte + 1), as int64 rows."""
-        sizes = np.fromiter((c[0].size for c in self._chunks), dtype=np.int64, count=len(self._chunks))
-        starts = np.cumsum(sizes) - sizes
-        addresses = np.concatenate([c[0] for c in self._chunks]).astype(np.int64)
-        low, high = np.minimum.reduceat(addresses, starts), np.maximum.reduceat(addresses, starts)
-        widths = np.fromiter((c[2] for c in self._chunks), dtype=np.int64, count=len(self._chunks))
-        return np.stack([low, high + widths], axis=1)
+        if self._spans_of is None or self._spans_of[0] != len(self._chunks):
+            chunks = self._chunks
+            starts = _starts(chunks)
+            addresses = np.concatenate([c[0] for c in chunks]).astype(np.int64)
+            low, high = np.minimum.reduceat(addresses, starts), np.maximum.reduceat(addresses, starts)
+            widths = np.fromiter((c[2] for c in chunks), dtype=np.int64, count=len(chunks))
+            self._spans_of = (len(chunks), np.stack([low, high + widths], axis=1))
+        return self._spans_of[1]
 
     def first_unordered_read(self) -> tuple[int, int, int] | None:
         """(address, a program that writes it, another program that reads it with a plain load) where
@@ -193,10 +195,8 @@ class SharedAccesses:
         def spread(values):  # per access -> per unit, as _units spreads them
             return values if np.all(per_access == 1) else np.repeat(values, per_access)
 
-        sizes = np.fromiter((c[0].size for c in chunks), dtype=np.int64, count=len(chunks))
-
         def each(value):  # one value per chunk, spread over its accesses
-            return spread(np.repeat(np.fromiter((value(i) for i in kept), dtype=np.int64, count=len(kept)), sizes))
+            return spread(_per_access(chunks, (value(i) for i in kept), np.int64))
 
         lanes = spread(np.concatenate([self._lanes[i][0] for i in kept]))
         epochs = each(lambda i: self._lanes[i][1])
@@ -263,31 +263,40 @@ def _other_program(w_units, w_programs, r_units, r_programs) -> tuple[int, int, 
     return int(r_units[i]), writer, int(r_programs[i])
 
 
-def _per_access(chunks: list, field: int, dtype) -> np.ndarray:
-    """A chunk's field (its program, its element size) repeated for each of its accesses."""
-    values = np.fromiter((c[field] for c in chunks), dtype=dtype, count=len(chunks))
-    return np.repeat(values, np.fromiter((c[0].size for c in chunks), dtype=np.int64, count=len(chunks)))
+def _sizes(chunks: list) -> np.ndarray:
+    """How many accesses each chunk holds."""
+    return np.fromiter((c[0].size for c in chunks), dtype=np.int64, count=len(chunks))
+
+
+def _starts(chunks: list) -> np.ndarray:
+    """Where each chunk's accesses begin among all of them, in order."""
+    sizes = _sizes(chunks)
+    return np.cumsum(sizes) - sizes
+
+
+def _per_access(chunks: list, values, dtype) -> np.ndarray:
+    """One value per chunk (its program, its element size) repeated for each of its accesses."""
+    return np.repeat(np.fromiter(values, dtype=dtype, count=len(chunks)), _sizes(chunks))
 
 
 def _element_counts(chunks: list, unit: int) -> np.ndarray:
     """How many units (see _units) each access of every chunk overlaps, in _units' order."""
     addresses = np.concatenate([c[0] for c in chunks])
-    sizes = _per_access(chunks, 2, np.uint64)
+    sizes = _per_access(chunks, (c[2] for c in chunks), np.uint64)
     first = addresses // np.uint64(unit)
     return ((addresses + sizes - np.uint64(1)) // np.uint64(unit) - first + np.uint64(1)).astype(np.int64)
 
 
 def _unit_counts(chunks: list, unit: int) -> np.ndarray:
     """How many units (see _units) each chunk's accesses cover, in total per chunk."""
-    starts = np.cumsum([0] + [c[0].size for c in chunks[:-1]])
-    return np.add.reduceat(_element_counts(chunks, unit), starts)
+    return np.add.reduceat(_element_counts(chunks, unit), _starts(chunks))
 
 
 def _units(chunks: list, unit: int, count: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(unit index, program) of every unit each access overlaps; `count`: _element_counts', where
     the caller has it."""
     addresses = np.concatenate([c[0] for c in chunks])
-    programs = _per_access(chunks, 1, np.int64)
+    programs = _per_access(chunks, (c[1] for c in chunks), np.int64)
     first = addresses // np.uint64(unit)
     count = _element_counts(chunks, unit) if count is None else count
     if np.all(count == 1):
