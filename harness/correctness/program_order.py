@@ -20,7 +20,9 @@ judge's worker (`ProgramOrders`, set on the launch monitor before the candidate 
 - the same record names a race between the lanes of one program: one address touched at different
   places of its blocks with no tl.debug_barrier() (or acq_rel atomic) between, a plain store
   against a plain load or store, or an atomic against either (`SharedAccesses.first_lane_race`),
-  which the interpreter, running a block as one numpy operation, would never show.
+  which the interpreter, running a block as one numpy operation, would never show; and, first of
+  the launch's findings, an access off its element's alignment, then a store whose lanes write
+  different values to one address.
 
 The comparison is bitwise, atomics included: a float atomic_add summed in another order gives other
 bits, as it does from one GPU run to the next (which the determinism stage refuses too); integer
@@ -124,6 +126,8 @@ class ProgramOrders:
         # first: on a GPU the launch stops there, whatever its programs share
         if accesses.misaligned is not None and len(self.findings) < MAX_FINDINGS:
             self.findings.append(_describe_misaligned(kernel, accesses.misaligned, buffers))
+        if accesses.clashing is not None and len(self.findings) < MAX_FINDINGS:
+            self.findings.append(_describe_clash(kernel, accesses.clashing, buffers))
         other, atomics = self.last_order, self.atomics
         if other == "id order" or shared is None:  # one program, or none reads what another writes
             if unordered is not None and len(self.findings) < MAX_FINDINGS:
@@ -208,7 +212,7 @@ def install_hooks(monitor) -> None:
         orders.program_started((x * self.grid_dim[1] + y) * self.grid_dim[2] + z)
         return set_idx(self, *orders.program(x, y, z))
 
-    def _seen(ptrs, mask, write: bool, atomic: bool = False, sem=None) -> None:
+    def _seen(ptrs, mask, write: bool, atomic: bool = False, sem=None, values=None) -> None:
         working = monitor.working
         if write and working is not None and monitor.program_place not in working \
                 and (mask is None or np.any(mask.data)):
@@ -219,7 +223,7 @@ def install_hooks(monitor) -> None:
         orders.atomics += atomic
         if orders.accesses is not None:
             orders.accesses.access(ptrs, mask, write, atomic, str(sem).rsplit(".", 1)[-1] if atomic else "",
-                                   scalar=scalar["now"] and not atomic)
+                                   scalar=scalar["now"] and not atomic, values=values)
 
     # the arguments read are the leading ones, the rest passed on as they came, by position or by
     # name (a tensor descriptor's load names its cache_policy): Triton 3.6's builder takes a cache
@@ -229,7 +233,7 @@ def install_hooks(monitor) -> None:
         return load(self, ptrs, mask, *rest, **named)
 
     def create_masked_store(self, ptrs, value, mask, *rest, **named):
-        _seen(ptrs, mask, True)
+        _seen(ptrs, mask, True, values=value)
         return store(self, ptrs, value, mask, *rest, **named)
 
     def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **named):
@@ -327,6 +331,15 @@ def _describe_lane_race(kernel, race, buffers) -> str:
             "over its threads, and one thread may read before another's store lands (or after a store meant to "
             "follow the read); the interpreter runs a block as one operation and cannot show it. Put "
             "tl.debug_barrier() between the two, or keep the exchange in registers (tl.sum, tl.max, a reshape)")
+
+
+def _describe_clash(kernel, clashing, buffers) -> str:
+    address, _, lanes = clashing
+    return (f"lane order: in the launch of {_kernel_name(kernel)}, one store of one of its programs writes "
+            f"different values to {_where(address, buffers)} from {lanes} of its lanes: on a GPU those lanes are "
+            "different threads and any of them may land last, where the interpreter keeps the last lane's. "
+            "Store each address from one lane (mask the others off), or reduce the values first "
+            "(tl.sum, tl.max) and store the result")
 
 
 def _describe_misaligned(kernel, misaligned, buffers) -> str:

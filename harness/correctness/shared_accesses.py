@@ -37,7 +37,10 @@ where the copies only feed the owner's next store (the add+RMSNorm backward's ru
 a width of one): the accesses are the same, so a block's elements are one lane each.
 On a GPU every load, store and atomic must be aligned to its element's size (PTX requires
 natural alignment; a misaligned one stops the kernel), where the interpreter reads any byte:
-`misaligned` keeps the first access off its alignment.
+`misaligned` keeps the first access off its alignment. Lanes of one plain store that write
+different bytes to one address are different threads on a GPU, any of which may land last, where
+numpy's scatter keeps the last lane's: `clashing` keeps the first such store (the same bytes from
+several lanes, a broadcast value, are one store's worth).
 Atomics order the program's threads as Triton compiles them: an acq_rel one (the default) has a
 barrier before and after it, a release one before, an acquire one after. A
 program that reads back what the same lanes of a full block stored, or only across a barrier,
@@ -61,6 +64,8 @@ class SharedAccesses:
         self._spans_of: tuple[int, np.ndarray] | None = None  # (chunks then, their spans): both checks read them
         # the first access off its element's alignment: (address, program, element bytes, a write)
         self.misaligned: tuple[int, int, int, bool] | None = None
+        # the first store whose lanes write different values to one address: (address, program, lanes)
+        self.clashing: tuple[int, int, int] | None = None
 
     @property
     def program(self) -> int:
@@ -75,10 +80,12 @@ class SharedAccesses:
         ordered before its later ones."""
         self._epoch += 1
 
-    def access(self, ptrs, mask, write: bool, atomic: bool = False, sem: str = "", scalar: bool = False) -> None:
+    def access(self, ptrs, mask, write: bool, atomic: bool = False, sem: str = "", scalar: bool = False,
+               values=None) -> None:
         """A memory primitive's pointers (a TensorHandle) and mask (TensorHandle, or None: every lane);
         an atomic's memory semantic by name (ACQUIRE_RELEASE, RELEASE, ACQUIRE, RELAXED); `scalar`: a
-        scalar's load or store (every thread holds it, one stores it), not a block's."""
+        scalar's load or store (every thread holds it, one stores it), not a block's; `values`: a
+        plain store's (TensorHandle), whose lanes may not store different bytes to one address."""
         if atomic and sem.endswith("RELEASE"):  # acq_rel or release: a barrier before it
             self._epoch += 1
         addresses = np.asarray(ptrs.data, dtype=np.uint64).ravel()
@@ -97,6 +104,8 @@ class SharedAccesses:
                 off = np.flatnonzero(addresses % np.uint64(width))
                 if off.size:
                     self.misaligned = (int(addresses[off[0]]), self._program, width, write)
+            if values is not None and self.clashing is None and addresses.size > 1:
+                self.clashing = _clash(addresses, values, shape, kept if mask is not None else None, self._program)
             self._chunks.append((addresses, self._program, width, write))
             self._atomic.append(atomic)
             self._lanes.append((lanes, self._epoch))
@@ -261,6 +270,26 @@ def _other_program(w_units, w_programs, r_units, r_programs) -> tuple[int, int, 
     i = hit[0]
     writer = int(lowest[at[i]]) if int(lowest[at[i]]) != int(r_programs[i]) else int(highest[at[i]])
     return int(r_units[i]), writer, int(r_programs[i])
+
+
+def _clash(addresses: np.ndarray, values, shape, kept, program: int) -> tuple[int, int, int] | None:
+    """(address, program, lanes) where lanes of one store write different bytes to one address: on a
+    GPU they are different threads and any may land last, where numpy's scatter keeps the last lane's.
+    The same bytes from several lanes (a broadcast value) are one store's worth and pass."""
+    if np.all(addresses[1:] > addresses[:-1]):  # the usual store: each lane its own address, in order
+        return None
+    data = np.ascontiguousarray(np.broadcast_to(np.asarray(values.data), shape)).ravel()
+    bits = data.view(np.dtype(f"u{data.dtype.itemsize}")) if data.dtype.itemsize in (1, 2, 4, 8) else data
+    if kept is not None:
+        bits = bits[kept]
+    order = np.argsort(addresses, kind="stable")
+    a, b = addresses[order], bits[order]
+    same = np.flatnonzero(a[1:] == a[:-1])
+    differ = same[b[same] != b[same + 1]]
+    if not differ.size:
+        return None
+    address = a[differ[0]]
+    return int(address), program, int(np.count_nonzero(addresses == address))
 
 
 def _sizes(chunks: list) -> np.ndarray:
