@@ -122,6 +122,8 @@ class CallResult:
     seconds: float = 0.0
     program_order: list[str] = field(default_factory=list)  # launches whose programs depend on each other
     tf32_dots: int = 0  # tl.dot calls whose fp32 operands ran as TF32, as on a GPU
+    # what a GPU leaves unspecified, and how often the call used it (harness/correctness/unspecified.py)
+    unspecified: dict = field(default_factory=dict)
 
     def observations(self) -> dict:
         return {"launches": self.launches, "forbidden": sorted(set(self.forbidden)),
@@ -129,6 +131,7 @@ class CallResult:
                 "mutated": self.mutated,
                 "aliased": self.aliased, "borrowed": self.borrowed, "plain": self.plain, "device": self.device,
                 "program_order": self.program_order, "tf32_dots": self.tf32_dots,
+                **({"unspecified": self.unspecified} if self.unspecified else {}),
                 **({"writes": self.writes, "digests": self.digests} if self.digests is not None else {}),
                 **({"strays": self.strays} if self.strays is not None else {})}
 
@@ -157,6 +160,8 @@ def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor, placed: 
         [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
     result = CallResult()
     launches_before, tf32_before = monitor.launches, getattr(monitor, "tf32_dots", 0)
+    secret = getattr(monitor, "unspecified", None)
+    unspecified_before = dict(secret.counts) if secret is not None else {}
     allocations = Allocations() if placed is not None else None
     recorder = ComputeRecorder(monitor, allocations)
     # the judge's worker: each launch in its secret program order, and again in id order where its
@@ -182,6 +187,9 @@ def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor, placed: 
         if orders is not None:
             result.program_order = orders.take_findings()
         result.tf32_dots = getattr(monitor, "tf32_dots", 0) - tf32_before
+        if secret is not None:
+            result.unspecified = {k: n - unspecified_before.get(k, 0) for k, n in secret.counts.items()
+                                  if n > unspecified_before.get(k, 0)}
     result.seconds = time.perf_counter() - start
     if allocations is not None:  # a store past the output, or past scratch kernel_fn allocated
         result.strays = allocations.strays(out)

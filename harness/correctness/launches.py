@@ -24,7 +24,8 @@ harness/correctness/interpreter_numerics.py), and the grid routed through the mo
 (harness/correctness/program_order.py): `grid_dims` is each launch's grid (`grids`, while a list,
 collects (kernel, programs, seconds, programs that stored anything) of each launch: the verdict's grid, harness/verdict/grid_fill.py),
 and where the judge's worker sets `orders`, every launch runs its programs in a secret order, a
-checked one in two where its programs share memory.
+checked one in two where its programs share memory; where it sets `unspecified`, an integer division
+by zero and a reorderable reshape or cat give the judge's secret answers (harness/correctness/unspecified.py).
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ ALIGNMENT = 16  # bytes: Triton specializes pointers and integers on divisibilit
 _perf_counter = time.perf_counter  # bound at import, before any kernel file: the judge's own clock
 # the interpreter's builder methods install() replaces (interpreter_numerics.py, program_order.py)
 INTERPRETER_HOOKS = ("create_dot", "set_grid_dim", "set_grid_idx", "create_masked_load", "create_masked_store",
+                     "create_idiv", "create_srem", "create_urem", "create_reshape", "create_cat",
                      "create_atomic_rmw", "create_atomic_cas")
 
 
@@ -158,6 +160,8 @@ class LaunchMonitor:
         # the judge's program orders (harness/correctness/program_order.py), set by its worker before
         # the candidate is imported; None elsewhere: the interpreter runs programs in id order
         self.orders = None
+        # ... and its answers where a GPU's are unspecified (harness/correctness/unspecified.py)
+        self.unspecified = None
         # while `grids` is a list, each interpreted launch appends (kernel name, programs, seconds)
         self.grids: list | None = None
         self.grid_dims: tuple | None = None  # the interpreter's grid of the launch in progress
@@ -227,11 +231,12 @@ def install() -> LaunchMonitor:
     if interpreter is not None:
         _wrap_run(monitor, interpreter.InterpretedFunction, interpreted=True)
         # relative: an exported kernel package carries this file beside launches.py in its guard/
-        from . import compiler_hints, interpreter_numerics, interpreter_speed, program_order
+        from . import compiler_hints, interpreter_numerics, interpreter_speed, program_order, unspecified
         interpreter_numerics.install(monitor)  # tl.dot and float-to-int conversions as a GPU computes them
         interpreter_speed.install()  # without the work whose result it drops
         program_order.install_hooks(monitor)  # the grid seen, and run in the judge's orders
         compiler_hints.install(monitor)  # tl.multiple_of and tl.max_constancy held to their values
+        unspecified.install(monitor)  # a division by zero, a reorderable reshape: the judge's answers
     from torch.utils import cpp_extension
     for name in ("load_inline", "load"):
         _wrap_loader(monitor, cpp_extension, name)

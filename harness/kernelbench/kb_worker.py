@@ -35,6 +35,7 @@ from harness.timing.compile_cache import baseline_caches
 from harness.correctness import launches
 from harness.correctness.candidate import error_text, observed_call
 from harness.correctness.program_order import ProgramOrders
+from harness.correctness.unspecified import Unspecified
 from harness.device.versions import versions as judge_versions
 from harness.kernelbench.kb_protocol import (PRECISIONS, TIME_SEED, Bench, ProblemError, as_outputs, calibrate_overhead,
                                  fingerprint, forward, load_module, store, sync, time_model, trial_seeds)
@@ -274,7 +275,8 @@ def prepare(a, network: dict | None = None) -> tuple[dict, IdentityGuard]:
     behind exactly this.)"""
     # the one launch monitor, before the sandbox, the identity snapshot and the import; with the
     # secret order of each launch's programs (harness/correctness/program_order.py)
-    launches.install().orders = ProgramOrders(secrets.randbits(64))
+    monitor = launches.install()
+    monitor.orders, monitor.unspecified = ProgramOrders(secrets.randbits(64)), Unspecified(secrets.randbits(64))
     state = enter_sandbox(a, network)
     (a.out / "sandbox.json").write_text(json.dumps(state))
     from harness.correctness.integrity import watch_text_reads

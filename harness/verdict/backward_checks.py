@@ -17,6 +17,7 @@ import torch
 from harness.correctness import backward, backward_values
 from harness.correctness.backward import BackwardPlan, event_stage
 from harness.correctness.compare import bitwise_equal
+from harness.correctness.unspecified import hint as unspecified_hint
 from harness.kernel_types import registry
 from harness.kernel_types.registry import Case
 from harness.verdict.records import key, load_output
@@ -91,7 +92,8 @@ class _Reader:
         out = self.load(rec.get("out")) if self.bp.checks_forward(case) else None
         if out is None and self.bp.checks_forward(case):
             return f"{case.label()}: the worker saved no output of kernel_fn for this training call"
-        return backward.check(case, obs.get("returned", "nothing"), grads, backward.inputs(case, "cpu"), out)
+        why = backward.check(case, obs.get("returned", "nothing"), grads, backward.inputs(case, "cpu"), out)
+        return why + unspecified_hint(obs) if why else None
 
     def stage(self, stage: str, cases: list[Case], recs: list[dict], end: dict | None) -> str | None:
         for i, case in enumerate(cases):

@@ -14,6 +14,7 @@ from harness.kernel_types import references, registry
 from harness.correctness.cases import STAGES, Plan
 from harness.correctness.compare import bitwise_equal, compare
 from harness.correctness.integrity import observation_problem
+from harness.correctness.unspecified import hint as unspecified_hint
 from harness.kernel_types.registry import Case
 from harness.verdict import memory_checks
 from harness.verdict.records import RecordProblem, load_output, plan_problem, told_problem
@@ -115,7 +116,8 @@ class _Checker:
         ref = references.reference(case, self.device, (args, kwargs))  # large cases: on the judged device
         cmp = compare(out, ref.value, case, args, trivial=trivial, ref_error=ref.error)
         if not cmp.ok:
-            return f"{case.label()}: {cmp.detail}" + _tf32_hint(case, rec.get("obs") or {})
+            obs = rec.get("obs") or {}
+            return f"{case.label()}: {cmp.detail}" + _tf32_hint(case, obs) + unspecified_hint(obs)
         if cmp.trivial:
             # a case that zeros or a constant would pass proves nothing: not counted
             self.dropped.append(f"{case.label()} ({cmp.trivial} would pass)")

@@ -32,7 +32,7 @@ from harness.correctness.candidate import (CallResult, ContractError, check_head
                                import_candidate, observed_call, read_header)
 from harness.correctness.cases import DETERMINISM_CALLS, Capabilities, Plan, build_plan
 from harness.correctness.compare import bitwise_equal, compare
-from harness.correctness import as_passed, guards, launches, program_order
+from harness.correctness import as_passed, guards, launches, program_order, unspecified
 from harness.correctness.integrity import watch_text_reads
 from harness.kernel_types.registry import Case
 from harness.isolation.static_check import check_source, describe
@@ -119,6 +119,8 @@ class Worker:
         self.noise = NoiseSecret()
         # ... and the secret order each launch's programs run in (harness/correctness/program_order.py)
         self.monitor.orders = program_order.ProgramOrders(secrets.randbits(64))
+        # ... and its answers to what a GPU leaves unspecified (harness/correctness/unspecified.py)
+        self.monitor.unspecified = unspecified.Unspecified(secrets.randbits(64))
 
     def clocks_untouched(self, where: str) -> bool:
         """Right after a call of kernel_fn: its clocks and sync points are the originals. Recorded
