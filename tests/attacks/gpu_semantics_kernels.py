@@ -27,6 +27,13 @@ them (tests/attacks/test_gpu_semantics.py). Each lie passes the static check: it
 - misaligned_softmax (softmax): each program keeps its exponentials as float32 in a byte scratch
   buffer one byte past each 4-byte boundary: the interpreter reads any byte; a GPU stops the kernel
   at the first such load or store (misaligned address).
+- one_slot_softmax (softmax): every lane of one store writes its running sum of exponentials to
+  the row's one scratch slot, read back across a barrier as the denominator: the interpreter keeps
+  the last lane's (the total); on a GPU any lane's may land last.
+- zero_groups_softmax (softmax): scales by 1 + row // groups with groups = 0: the interpreter's
+  numpy gives 0 for a division by zero, a GPU an unspecified value.
+- reordered_softmax (softmax): its result passed through tl.reshape(..., can_reorder=True) and
+  stored at offsets reshaped in order: the interpreter keeps the order, the compiler may not.
 - racy_block_sum (reduce, CUDA C++): the CUDA starter without the barrier between the warps'
   shared-memory writes and warp 0's reads (compute-sanitizer racecheck names it; on the CPU it is
   compiled only).
@@ -294,6 +301,42 @@ MISALIGNED_SOFTMAX = LANE_SWAP_SOFTMAX.replace("_lane_swap_kernel", "_misaligned
 assert "keep + cols" in MISALIGNED_SOFTMAX and "torch.uint8" in MISALIGNED_SOFTMAX
 
 
+# each program stores its row's running sums of exponentials from every lane to the row's one scratch
+# slot and reads the slot back across a barrier as the denominator: under the interpreter the last
+# lane's store (the total) is what lands; on a GPU the lanes are threads and any one may land last
+ONE_SLOT_SOFTMAX = LANE_SWAP_SOFTMAX.replace("_lane_swap_kernel", "_one_slot_kernel").replace(
+    "    tl.store(scratch_ptr + row * BLOCK_N + cols, num)\n"
+    "    back = tl.load(scratch_ptr + row * BLOCK_N + (BLOCK_N - 1 - cols))\n",
+    "    tl.store(scratch_ptr + row + cols * 0, tl.cumsum(num, 0))\n"
+    "    tl.debug_barrier()\n"
+    "    back = tl.where(cols == 0, tl.load(scratch_ptr + row), 0.0)\n").replace(
+    "torch.empty((x2.shape[0], block_n), dtype=torch.float32, device=x.device)",
+    "torch.empty(x2.shape[0], dtype=torch.float32, device=x.device)")
+assert "cols * 0, tl.cumsum" in ONE_SLOT_SOFTMAX and "torch.empty(x2.shape[0], dtype" in ONE_SLOT_SOFTMAX
+
+# a softmax with a group scale 1 + row // groups, called with groups = 0 for "no groups": the
+# interpreter's numpy gives row // 0 == 0, so the scale is 1; a GPU gives an unspecified value
+ZERO_GROUPS_SOFTMAX = LANE_SWAP_SOFTMAX.replace("_lane_swap_kernel", "_zero_groups_kernel").replace(
+    "scratch_ptr, n_cols,", "groups, n_cols,").replace(
+    "    tl.store(scratch_ptr + row * BLOCK_N + cols, num)\n"
+    "    back = tl.load(scratch_ptr + row * BLOCK_N + (BLOCK_N - 1 - cols))\n",
+    "    back = num * (1 + row // groups).to(tl.float32)\n").replace(
+    "(y, x2, scratch, x2.shape[1]", "(y, x2, 0, x2.shape[1]")
+assert "row // groups" in ZERO_GROUPS_SOFTMAX and "(y, x2, 0, x2.shape[1]" in ZERO_GROUPS_SOFTMAX
+
+# the exponentials passed through tl.reshape(..., can_reorder=True) into rows of 32 and stored at
+# the column offsets reshaped in order: the interpreter keeps the order, the compiler need not
+REORDERED_SOFTMAX = LANE_SWAP_SOFTMAX.replace("_lane_swap_kernel", "_reordered_kernel").replace(
+    "    tl.store(scratch_ptr + row * BLOCK_N + cols, num)\n"
+    "    back = tl.load(scratch_ptr + row * BLOCK_N + (BLOCK_N - 1 - cols))\n"
+    "    tl.store(y_ptr + row * y_stride + cols, (num / tl.sum(back, axis=0)).to(y_ptr.dtype.element_ty), mask=mask)\n",
+    "    y = tl.reshape(num / tl.sum(num, axis=0), [BLOCK_N // 32, 32], can_reorder=True)\n"
+    "    c2 = tl.reshape(cols, [BLOCK_N // 32, 32])\n"
+    "    tl.store(y_ptr + row * y_stride + c2, y.to(y_ptr.dtype.element_ty), mask=c2 < n_cols)\n").replace(
+    "block_n = triton.next_power_of_2(x2.shape[1])", "block_n = max(32, triton.next_power_of_2(x2.shape[1]))")
+assert "can_reorder=True" in REORDERED_SOFTMAX and "max(32, triton" in REORDERED_SOFTMAX
+
+
 def racy_block_sum() -> str:
     """The CUDA C++ reduce starter with the barrier of its block sum taken out."""
     text = (STARTERS / "cuda" / "reduce.py").read_text(encoding="utf-8")
@@ -308,4 +351,5 @@ def sources() -> dict[str, str]:
             "tf32_matmul": TF32_MATMUL, "bf16_drops_tail": BF16_DROPS_TAIL, "ieee_matmul": IEEE_MATMUL,
             "one_program_softmax": ONE_PROGRAM_SOFTMAX, "idle_grid_softmax": IDLE_GRID_SOFTMAX,
             "stores_past_the_end": STORES_PAST_THE_END, "lane_swap_softmax": LANE_SWAP_SOFTMAX,
-            "misaligned_softmax": MISALIGNED_SOFTMAX}
+            "misaligned_softmax": MISALIGNED_SOFTMAX, "one_slot_softmax": ONE_SLOT_SOFTMAX,
+            "zero_groups_softmax": ZERO_GROUPS_SOFTMAX, "reordered_softmax": REORDERED_SOFTMAX}

@@ -22,7 +22,8 @@ STARTERS = ROOT / "starter_kernels" / "triton"
 TARGETS = {"cross_entropy": {"N": 16, "V": 256}, "matmul": {"M": 64, "K": 80, "N": 48}, "softmax": {"M": 16, "N": 256}}
 ATTACKS = {"cross_entropy": ("chained_mean", "float_atomic_mean", "ticket_mean"),
            "matmul": ("tf32_matmul", "bf16_drops_tail", "ieee_matmul"),
-           "softmax": ("one_program_softmax", "idle_grid_softmax", "lane_swap_softmax", "misaligned_softmax")}
+           "softmax": ("one_program_softmax", "idle_grid_softmax", "lane_swap_softmax", "misaligned_softmax",
+                       "one_slot_softmax", "zero_groups_softmax", "reordered_softmax")}
 HONEST = {"ticket_mean", "ieee_matmul", "one_program_softmax", "idle_grid_softmax"}
 
 # name -> (the stage that fails it, phrases its reason must hold)
@@ -37,6 +38,10 @@ EXPECTED = {
                                     "no tl.debug_barrier() between")),
     "misaligned_softmax": ("smoke", ("misaligned address: in the launch of _misaligned_kernel",
                                      "stores a 4-byte element at byte", "of scratch_ptr, which is not a multiple of 4")),
+    "one_slot_softmax": ("smoke", ("lane order: in the launch of _one_slot_kernel, one store of one of its programs "
+                                   "writes different values to byte", "of scratch_ptr from 128 of its lanes")),
+    "zero_groups_softmax": ("smoke", ("out of tolerance", "an integer division or remainder by zero (")),
+    "reordered_softmax": ("smoke", ("out of tolerance", "tl.reshape(..., can_reorder=True) or tl.cat")),
 }
 
 

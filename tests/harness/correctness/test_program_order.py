@@ -135,6 +135,20 @@ def _float_view(out_ptr, raw_ptr, OFFSET: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(out_ptr + lanes, tl.load((raw_ptr + OFFSET).to(tl.pointer_type(tl.float32)) + lanes))
 
 
+@triton.jit
+def _one_address(out_ptr, x_ptr, n, MODE: tl.constexpr, BLOCK: tl.constexpr):
+    """Every lane of one store aims at out_ptr[0]: MODE 0 each its running sum (different values), 1
+    the total broadcast (one value), 2 the running sums with every lane but the last masked off."""
+    lanes = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + lanes, mask=lanes < n, other=0.0)
+    if MODE == 0:
+        tl.store(out_ptr + lanes * 0, tl.cumsum(x, 0))
+    elif MODE == 1:
+        tl.store(out_ptr + lanes * 0, tl.zeros([BLOCK], tl.float32) + tl.sum(x, 0))
+    else:
+        tl.store(out_ptr + lanes * 0, tl.cumsum(x, 0), mask=lanes == BLOCK - 1)
+
+
 @pytest.fixture
 def monitor():
     """The process's launch monitor with the judge's orders on it for one test, then as it was."""
@@ -395,6 +409,21 @@ def test_an_element_off_its_alignment_is_named_and_an_aligned_one_is_not(monitor
         assert f"loads a 4-byte element at byte {offset} of raw_ptr" in found[0], found[0]
 
 
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_lanes_of_one_store_writing_different_values_to_one_address_are_named(monitor, mode):
+    x = torch.arange(1.0, 17.0)
+    out = torch.zeros(2)
+    with monitor.orders.compared():
+        _one_address[(1,)](out, x, 16, MODE=mode, BLOCK=16)
+    found = monitor.orders.take_findings()
+    assert out[0].item() == x.sum().item()  # the interpreter kept the last lane's: the total, every mode
+    if mode == 0:
+        assert len(found) == 1 and found[0].startswith("lane order: in the launch of _one_address"), found
+        assert "different values to byte 0 of out_ptr from 16 of its lanes" in found[0], found[0]
+    else:  # one value from every lane, or one lane left: one store's worth
+        assert found == []
+
+
 def test_lane_races_are_found_per_program_and_between_barriers():
     from harness.correctness.shared_accesses import SharedAccesses, _meets_another
     # the spans the check narrows to first: [start, end) overlapping another's; touching is not meeting
@@ -479,6 +508,25 @@ with monitor.orders.compared():
     _kernel[(4,)](y, x, total, flag, 100, BLOCK=32)
 assert torch.equal(y, x * 2) and total.item() == 100 and flag.item() == 1, (y, total, flag)
 assert monitor.orders.atomics > 0
+
+# ... and the judge's answers to what a GPU leaves unspecified (harness/correctness/unspecified.py)
+from harness.correctness.unspecified import DIVISION, REORDER, Unspecified
+monitor.unspecified = Unspecified(seed=2)
+
+@triton.jit
+def _unspecified(q_ptr, y_ptr, a_ptr, b_ptr, BLOCK: tl.constexpr):
+    lanes = tl.arange(0, BLOCK)
+    tl.store(q_ptr + lanes, tl.load(a_ptr + lanes) // tl.load(b_ptr + lanes))
+    x = tl.load(a_ptr + lanes).to(tl.float32)
+    tl.store(y_ptr + lanes, tl.reshape(tl.reshape(x, [BLOCK // 2, 2], can_reorder=True), [BLOCK]))
+    tl.store(y_ptr + BLOCK + tl.arange(0, 2 * BLOCK), tl.cat(x, x, can_reorder=True))
+
+a, b = torch.arange(1, 9, dtype=torch.int32), torch.tensor([1, 0, 2, 0, 1, 1, 1, 1], dtype=torch.int32)
+q, y = torch.empty_like(a), torch.empty(24)
+_unspecified[(1,)](q, y, a, b, BLOCK=8)
+assert q[b != 0].tolist() == (a // b.clamp(min=1))[b != 0].tolist() and (q[b == 0] != 0).all(), q
+assert not torch.equal(y[:8], a.float()) and torch.equal(y[:8].sort().values, a.float()), y
+assert monitor.unspecified.counts[DIVISION] == 2 and monitor.unspecified.counts[REORDER] == 2
 print("ok")
 '''
 
