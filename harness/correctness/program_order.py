@@ -68,6 +68,10 @@ class ProgramOrders:
         finally:
             self.compare = was
 
+    def lane_order(self, n: int) -> np.ndarray:
+        """A secret order of n lanes, drawn anew at each call."""
+        return self._rng.permutation(n)
+
     def take_findings(self) -> list[str]:
         found, self.findings = self.findings, []
         return found
@@ -236,13 +240,25 @@ def install_hooks(monitor) -> None:
         _seen(ptrs, mask, True, values=value)
         return store(self, ptrs, value, mask, *rest, **named)
 
-    def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **named):
-        _seen(ptr, mask, True, atomic=True, sem=rest[0] if rest else named.get("sem"))
-        return rmw(self, rmwOp, ptr, val, mask, *rest, **named)
+    from triton._C.libtriton import ir
+    exchange = ir.ATOMIC_OP.XCHG
 
-    def create_atomic_cas(self, ptr, *rest, **named):  # (ptr, cmp, val, sem, scope)
-        _seen(ptr, None, True, atomic=True, sem=rest[2] if len(rest) > 2 else named.get("sem"))
-        return cas(self, ptr, *rest, **named)
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **named):
+        _seen(ptr, mask, True, atomic=True, sem=rest[0] if rest else named.get("sem"),
+              values=val if rmwOp == exchange else None)
+        order = _lane_order(monitor.orders, ptr)
+        if order is None:
+            return rmw(self, rmwOp, ptr, val, mask, *rest, **named)
+        ptr, val, mask = (_permuted(h, order, ptr) for h in (ptr, val, mask))
+        return _permuted(rmw(self, rmwOp, ptr, val, mask, *rest, **named), np.argsort(order), ptr)
+
+    def create_atomic_cas(self, ptr, cmp, val, *rest, **named):  # (ptr, cmp, val, sem, scope)
+        _seen(ptr, None, True, atomic=True, sem=rest[0] if rest else named.get("sem"), values=val)
+        order = _lane_order(monitor.orders, ptr)
+        if order is None:
+            return cas(self, ptr, cmp, val, *rest, **named)
+        ptr, cmp, val = (_permuted(h, order, ptr) for h in (ptr, cmp, val))
+        return _permuted(cas(self, ptr, cmp, val, *rest, **named), np.argsort(order), ptr)
 
     def create_barrier(self, *rest, **named):
         if monitor.orders is not None:
@@ -254,6 +270,29 @@ def install_hooks(monitor) -> None:
     builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
     builder.create_atomic_rmw, builder.create_atomic_cas = create_atomic_rmw, create_atomic_cas
     builder.create_barrier = create_barrier
+
+
+def _lane_order(orders, ptr) -> np.ndarray | None:
+    """Under the judge, the order an atomic's lanes run in where two of them aim at one address:
+    drawn per call from the secret, as a GPU's threads reach one address in no promised order (a
+    float add's bits, an exchange's last value, the old values each lane gets back follow it);
+    None where every lane has its own address, or outside the judge."""
+    if orders is None:
+        return None
+    addresses = np.asarray(ptr.data).ravel()
+    if addresses.size < 2 or np.all(addresses[1:] > addresses[:-1]) or np.unique(addresses).size == addresses.size:
+        return None
+    return orders.lane_order(addresses.size)
+
+
+def _permuted(handle, order: np.ndarray, like):
+    """A TensorHandle's lanes in `order` (a mask or value broadcast to the pointers' shape first)."""
+    if handle is None:
+        return None
+    from triton.runtime.interpreter import TensorHandle
+    shape = np.shape(like.data)
+    data = np.broadcast_to(np.asarray(handle.data), shape).ravel()[order].reshape(shape)
+    return TensorHandle(data, handle.dtype)
 
 
 def _arg_names(kernel, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
@@ -335,7 +374,7 @@ def _describe_lane_race(kernel, race, buffers) -> str:
 
 def _describe_clash(kernel, clashing, buffers) -> str:
     address, _, lanes = clashing
-    return (f"lane order: in the launch of {_kernel_name(kernel)}, one store of one of its programs writes "
+    return (f"lane order: in the launch of {_kernel_name(kernel)}, one store (or atomic exchange) of one of its programs writes "
             f"different values to {_where(address, buffers)} from {lanes} of its lanes: on a GPU those lanes are "
             "different threads and any of them may land last, where the interpreter keeps the last lane's. "
             "Store each address from one lane (mask the others off), or reduce the values first "

@@ -149,6 +149,20 @@ def _one_address(out_ptr, x_ptr, n, MODE: tl.constexpr, BLOCK: tl.constexpr):
         tl.store(out_ptr + lanes * 0, tl.cumsum(x, 0), mask=lanes == BLOCK - 1)
 
 
+@triton.jit
+def _lanes_atomic(out_ptr, ticket_ptr, x_ptr, KIND: tl.constexpr, BLOCK: tl.constexpr):
+    """Every lane's atomic aims at out_ptr[0]: KIND 0 a float add, 1 an integer add whose old values
+    are each lane's ticket, 2 an exchange of each lane's own value."""
+    lanes = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + lanes)
+    if KIND == 0:
+        tl.atomic_add(out_ptr + lanes * 0, x)
+    elif KIND == 1:
+        tl.store(ticket_ptr + lanes, tl.atomic_add(out_ptr + lanes * 0, 1))
+    else:
+        tl.atomic_xchg(out_ptr + lanes * 0, x)
+
+
 @pytest.fixture
 def monitor():
     """The process's launch monitor with the judge's orders on it for one test, then as it was."""
@@ -422,6 +436,37 @@ def test_lanes_of_one_store_writing_different_values_to_one_address_are_named(mo
         assert "different values to byte 0 of out_ptr from 16 of its lanes" in found[0], found[0]
     else:  # one value from every lane, or one lane left: one store's worth
         assert found == []
+
+
+def test_the_lanes_of_one_atomic_on_one_address_run_in_a_secret_order_drawn_per_call(monitor):
+    x = torch.tensor([1e8, 1.0, -1e8, 3.0] * 16)
+    sums = set()
+    for _ in range(6):
+        out = torch.zeros(1)
+        _lanes_atomic[(1,)](out, out, x, KIND=0, BLOCK=64)
+        sums.add(out.item())
+    assert len(sums) > 1, sums  # a float sum's bits follow the order, as from one GPU run to the next
+    tickets = torch.empty(64, dtype=torch.int32)
+    counter = torch.zeros(1, dtype=torch.int32)
+    _lanes_atomic[(1,)](counter, tickets, x, KIND=1, BLOCK=64)
+    # each lane gets its own ticket back, in the order the lanes ran: not lane i the i-th
+    assert counter.item() == 64 and sorted(tickets.tolist()) == list(range(64))
+    assert tickets.tolist() != list(range(64))
+    was, monitor.orders = monitor.orders, None
+    try:  # outside the judge: the interpreter's lane order
+        _lanes_atomic[(1,)](counter.zero_(), tickets, x, KIND=1, BLOCK=64)
+        assert tickets.tolist() == list(range(64))
+    finally:
+        monitor.orders = was
+
+
+def test_lanes_of_one_atomic_exchange_giving_different_values_to_one_address_are_named(monitor):
+    out = torch.zeros(1, dtype=torch.int32)
+    with monitor.orders.compared():
+        _lanes_atomic[(1,)](out, out, torch.arange(16, dtype=torch.int32), KIND=2, BLOCK=16)
+        _lanes_atomic[(1,)](out, out, torch.ones(16, dtype=torch.int32), KIND=2, BLOCK=16)
+    found = monitor.orders.take_findings()
+    assert len(found) == 1 and "one store (or atomic exchange) of one of its programs writes different values" in found[0]
 
 
 def test_lane_races_are_found_per_program_and_between_barriers():
