@@ -6,14 +6,19 @@ right only because of it:
 - an integer division or remainder by zero: numpy's 0 (PTX: "an unspecified, machine-specific
   value"). A row index `pid + (pid // groups) * pad` called with groups = 0 lands on row `pid`
   under the interpreter and anywhere on a GPU;
+- a shift by the operand's bit width or more: numpy's 0 (`1 << 32` in int32), where Triton emits
+  LLVM's shl, whose result is poison there: the compiler folds `(1 << s) != 0` to true;
+- `tl.argmax`/`tl.argmin` with `tie_break_left=False`: numpy's leftmost index of a tie, where the
+  GPU's butterfly keeps whichever lane its shuffles bring (never index 0, where a warp's lanes tie);
 - `tl.reshape(x, shape, can_reorder=True)` (and `tl.view`, which is the same) and `tl.cat` (which
   Triton always compiles as free to reorder): the interpreter keeps the elements in order; the
   compiler may hand them back in any order, which only an order-blind use (a sum, a max) survives.
 
 So in the judge's worker (`Unspecified`, set on the launch monitor beside the program orders, from a
-secret drawn before the candidate is imported) a division or remainder by zero gives, lane by lane,
-a value keyed by the secret and the dividend, and a reorderable reshape or cat permutes its elements
-by a permutation keyed by the secret and the shapes. Both are fixed within the process (the same
+secret drawn before the candidate is imported) a division or remainder by zero and a shift past the
+width give, lane by lane, a value keyed by the secret and the left operand, a reorderable reshape or
+cat permutes its elements by a permutation keyed by the secret and the shapes, and a tie-break-fast
+argmax or argmin picks among the tied lanes by such a permutation. Both are fixed within the process (the same
 inputs give the same bits, as one compiled kernel does on a GPU), so an honest kernel's checks and
 timed calls agree with each other, and a kernel whose output depends on them fails its cases. A
 lane whose result is never used (a masked-off lane divided by the `other=0` its load gave it) costs
@@ -31,8 +36,12 @@ from collections import Counter
 import numpy as np
 
 DIVISION = "an integer division or remainder by zero"
+SHIFT = "a shift by the operand's bit width or more (or by a negative amount)"
+TIE = "tl.argmax or tl.argmin with tie_break_left=False over tied values"
 REORDER = "tl.reshape(..., can_reorder=True) or tl.cat, whose element order the compiler may change"
 ADVICE = {DIVISION: "divide only by a nonzero value",
+          SHIFT: "shift by less than the operand's bit width",
+          TIE: "keep tie_break_left=True, the default, where the index of a tie matters",
           REORDER: "keep tl.reshape's default can_reorder=False where the order matters, and tl.join or "
                    "tl.interleave rather than tl.cat"}
 
@@ -55,11 +64,12 @@ class Unspecified:
             print(f"autokernel judge: the kernel used {what}; a GPU gives no defined result there, and the judge "
                   "gives an arbitrary one", file=sys.stderr, flush=True)
 
-    def quotient(self, dividend: np.ndarray, dtype: np.dtype, remainder: bool) -> np.ndarray:
-        """Arbitrary values of `dtype`, one per lane, fixed by the secret and each lane's dividend."""
+    def quotient(self, dividend: np.ndarray, dtype: np.dtype, kind: int) -> np.ndarray:
+        """Arbitrary values of `dtype`, one per lane, fixed by the secret, `kind` (0 a quotient, 1 a
+        remainder, 2 a shift) and each lane's left operand."""
         bits = np.ascontiguousarray(dividend).astype(np.int64, copy=False).view(np.uint64)
         with np.errstate(over="ignore"):
-            mixed = (bits + np.uint64(1 + remainder)) * self._keys[int(remainder)]
+            mixed = (bits + np.uint64(1 + kind)) * self._keys[kind % 2]
             mixed ^= mixed >> np.uint64(29)
         width = np.dtype(dtype).itemsize
         return mixed.astype(np.dtype(f"u{width}")).view(dtype)
@@ -79,7 +89,8 @@ def hint(obs: dict) -> str:
     used = obs.get("unspecified")
     if not isinstance(used, dict) or not used:
         return ""
-    what = "; ".join(f"{name} ({n} {'lanes' if name == DIVISION else 'times'})" for name, n in sorted(used.items()))
+    what = "; ".join(f"{name} ({n} {'lanes' if name in (DIVISION, SHIFT) else 'times'})"
+                     for name, n in sorted(used.items()))
     fixes = "; ".join(ADVICE[name] for name in sorted(used) if name in ADVICE)
     return (f"; the call used what a GPU leaves unspecified: {what}. The judge answers it with arbitrary "
             f"values, as a GPU may, so an output that depends on it is wrong on a GPU too ({fixes})")
@@ -99,6 +110,40 @@ def _from_reduction() -> bool:
     return False
 
 
+def _tie_break_fast(monitor, interpreter) -> None:
+    """tl.argmax / tl.argmin with tie_break_left=False: among tied lanes, the one a secret
+    permutation of the axis (fixed per shape) puts first, where numpy gives the leftmost."""
+    import triton.language as tl
+    ops = interpreter.ReduceOps
+    original = ops.apply_impl
+    if getattr(original, "unspecified", False):
+        return
+
+    def apply_impl(self, input):
+        secret = monitor.unspecified
+        if secret is None:
+            return original(self, input)
+        if self.combine_fn is getattr(tl.standard, "_argmax_combine_tie_break_fast", None):
+            value_of, index_of = np.nanmax, np.nanargmax
+        elif self.combine_fn is getattr(tl.standard, "_argmin_combine_tie_break_fast", None):
+            value_of, index_of = np.nanmin, np.nanargmin
+        else:
+            return original(self, input)
+        data = np.asarray((input[0] if isinstance(input, tuple) else input).handle.data)
+        axis = self.axis if self.axis is not None else 0
+        perm = secret.permutation(("tie", data.shape, axis), data.shape[axis])
+        values = value_of(data, axis=axis, keepdims=True)
+        if np.count_nonzero(data == values) > values.size:  # a tie at some row's end
+            secret.used(TIE, 1)
+        index = perm[index_of(np.take(data, perm, axis=axis), axis=axis, keepdims=self.keep_dims)]
+        value = values if self.keep_dims else np.squeeze(values, axis=axis)
+        dtype = (input[0] if isinstance(input, tuple) else input).dtype
+        return self.to_tensor(value, dtype), self.to_tensor(index.astype(np.int32), tl.int32)
+
+    apply_impl.unspecified = True
+    ops.apply_impl = apply_impl
+
+
 def install(monitor) -> None:
     """Route the interpreter's integer divisions, remainders, reshapes and cats through
     `monitor.unspecified` where the judge's worker set one; once per process."""
@@ -108,19 +153,29 @@ def install(monitor) -> None:
         return
     Handle = interpreter.TensorHandle  # noqa: N806
 
-    def by_zero(original, remainder: bool):
+    def undefined_where(original, kind: int):
+        """An integer op whose lanes with an out-of-domain right operand (a zero divisor; a shift
+        amount outside [0, bit width)) give the secret's values; `kind` 0 a quotient, 1 a remainder,
+        2 a shift."""
         def run(self, lhs, rhs):
             secret = monitor.unspecified
-            zero = np.asarray(rhs.data) == 0
-            if secret is None or not zero.any() or np.asarray(rhs.data).dtype.kind not in "iu":
+            right = np.asarray(rhs.data)
+            if secret is None or right.dtype.kind not in "iu":
                 return original(self, lhs, rhs)
-            ones = Handle(np.where(zero, 1, rhs.data).astype(rhs.data.dtype), rhs.dtype.scalar)
-            out = original(self, lhs, ones)
-            data, zero = np.broadcast_arrays(np.asarray(out.data), zero)
-            dividend = np.broadcast_to(np.asarray(lhs.data), data.shape)
-            secret.used(DIVISION, int(zero.sum()))
-            garbage = secret.quotient(dividend, data.dtype, remainder)
-            return Handle(np.where(zero, garbage, data).astype(data.dtype, copy=False), out.dtype.scalar)
+            if kind == 2:
+                bad = (right < 0) | (right >= 8 * np.asarray(lhs.data).dtype.itemsize)
+                safe = 0
+            else:
+                bad, safe = right == 0, 1
+            if not bad.any():
+                return original(self, lhs, rhs)
+            fixed = Handle(np.where(bad, safe, right).astype(right.dtype), rhs.dtype.scalar)
+            out = original(self, lhs, fixed)
+            data, bad = np.broadcast_arrays(np.asarray(out.data), bad)
+            left = np.broadcast_to(np.asarray(lhs.data), data.shape)
+            secret.used(SHIFT if kind == 2 else DIVISION, int(bad.sum()))
+            garbage = secret.quotient(left, data.dtype, kind)
+            return Handle(np.where(bad, garbage, data).astype(data.dtype, copy=False), out.dtype.scalar)
         run.unspecified = True
         run.__wrapped__ = original
         return run
@@ -147,8 +202,11 @@ def install(monitor) -> None:
         perm = secret.permutation(("cat", np.shape(lhs.data), np.shape(rhs.data)), data.size)
         return Handle(data.ravel()[perm].reshape(data.shape), out.dtype.scalar)
 
-    builder.create_idiv = by_zero(builder.create_idiv, remainder=False)
-    builder.create_srem = by_zero(builder.create_srem, remainder=True)
-    builder.create_urem = by_zero(builder.create_urem, remainder=True)
+    builder.create_idiv = undefined_where(builder.create_idiv, 0)
+    builder.create_srem = undefined_where(builder.create_srem, 1)
+    builder.create_urem = undefined_where(builder.create_urem, 1)
+    for name in ("create_shl", "create_lshr", "create_ashr"):
+        setattr(builder, name, undefined_where(getattr(builder, name), 2))
+    _tie_break_fast(monitor, interpreter)
     create_reshape.unspecified = create_cat.unspecified = True
     builder.create_reshape, builder.create_cat = create_reshape, create_cat

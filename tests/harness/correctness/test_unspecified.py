@@ -123,3 +123,48 @@ def test_a_failing_case_names_what_it_used():
     assert "can_reorder" not in said
     said = unspecified.hint({"unspecified": {REORDER: 2}})
     assert "(2 times)" in said and "can_reorder=False" in said and "nonzero" not in said
+
+
+@triton.jit
+def _shift(y_ptr, x_ptr, s_ptr, BLOCK: tl.constexpr):
+    lanes = tl.arange(0, BLOCK)
+    x, s = tl.load(x_ptr + lanes), tl.load(s_ptr + lanes)
+    tl.store(y_ptr + lanes, x << s)
+    tl.store(y_ptr + BLOCK + lanes, x >> s)
+
+
+def test_a_shift_past_the_bit_width_gives_the_judges_values_and_one_within_it_a_gpus(monitor):
+    x = torch.tensor([1, 3, -8, 5, 1, 7, 2, 9], dtype=torch.int32)
+    s = torch.tensor([1, 2, 1, 0, 32, 40, -1, 31], dtype=torch.int32)
+    y = torch.empty(16, dtype=torch.int32)
+    _shift[(1,)](y, x, s, BLOCK=8)
+    assert y[:4].tolist() == [2, 12, -16, 5] and y[8:12].tolist() == [0, 0, -4, 5]
+    assert y[7].item() == -2**31 and y[15].item() == 0  # 31 is within the width: 9 << 31 keeps its low bit
+    assert (y[4:7] != 0).all() and monitor.unspecified.counts[unspecified.SHIFT] == 6, y
+
+
+@triton.jit
+def _arg(i_ptr, x_ptr, LEFT: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.arange(0, 4)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    x = tl.load(x_ptr + rows)
+    tl.store(i_ptr + tl.arange(0, 4), tl.argmax(x, 1, tie_break_left=LEFT))
+    tl.store(i_ptr + 4 + tl.arange(0, 4), tl.argmin(x, 1, tie_break_left=LEFT))
+
+
+@pytest.mark.parametrize("left", [True, False])
+def test_a_tie_break_fast_argmax_picks_a_secret_lane_of_the_tie(monitor, left):
+    x = torch.zeros(4, 64)
+    x[1, 5] = 1.0  # row 1: one maximum; rows 0, 2, 3 tie everywhere
+    x[3, 7] = x[3, 9] = -1.0  # row 3: a tie at the minimum too
+    got = torch.empty(8, dtype=torch.int32)
+    _arg[(1,)](got, x, LEFT=left, BLOCK=64)
+    top, low = got[:4].tolist(), got[4:].tolist()
+    assert top[1] == 5 and low[3] in (7, 9)  # always one of the extremes
+    assert all(x[r, i] == x[r].max() for r, i in enumerate(top)) and all(x[r, i] == x[r].min() for r, i in enumerate(low))
+    if left:  # the leftmost, as a GPU's tie_break_left gives too
+        assert top == [0, 5, 0, 0] and low[:3] == [0, 0, 0] and low[3] == 7 and not monitor.unspecified.counts
+    else:
+        assert top[0] != 0 and monitor.unspecified.counts[unspecified.TIE] == 2
+        again = torch.empty(8, dtype=torch.int32)
+        _arg[(1,)](again, x, LEFT=False, BLOCK=64)
+        assert torch.equal(again, got)  # fixed within the process
