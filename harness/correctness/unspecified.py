@@ -10,6 +10,10 @@ right only because of it:
   LLVM's shl, whose result is poison there: the compiler folds `(1 << s) != 0` to true;
 - `tl.argmax`/`tl.argmin` with `tie_break_left=False`: numpy's leftmost index of a tie, where the
   GPU's butterfly keeps whichever lane its shuffles bring (never index 0, where a warp's lanes tie);
+- the order a combine function of the kernel's own is applied in (`tl.reduce`, `tl.associative_scan`):
+  the interpreter folds left to right, one element at a time; a GPU combines each thread's
+  registers (elements a layout's width apart), then across lanes and warps in a tree, so a
+  combine that is not associative (and, for a reduce, commutative) gives another answer there;
 - `tl.reshape(x, shape, can_reorder=True)` (and `tl.view`, which is the same) and `tl.cat` (which
   Triton always compiles as free to reorder): the interpreter keeps the elements in order; the
   compiler may hand them back in any order, which only an order-blind use (a sum, a max) survives.
@@ -17,8 +21,11 @@ right only because of it:
 So in the judge's worker (`Unspecified`, set on the launch monitor beside the program orders, from a
 secret drawn before the candidate is imported) a division or remainder by zero and a shift past the
 width give, lane by lane, a value keyed by the secret and the left operand, a reorderable reshape or
-cat permutes its elements by a permutation keyed by the secret and the shapes, and a tie-break-fast
-argmax or argmin picks among the tied lanes by such a permutation. Both are fixed within the process (the same
+cat permutes its elements by a permutation keyed by the secret and the shapes, a tie-break-fast
+argmax or argmin picks among the tied lanes by such a permutation, a reduce with a combine of the
+kernel's own combines the elements so permuted in pairs, level by level (a tree), and such a scan
+combines in the Hillis-Steele order a warp's shuffles use (each element with the one 1, 2, 4, ...
+places before it), both on whole blocks at once. Both are fixed within the process (the same
 inputs give the same bits, as one compiled kernel does on a GPU), so an honest kernel's checks and
 timed calls agree with each other, and a kernel whose output depends on them fails its cases. A
 lane whose result is never used (a masked-off lane divided by the `other=0` its load gave it) costs
@@ -38,10 +45,12 @@ import numpy as np
 DIVISION = "an integer division or remainder by zero"
 SHIFT = "a shift by the operand's bit width or more (or by a negative amount)"
 TIE = "tl.argmax or tl.argmin with tie_break_left=False over tied values"
+COMBINE = "tl.reduce or tl.associative_scan with a combine function of its own, applied in a tree"
 REORDER = "tl.reshape(..., can_reorder=True) or tl.cat, whose element order the compiler may change"
 ADVICE = {DIVISION: "divide only by a nonzero value",
           SHIFT: "shift by less than the operand's bit width",
           TIE: "keep tie_break_left=True, the default, where the index of a tie matters",
+          COMBINE: "a reduce's combine function must be associative and commutative, a scan's associative",
           REORDER: "keep tl.reshape's default can_reorder=False where the order matters, and tl.join or "
                    "tl.interleave rather than tl.cat"}
 
@@ -144,6 +153,70 @@ def _tie_break_fast(monitor, interpreter) -> None:
     ops.apply_impl = apply_impl
 
 
+def _tree_combines(monitor, interpreter) -> None:
+    """A reduce or scan with a combine function of the kernel's own, in the judge's worker: in a
+    tree, as a GPU combines (see the module's docstring), where the interpreter folds left to right."""
+    import triton.language as tl
+    reduce_ops, scan_ops = interpreter.ReduceOps, interpreter.ScanOps
+    if getattr(reduce_ops.generic_reduce, "unspecified", False):
+        return
+    reduce, scan = reduce_ops.generic_reduce, scan_ops.generic_scan
+
+    def combine(ops, earlier: list, later: list, dtypes: list) -> list:
+        lhs = [ops.to_tensor(e, dt) for e, dt in zip(earlier, dtypes)]
+        rhs = [ops.to_tensor(x, dt) for x, dt in zip(later, dtypes)]
+        out = ops.combine_fn.fn(*lhs, *rhs)
+        out = out if isinstance(out, tuple) else (out,)
+        return [np.broadcast_to(np.asarray(o.handle.data if isinstance(o, tl.core.tensor) else o), e.shape).astype(e.dtype)
+                for o, e in zip(out, earlier)]
+
+    def generic_reduce(self, input):
+        secret = monitor.unspecified
+        if secret is None:
+            return reduce(self, input)
+        secret.used(COMBINE, 1)
+        original_axis = self.axis
+        input, axis = self.unravel(input, self.axis)
+        dtypes = [t.dtype for t in input]
+        shape = np.shape(input[0].handle.data)
+        perm = secret.permutation(("reduce", shape, axis), shape[axis])
+        parts = [np.moveaxis(np.take(np.asarray(t.handle.data), perm, axis=axis), axis, 0) for t in input]
+        while parts[0].shape[0] > 1:  # one level of the tree: neighbours combined in pairs
+            m = parts[0].shape[0]
+            paired = combine(self, [p[0:m - 1:2] for p in parts], [p[1:m:2] for p in parts], dtypes)
+            parts = [np.concatenate([c, p[m - 1:]]) if m % 2 else c for c, p in zip(paired, parts)]
+        ret = []
+        for part, dtype in zip(parts, dtypes):
+            data = part[0]
+            if self.keep_dims:
+                data = np.expand_dims(data, axis) if original_axis is not None else data.reshape((1,) * len(shape))
+            elif original_axis is None:
+                data = data.item()
+            ret.append(self.to_tensor(data, dtype))
+        return ret
+
+    def generic_scan(self, input):
+        secret = monitor.unspecified
+        if secret is None:
+            return scan(self, input)
+        secret.used(COMBINE, 1)
+        dtypes = [t.dtype for t in input]
+        parts = [np.moveaxis(np.asarray(t.handle.data), self.axis, 0).copy() for t in input]
+        n, step = parts[0].shape[0], 1
+        while step < n:  # Hillis-Steele: each element combined with the one `step` places before it
+            # (whole blocks, as a block's shape is a power of 2: the first `step` combine with themselves,
+            # and are dropped)
+            earlier = [np.concatenate([p[:step], p[:n - step]]) for p in parts]
+            combined = combine(self, earlier, parts, dtypes)
+            for p, c in zip(parts, combined):
+                p[step:] = c[step:]
+            step *= 2
+        return [self.to_tensor(np.moveaxis(p, 0, self.axis), dtype) for p, dtype in zip(parts, dtypes)]
+
+    generic_reduce.unspecified = generic_scan.unspecified = True
+    reduce_ops.generic_reduce, scan_ops.generic_scan = generic_reduce, generic_scan
+
+
 def install(monitor) -> None:
     """Route the interpreter's integer divisions, remainders, reshapes and cats through
     `monitor.unspecified` where the judge's worker set one; once per process."""
@@ -208,5 +281,6 @@ def install(monitor) -> None:
     for name in ("create_shl", "create_lshr", "create_ashr"):
         setattr(builder, name, undefined_where(getattr(builder, name), 2))
     _tie_break_fast(monitor, interpreter)
+    _tree_combines(monitor, interpreter)
     create_reshape.unspecified = create_cat.unspecified = True
     builder.create_reshape, builder.create_cat = create_reshape, create_cat

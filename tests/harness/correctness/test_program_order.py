@@ -572,6 +572,24 @@ _unspecified[(1,)](q, y, a, b, BLOCK=8)
 assert q[b != 0].tolist() == (a // b.clamp(min=1))[b != 0].tolist() and (q[b == 0] != 0).all(), q
 assert not torch.equal(y[:8], a.float()) and torch.equal(y[:8].sort().values, a.float()), y
 assert monitor.unspecified.counts[DIVISION] == 2 and monitor.unspecified.counts[REORDER] == 2
+
+@triton.jit
+def _minus(a, b):
+    return a - b
+
+@triton.jit
+def _trees(out_ptr, x_ptr, BLOCK: tl.constexpr):
+    lanes = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + lanes)
+    tl.store(out_ptr + lanes, tl.associative_scan(x, 0, _minus))
+    tl.store(out_ptr + BLOCK, tl.reduce(x, 0, _minus))
+    tl.store(out_ptr + BLOCK + 1, tl.argmax(x * 0, 0, tie_break_left=False).to(tl.float32))
+
+x, out = torch.arange(1.0, 9.0), torch.empty(10)
+_trees[(1,)](out, x, BLOCK=8)
+assert out[8].item() != (x[0] - x[1:].sum()).item() and out[0].item() == 1.0, out
+from harness.correctness.unspecified import COMBINE, TIE
+assert monitor.unspecified.counts[COMBINE] == 2 and monitor.unspecified.counts[TIE] == 1
 print("ok")
 '''
 
