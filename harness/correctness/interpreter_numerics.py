@@ -13,6 +13,13 @@ NVIDIA GPU in two ways a kernel can hide behind:
   integers, so a bf16 dot product could not be judged at all. Now each operand is widened to fp32
   (exact: bf16 is fp32's upper half) and the products accumulated in fp32, as tensor cores do.
 
+A fourth, conversions to and from bf16: the interpreter truncated fp32 to bf16 (`x.to(tl.bfloat16)`,
+which a GPU rounds to nearest even with `cvt.rn.bf16.f32`: 1.999 became 1.9921875 where a GPU gives
+2.0, and a value past bf16's largest stayed finite where a GPU gives inf), and converted an
+integer, fp64 or fp16 to bf16 (and bf16 to fp64) as raw bits. Now every conversion to bf16 rounds
+to nearest even from the exact value, and bf16 is widened exactly first where it is the source; a
+down-cast asked with `fp_downcast_rounding="rtz"` keeps the interpreter's truncation.
+
 A third, float-to-integer conversion: numpy gives INT_MIN for a value past the integer type's
 range (and for NaN) where a GPU clamps to the range's end (NaN to 0), and the interpreter converted
 a bf16 value's raw bits. So a kernel could be right here only because 3e9 became INT_MIN. Now each
@@ -97,6 +104,37 @@ def install(monitor=None) -> None:
     builder.create_dot = create_dot
     for name in ("create_fp_to_si", "create_fp_to_ui"):
         setattr(builder, name, _saturating(getattr(builder, name), interpreter, tl))
+    builder.cast_impl = _bf16_casts(builder.cast_impl, interpreter, tl)
+
+
+def to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """Numbers rounded to bf16 to nearest even (a GPU's cvt.rn.bf16), as raw uint16 bits; past bf16's
+    largest finite value, inf; NaN stays NaN."""
+    import torch
+    wide = np.ascontiguousarray(values, dtype=np.float64 if np.asarray(values).dtype.itemsize > 4 else np.float32)
+    return torch.from_numpy(wide).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+
+
+def _bf16_casts(original, interpreter, tl):
+    """cast_impl (every int/float conversion but a float-to-integer one and an fp_downcast_rounding
+    down-cast) with bf16 on either side converted by value: to bf16 rounded to nearest even."""
+    if getattr(original, "gpu_numerics", False):
+        return original
+
+    def cast_impl(self, src, dst_type):
+        scalar, target = src.dtype.scalar, dst_type.scalar
+        if (scalar != tl.bfloat16 and target != tl.bfloat16) or scalar == target:
+            return original(self, src, dst_type)
+        values = bf16_to_fp32(src.data) if scalar == tl.bfloat16 else np.asarray(src.data)
+        if target == tl.bfloat16:
+            if values.dtype == np.bool_ or values.dtype.kind in "iu":
+                values = values.astype(np.float64)
+            return interpreter.TensorHandle(to_bf16_bits(values), target)
+        return interpreter.TensorHandle(values.astype(interpreter._get_np_dtype(dst_type)), target)
+
+    cast_impl.gpu_numerics = True
+    cast_impl.__wrapped__ = original
+    return cast_impl
 
 
 def float_to_int(values: np.ndarray, int_dtype) -> np.ndarray:

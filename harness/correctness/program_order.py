@@ -40,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .shared_accesses import SharedAccesses
+from .unspecified import ATOMIC_LANES
 
 MAX_FINDINGS = 8  # a call's findings kept: the first names the launch; the rest are the same story
 
@@ -240,21 +241,17 @@ def install_hooks(monitor) -> None:
         _seen(ptrs, mask, True, values=value)
         return store(self, ptrs, value, mask, *rest, **named)
 
-    from triton._C.libtriton import ir
-    exchange = ir.ATOMIC_OP.XCHG
-
     def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **named):
-        _seen(ptr, mask, True, atomic=True, sem=rest[0] if rest else named.get("sem"),
-              values=val if rmwOp == exchange else None)
-        order = _lane_order(monitor.orders, ptr)
+        _seen(ptr, mask, True, atomic=True, sem=rest[0] if rest else named.get("sem"))
+        order = _lane_order(monitor, ptr)
         if order is None:
             return rmw(self, rmwOp, ptr, val, mask, *rest, **named)
         ptr, val, mask = (_permuted(h, order, ptr) for h in (ptr, val, mask))
         return _permuted(rmw(self, rmwOp, ptr, val, mask, *rest, **named), np.argsort(order), ptr)
 
     def create_atomic_cas(self, ptr, cmp, val, *rest, **named):  # (ptr, cmp, val, sem, scope)
-        _seen(ptr, None, True, atomic=True, sem=rest[0] if rest else named.get("sem"), values=val)
-        order = _lane_order(monitor.orders, ptr)
+        _seen(ptr, None, True, atomic=True, sem=rest[0] if rest else named.get("sem"))
+        order = _lane_order(monitor, ptr)
         if order is None:
             return cas(self, ptr, cmp, val, *rest, **named)
         ptr, cmp, val = (_permuted(h, order, ptr) for h in (ptr, cmp, val))
@@ -272,16 +269,20 @@ def install_hooks(monitor) -> None:
     builder.create_barrier = create_barrier
 
 
-def _lane_order(orders, ptr) -> np.ndarray | None:
+def _lane_order(monitor, ptr) -> np.ndarray | None:
     """Under the judge, the order an atomic's lanes run in where two of them aim at one address:
     drawn per call from the secret, as a GPU's threads reach one address in no promised order (a
-    float add's bits, an exchange's last value, the old values each lane gets back follow it);
+    float add's bits, an exchange's last value, which lane's compare-and-swap matches, the old
+    values each lane gets back follow it; a CAS loop that retries, an integer add or a max do not);
     None where every lane has its own address, or outside the judge."""
+    orders = monitor.orders
     if orders is None:
         return None
     addresses = np.asarray(ptr.data).ravel()
     if addresses.size < 2 or np.all(addresses[1:] > addresses[:-1]) or np.unique(addresses).size == addresses.size:
         return None
+    if monitor.unspecified is not None:  # a failing case says so
+        monitor.unspecified.used(ATOMIC_LANES, 1)
     return orders.lane_order(addresses.size)
 
 
@@ -374,7 +375,7 @@ def _describe_lane_race(kernel, race, buffers) -> str:
 
 def _describe_clash(kernel, clashing, buffers) -> str:
     address, _, lanes = clashing
-    return (f"lane order: in the launch of {_kernel_name(kernel)}, one store (or atomic exchange) of one of its programs writes "
+    return (f"lane order: in the launch of {_kernel_name(kernel)}, one store of one of its programs writes "
             f"different values to {_where(address, buffers)} from {lanes} of its lanes: on a GPU those lanes are "
             "different threads and any of them may land last, where the interpreter keeps the last lane's. "
             "Store each address from one lane (mask the others off), or reduce the values first "

@@ -46,11 +46,14 @@ DIVISION = "an integer division or remainder by zero"
 SHIFT = "a shift by the operand's bit width or more (or by a negative amount)"
 TIE = "tl.argmax or tl.argmin with tie_break_left=False over tied values"
 COMBINE = "tl.reduce or tl.associative_scan with a combine function of its own, applied in a tree"
+ATOMIC_LANES = "an atomic whose lanes aim at one address, run in no promised order"
 REORDER = "tl.reshape(..., can_reorder=True) or tl.cat, whose element order the compiler may change"
 ADVICE = {DIVISION: "divide only by a nonzero value",
           SHIFT: "shift by less than the operand's bit width",
           TIE: "keep tie_break_left=True, the default, where the index of a tie matters",
           COMBINE: "a reduce's combine function must be associative and commutative, a scan's associative",
+          ATOMIC_LANES: "reduce in registers before one atomic per address, or let every lane's order give "
+                        "the same result (an integer add, a max, a compare-and-swap loop that retries)",
           REORDER: "keep tl.reshape's default can_reorder=False where the order matters, and tl.join or "
                    "tl.interleave rather than tl.cat"}
 
@@ -101,8 +104,8 @@ def hint(obs: dict) -> str:
     what = "; ".join(f"{name} ({n} {'lanes' if name in (DIVISION, SHIFT) else 'times'})"
                      for name, n in sorted(used.items()))
     fixes = "; ".join(ADVICE[name] for name in sorted(used) if name in ADVICE)
-    return (f"; the call used what a GPU leaves unspecified: {what}. The judge answers it with arbitrary "
-            f"values, as a GPU may, so an output that depends on it is wrong on a GPU too ({fixes})")
+    return (f"; the call used what a GPU leaves unspecified: {what}. The judge answers it as a GPU may "
+            f"(arbitrary values, a secret order), so an output that depends on it is wrong on a GPU too ({fixes})")
 
 
 def _from_reduction() -> bool:

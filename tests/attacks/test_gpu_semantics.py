@@ -38,7 +38,7 @@ EXPECTED = {
                                     "no tl.debug_barrier() between")),
     "misaligned_softmax": ("smoke", ("misaligned address: in the launch of _misaligned_kernel",
                                      "stores a 4-byte element at byte", "of scratch_ptr, which is not a multiple of 4")),
-    "one_slot_softmax": ("smoke", ("lane order: in the launch of _one_slot_kernel, one store (or atomic exchange) of one of its programs "
+    "one_slot_softmax": ("smoke", ("lane order: in the launch of _one_slot_kernel, one store of one of its programs "
                                    "writes different values to byte", "of scratch_ptr from 128 of its lanes")),
     "zero_groups_softmax": ("smoke", ("out of tolerance", "an integer division or remainder by zero (")),
     "reordered_softmax": ("smoke", ("out of tolerance", "tl.reshape(..., can_reorder=True) or tl.cat")),

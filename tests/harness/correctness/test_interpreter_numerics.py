@@ -113,3 +113,32 @@ def test_a_kernel_converts_floats_to_ints_as_a_gpu_does(dtype):
     assert outu.tolist() == float_to_int(wide, np.uint32).tolist()
     if dtype == torch.float32:  # fp16 and bf16 hold inf, not 3e9, past 65504 / round it
         assert out32.tolist()[:4] == [2**31 - 1, -(2**31), 0, 2**31 - 1]
+
+
+@triton.jit
+def _to_bf16(y_ptr, i_ptr, h_ptr, d_ptr, z_ptr, x_ptr, n_ptr, BLOCK: tl.constexpr):
+    lanes = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + lanes)
+    tl.store(y_ptr + lanes, x.to(tl.bfloat16))
+    tl.store(i_ptr + lanes, tl.load(n_ptr + lanes).to(tl.bfloat16))
+    tl.store(h_ptr + lanes, x.to(tl.float16).to(tl.bfloat16))
+    tl.store(d_ptr + lanes, x.to(tl.bfloat16).to(tl.float64))
+    tl.store(z_ptr + lanes, x.to(tl.bfloat16, fp_downcast_rounding="rtz"))
+
+
+def test_every_conversion_to_bf16_rounds_to_nearest_even_as_a_gpus_cvt_rn():
+    launches.install()
+    x = torch.tensor([1.999, 1.005859, 3.4e38, -2.5, 1e-40, float("nan"), float("inf"), 0.1])
+    n = torch.tensor([1, 257, 16777217, -3, 0, 2**30 + 1, 7, -1000001], dtype=torch.int32)
+    y, i, h, z = (torch.empty(8, dtype=torch.bfloat16) for _ in range(4))
+    d = torch.empty(8, dtype=torch.float64)
+    _to_bf16[(1,)](y, i, h, d, z, x, n, BLOCK=8)
+    real = ~x.isnan()
+    # torch rounds to nearest even, as cvt.rn.bf16.f32 does: 1.999 -> 2.0 (truncated: 1.9921875),
+    # 3.4e38 past bf16's largest -> inf (truncated: finite)
+    assert torch.equal(y[real].view(torch.int16), x[real].to(torch.bfloat16).view(torch.int16)) and y[5].isnan()
+    assert y[0].item() == 2.0 and y[2].item() == float("inf")
+    assert torch.equal(i, n.to(torch.bfloat16))  # an integer by value, not its bits
+    assert torch.equal(h[real], x[real].to(torch.float16).to(torch.bfloat16))
+    assert torch.equal(d[real], x[real].to(torch.bfloat16).double())  # bf16 widened by value
+    assert z[0].item() == 1.9921875  # round toward zero where the kernel asks for it

@@ -163,6 +163,17 @@ def _lanes_atomic(out_ptr, ticket_ptr, x_ptr, KIND: tl.constexpr, BLOCK: tl.cons
         tl.atomic_xchg(out_ptr + lanes * 0, x)
 
 
+@triton.jit
+def _cas_max(out_ptr, x_ptr, BLOCK: tl.constexpr):
+    """The maximum of x into out_ptr[0] by a compare-and-swap loop from every lane."""
+    lanes = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + lanes)
+    old = tl.atomic_add(out_ptr + lanes * 0, 0)
+    for _ in range(BLOCK):
+        seen = tl.atomic_cas(out_ptr + lanes * 0, old, tl.maximum(old, x))
+        old = tl.where(seen == old, tl.maximum(old, x), seen)
+
+
 @pytest.fixture
 def monitor():
     """The process's launch monitor with the judge's orders on it for one test, then as it was."""
@@ -460,13 +471,20 @@ def test_the_lanes_of_one_atomic_on_one_address_run_in_a_secret_order_drawn_per_
         monitor.orders = was
 
 
-def test_lanes_of_one_atomic_exchange_giving_different_values_to_one_address_are_named(monitor):
-    out = torch.zeros(1, dtype=torch.int32)
-    with monitor.orders.compared():
-        _lanes_atomic[(1,)](out, out, torch.arange(16, dtype=torch.int32), KIND=2, BLOCK=16)
-        _lanes_atomic[(1,)](out, out, torch.ones(16, dtype=torch.int32), KIND=2, BLOCK=16)
-    found = monitor.orders.take_findings()
-    assert len(found) == 1 and "one store (or atomic exchange) of one of its programs writes different values" in found[0]
+def test_an_exchange_from_many_lanes_leaves_any_lanes_value_and_a_cas_loop_its_maximum(monitor):
+    values = torch.arange(1, 17, dtype=torch.int32)
+    kept = set()
+    for _ in range(6):
+        out = torch.zeros(1, dtype=torch.int32)
+        _lanes_atomic[(1,)](out, out, values, KIND=2, BLOCK=16)
+        kept.add(out.item())
+    assert len(kept) > 1 and kept <= set(values.tolist()), kept  # not always the last lane's, as here before
+    x = torch.randperm(64, dtype=torch.int32)
+    for _ in range(3):  # an honest compare-and-swap loop: every lane order ends at the maximum
+        out = torch.full((1,), -1, dtype=torch.int32)
+        with monitor.orders.compared():
+            _cas_max[(1,)](out, x, BLOCK=64)
+        assert out.item() == 63 and monitor.orders.take_findings() == []
 
 
 def test_lane_races_are_found_per_program_and_between_barriers():
