@@ -608,6 +608,16 @@ _trees[(1,)](out, x, BLOCK=8)
 assert out[8].item() != (x[0] - x[1:].sum()).item() and out[0].item() == 1.0, out
 from harness.correctness.unspecified import COMBINE, TIE
 assert monitor.unspecified.counts[COMBINE] == 2 and monitor.unspecified.counts[TIE] == 1
+
+# ... and a conversion to bf16 rounded to nearest even (harness/correctness/interpreter_numerics.py)
+@triton.jit
+def _to_bf16(y_ptr, x_ptr, BLOCK: tl.constexpr):
+    lanes = tl.arange(0, BLOCK)
+    tl.store(y_ptr + lanes, tl.load(x_ptr + lanes).to(tl.bfloat16))
+
+x, y = torch.tensor([1.999, 3.4e38]), torch.empty(2, dtype=torch.bfloat16)
+_to_bf16[(1,)](y, x, BLOCK=2)
+assert y.tolist() == [2.0, float("inf")], y
 print("ok")
 '''
 
