@@ -76,7 +76,10 @@ def test_a_bf16_kernel_that_rounds_once_is_accepted_and_a_bf16_dot_runs_in_bf16(
     # 3 calls per forward: the profiled inputs twice, then 1x7, 2x8 and 1x1
     assert norm["calls_served"] == 5 * 3 and not norm["guilty"] and norm["not_run"] is None
     assert result["outputs_match"] is True and result["acceptance"]["reference_dtype"] == "float64"
-    assert result["max_rel_err"] > 0.02  # beyond the bf16 tolerance against eager that used to judge it
+    # the kernel rounds to bf16 to nearest even, as a GPU's cvt.rn and eager do: within bf16's tolerance
+    # of eager (the interpreter's old truncation put it more than 2% off; a kernel that differs from
+    # eager by more and is closer to float64 is accepted too: test_the_acceptance_rule_...)
+    assert result["max_rel_err"] < 0.02
     assert result["patched_err_vs_reference"] <= accuracy.RMS_MARGIN * result["eager_err_vs_reference"] \
         + accuracy.RMS_FLOOR["bfloat16"]
     # the bf16 matmul serves the model in bf16, its dots as the judge ran them (tensor cores' rounding)
