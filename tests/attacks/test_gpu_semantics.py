@@ -102,11 +102,15 @@ def test_a_grid_that_would_leave_the_gpu_idle_passes_and_is_not_kept_for_speed(j
     assert (grid["programs"], grid["needed"], grid["fills_target"]) == (1, 16, False)
     assert "does not keep it for speed" in grid["detail"]
     assert rows["timing"]["grid"]["fills_target"] is True
-    # faster than the best by far, and still not kept; the starter's grid is kept
+    # faster than the best by far, and still not kept; the starter's grid is kept. Both timings steady
+    # (their reps' spread is the machine's, and a wide one is refused for its own reason): only the
+    # grid differs
     target = TargetState(name="softmax[16x256:float32]", kernel_type="softmax", dims=TARGETS["softmax"],
                          dtype="float32", best_median_us=one["timing"]["median_us"] * 100, best_iqr_us=0.0, best_reps=50)
-    assert decide(one, target) == "REVERT"
-    assert decide({**rows, "timing": {**rows["timing"], "median_us": one["timing"]["median_us"]}}, target) == "KEEP"
+    steady = {"spread_ok": True, "iqr_us": 0.0}
+    assert decide({**one, "timing": {**one["timing"], **steady}}, target) == "REVERT"
+    assert decide({**rows, "timing": {**rows["timing"], **steady, "median_us": one["timing"]["median_us"]}},
+                  target) == "KEEP"
 
 
 def test_a_grid_whose_programs_return_without_work_is_not_kept_for_speed(judged):
@@ -119,7 +123,7 @@ def test_a_grid_whose_programs_return_without_work_is_not_kept_for_speed(judged)
     target = TargetState(name="softmax[16x256:float32]", kernel_type="softmax", dims=TARGETS["softmax"],
                          dtype="float32", best_median_us=idle["timing"]["median_us"] * 100, best_iqr_us=0.0,
                          best_reps=50)
-    assert decide(idle, target) == "REVERT"
+    assert decide({**idle, "timing": {**idle["timing"], "spread_ok": True, "iqr_us": 0.0}}, target) == "REVERT"
     rows = judged[("starter:softmax", "float32")]["timing"]["grid"]
     assert rows["working"] == rows["programs"] and rows["fills_target"] is True
 
