@@ -243,7 +243,7 @@ def install_hooks(monitor) -> None:
 
     def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **named):
         _seen(ptr, mask, True, atomic=True, sem=rest[0] if rest else named.get("sem"))
-        order = _lane_order(monitor, ptr)
+        order = _lane_order(monitor, ptr, mask)
         if order is None:
             return rmw(self, rmwOp, ptr, val, mask, *rest, **named)
         ptr, val, mask = (_permuted(h, order, ptr) for h in (ptr, val, mask))
@@ -251,7 +251,7 @@ def install_hooks(monitor) -> None:
 
     def create_atomic_cas(self, ptr, cmp, val, *rest, **named):  # (ptr, cmp, val, sem, scope)
         _seen(ptr, None, True, atomic=True, sem=rest[0] if rest else named.get("sem"))
-        order = _lane_order(monitor, ptr)
+        order = _lane_order(monitor, ptr, None)
         if order is None:
             return cas(self, ptr, cmp, val, *rest, **named)
         ptr, cmp, val = (_permuted(h, order, ptr) for h in (ptr, cmp, val))
@@ -269,21 +269,22 @@ def install_hooks(monitor) -> None:
     builder.create_barrier = create_barrier
 
 
-def _lane_order(monitor, ptr) -> np.ndarray | None:
+def _lane_order(monitor, ptr, mask) -> np.ndarray | None:
     """Under the judge, the order an atomic's lanes run in where two of them aim at one address:
     drawn per call from the secret, as a GPU's threads reach one address in no promised order (a
     float add's bits, an exchange's last value, which lane's compare-and-swap matches, the old
     values each lane gets back follow it; a CAS loop that retries, an integer add or a max do not);
-    None where every lane has its own address, or outside the judge."""
+    None where every lane the mask leaves has its own address, or outside the judge."""
     orders = monitor.orders
     if orders is None:
         return None
-    addresses = np.asarray(ptr.data).ravel()
-    if addresses.size < 2 or np.all(addresses[1:] > addresses[:-1]) or np.unique(addresses).size == addresses.size:
+    lanes = np.asarray(ptr.data).ravel()
+    active = lanes if mask is None else lanes[np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptr.data)).ravel()]
+    if active.size < 2 or np.all(active[1:] > active[:-1]) or np.unique(active).size == active.size:
         return None
     if monitor.unspecified is not None:  # a failing case says so
         monitor.unspecified.used(ATOMIC_LANES, 1)
-    return orders.lane_order(addresses.size)
+    return orders.lane_order(lanes.size)
 
 
 def _permuted(handle, order: np.ndarray, like):

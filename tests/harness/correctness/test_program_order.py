@@ -159,8 +159,10 @@ def _lanes_atomic(out_ptr, ticket_ptr, x_ptr, KIND: tl.constexpr, BLOCK: tl.cons
         tl.atomic_add(out_ptr + lanes * 0, x)
     elif KIND == 1:
         tl.store(ticket_ptr + lanes, tl.atomic_add(out_ptr + lanes * 0, 1))
-    else:
+    elif KIND == 2:
         tl.atomic_xchg(out_ptr + lanes * 0, x)
+    else:  # one lane left by the mask: one atomic, no order among lanes
+        tl.atomic_add(out_ptr + lanes * 0, x, mask=lanes == 3)
 
 
 @triton.jit
@@ -479,6 +481,16 @@ def test_an_exchange_from_many_lanes_leaves_any_lanes_value_and_a_cas_loop_its_m
         _lanes_atomic[(1,)](out, out, values, KIND=2, BLOCK=16)
         kept.add(out.item())
     assert len(kept) > 1 and kept <= set(values.tolist()), kept  # not always the last lane's, as here before
+    from harness.correctness.unspecified import ATOMIC_LANES, Unspecified
+    was, monitor.unspecified = monitor.unspecified, Unspecified(seed=5)
+    try:  # lanes the mask leaves out are no lanes: nothing ordered, nothing named
+        out = torch.zeros(1)
+        _lanes_atomic[(1,)](out, out, torch.arange(16.0), KIND=3, BLOCK=16)
+        assert out.item() == 3.0 and not monitor.unspecified.counts
+        _lanes_atomic[(1,)](out, out, torch.arange(16.0), KIND=0, BLOCK=16)
+        assert monitor.unspecified.counts[ATOMIC_LANES] == 1
+    finally:
+        monitor.unspecified = was
     x = torch.randperm(64, dtype=torch.int32)
     for _ in range(3):  # an honest compare-and-swap loop: every lane order ends at the maximum
         out = torch.full((1,), -1, dtype=torch.int32)
