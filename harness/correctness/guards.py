@@ -20,7 +20,11 @@ redzones: guard bytes around each allocation, checked after the fact. The judge 
   new_empty, clone, a cast) is moved into the middle of a larger buffer the same way, guards
   filled with bytes drawn from the OS, and the guards are read after the call: a store past the
   output, or past a scratch buffer, is named with its offset. The tensor's metadata is unchanged
-  (storage offset 0, its own size), so nothing a kernel may read tells the two apart.
+  (storage offset 0, its own size), so nothing a kernel may read tells the two apart. What
+  torch.empty and its kin return holds what a GPU's caching allocator would hand back, a dead
+  tensor's values (`leftovers`: finite, none 0), not the zeros a fresh CPU allocation gets from
+  the OS, so a kernel that accumulates into an empty buffer, or leaves elements that should be 0
+  unwritten, fails here as it would there.
 The guard bytes of an input are seeded by the case (the judging process rebuilds them); a load
 past an input's end reads them (random bits, NaN and Inf among them), so an unmasked read shows in
 the output. The guards cost a copy of each buffer and a byte comparison per call; the digests a
@@ -164,6 +168,36 @@ ALLOCATING = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "ne
                         "new_ones", "clone", "_to_copy", "scalar_tensor", "arange", "lift_fresh_copy"})
 
 
+# ... and those whose memory is left as it was: on a GPU the caching allocator hands back a freed
+# block with a dead tensor's values in it, where on the CPU a fresh large allocation is the OS's
+# zeros, so a kernel that accumulates into torch.empty, or leaves elements that should be 0 unwritten,
+# was right here and wrong there
+UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+_LEFTOVERS: list[torch.Generator] = []  # seeded from the OS once, when first needed
+
+
+def leftovers(n: int, dtype: torch.dtype) -> torch.Tensor:
+    """n bytes as a dead tensor of `dtype` might have left them: finite values, none of them 0 (a
+    float's in +-[1, 1000), an integer's any but 0, a bool's True), as uint8."""
+    if not _LEFTOVERS:
+        _LEFTOVERS.append(torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little")))
+    gen, size = _LEFTOVERS[0], torch.empty(0, dtype=dtype).element_size()
+    count = n // size
+    if dtype.is_floating_point:
+        top = min(1000.0, torch.finfo(dtype).max / 2)
+        magnitude = torch.rand(count, generator=gen, dtype=torch.float64) * (top - 1.0) + 1.0
+        sign = torch.randint(0, 2, (count,), generator=gen) * 2 - 1
+        values = (magnitude * sign).to(dtype)
+    elif dtype == torch.bool:
+        values = torch.ones(count, dtype=torch.bool)
+    elif dtype.is_complex or not (dtype.is_signed or dtype == torch.uint8):
+        return torch.randint(1, 256, (n,), generator=gen, dtype=torch.uint8)
+    else:
+        values = torch.randint(1, 100, (count,), generator=gen).to(dtype)
+    raw = values.view(torch.uint8)
+    return torch.cat([raw, torch.ones(n - raw.numel(), dtype=torch.uint8)]) if raw.numel() < n else raw
+
+
 def _pattern() -> torch.Tensor:
     if not _PATTERN:
         _PATTERN.append(torch.frombuffer(bytearray(os.urandom(2 * GUARD_BYTES)), dtype=torch.uint8))
@@ -188,7 +222,8 @@ class Allocations:
         big = torch.empty(n + 2 * GUARD_BYTES, dtype=torch.uint8, device=out.device)
         big[:GUARD_BYTES] = pattern[:GUARD_BYTES]
         big[GUARD_BYTES + n:] = pattern[GUARD_BYTES:]
-        big[GUARD_BYTES:GUARD_BYTES + n] = _bytes_of(out.untyped_storage(), out.device)
+        big[GUARD_BYTES:GUARD_BYTES + n] = leftovers(n, out.dtype).to(out.device) if name in UNINITIALIZED \
+            else _bytes_of(out.untyped_storage(), out.device)
         self.made.append((big, n, f"a {str(out.dtype).replace('torch.', '')} {list(out.shape)} tensor"))
         return _region(big, n, out)
 

@@ -121,6 +121,41 @@ def test_what_kernel_fn_allocates_keeps_its_metadata():
     assert allocations.strays(moved) == []
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64,
+                                   torch.uint8, torch.bool])
+def test_what_torch_empty_returns_holds_a_dead_tensors_values_not_the_oss_zeros(dtype):
+    allocations = guards.Allocations()
+    big = torch.zeros(1 << 18, dtype=dtype)  # what the CPU gives: zeros, as a fresh mmap is
+    moved = allocations.adopt("empty", big)
+    assert (moved != 0).all() and moved.dtype == dtype and moved.shape == big.shape
+    if dtype.is_floating_point:
+        assert moved.isfinite().all() and moved.abs().max() <= 1000
+    # what every other allocation op gave is kept: zeros are zeros, a clone is its source
+    assert torch.equal(allocations.adopt("zeros", big.clone()), big)
+    assert allocations.strays(moved) == []
+
+
+@triton.jit
+def _sum_into(y_ptr, x_ptr, n, BLOCK: tl.constexpr):
+    """Adds its row's sum to y[row]: right only where y starts at 0."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    total = tl.sum(tl.load(x_ptr + row * n + cols, mask=cols < n, other=0.0), 0)
+    tl.store(y_ptr + row, tl.load(y_ptr + row) + total)
+
+
+def test_a_kernel_that_takes_torch_empty_for_zeros_gets_a_dead_tensors_values():
+    def kernel_fn(x):
+        # torch.zeros is what it needs; a buffer this large is a fresh mapping of the OS's zeros on the
+        # CPU, so the kernel was right here, where a GPU's allocator hands back a dead tensor's values
+        scratch = torch.empty(1 << 18, dtype=x.dtype, device=x.device)
+        _sum_into[(x.shape[0],)](scratch, x, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        return scratch[:x.shape[0]].clone()
+    res = _call(kernel_fn, Case.make("reduce", {"M": 6, "N": 100}, "float32", seed=3))
+    x = registry.build_inputs(Case.make("reduce", {"M": 6, "N": 100}, "float32", seed=3), "cpu")[0][0]
+    assert res.error is None and not torch.allclose(res.output, x.sum(-1), atol=1e-3)
+
+
 @pytest.mark.parametrize("mode", as_passed.MODES)
 def test_weights_are_parameters_in_every_mode_and_activations_as_a_model_has_them(mode):
     case = Case.make("rmsnorm", {"M": 4, "N": 32}, "float32", seed=3)
