@@ -158,7 +158,8 @@ class _Checker:
                     self.memory.append(memory)
                 # nondeterminism (racy atomics, unseeded randomness) makes every later result suspect
                 if not bitwise_equal(self.load(r["output"]), first):
-                    return f"{case.label()}: repeated calls on identical inputs are not bitwise identical"
+                    return (f"{case.label()}: repeated calls on identical inputs are not bitwise identical"
+                            + unspecified_hint(r.get("obs") or {}))
         return None
 
     def integrity(self, recs: list[dict]) -> str | None:

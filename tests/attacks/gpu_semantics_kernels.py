@@ -34,6 +34,8 @@ them (tests/attacks/test_gpu_semantics.py). Each lie passes the static check: it
   numpy gives 0 for a division by zero, a GPU an unspecified value.
 - reordered_softmax (softmax): its result passed through tl.reshape(..., can_reorder=True) and
   stored at offsets reshaped in order: the interpreter keeps the order, the compiler may not.
+- lanes_add_softmax (softmax): every lane float-atomic_adds its exponential into the row's one
+  slot: the interpreter adds in lane order, a GPU's lanes in no promised order (other bits each run).
 - racy_block_sum (reduce, CUDA C++): the CUDA starter without the barrier between the warps'
   shared-memory writes and warp 0's reads (compute-sanitizer racecheck names it; on the CPU it is
   compiled only).
@@ -336,6 +338,16 @@ REORDERED_SOFTMAX = LANE_SWAP_SOFTMAX.replace("_lane_swap_kernel", "_reordered_k
     "block_n = triton.next_power_of_2(x2.shape[1])", "block_n = max(32, triton.next_power_of_2(x2.shape[1]))")
 assert "can_reorder=True" in REORDERED_SOFTMAX and "max(32, triton" in REORDERED_SOFTMAX
 
+# every lane float-atomic_adds its exponential into the row's one scratch slot (zeroed), read back
+# across a barrier as the denominator: right within tolerance, but a GPU's lanes reach the slot in no
+# promised order, so the sum's bits change from run to run, where the interpreter added in lane order
+LANES_ADD_SOFTMAX = ONE_SLOT_SOFTMAX.replace("_one_slot_kernel", "_lanes_add_kernel").replace(
+    "    tl.store(scratch_ptr + row + cols * 0, tl.cumsum(num, 0))\n",
+    "    tl.atomic_add(scratch_ptr + row + cols * 0, num)\n").replace(
+    "torch.empty(x2.shape[0], dtype=torch.float32, device=x.device)",
+    "torch.zeros(x2.shape[0], dtype=torch.float32, device=x.device)")
+assert "tl.atomic_add(scratch_ptr + row + cols * 0, num)" in LANES_ADD_SOFTMAX and "torch.zeros(x2" in LANES_ADD_SOFTMAX
+
 
 def racy_block_sum() -> str:
     """The CUDA C++ reduce starter with the barrier of its block sum taken out."""
@@ -352,4 +364,5 @@ def sources() -> dict[str, str]:
             "one_program_softmax": ONE_PROGRAM_SOFTMAX, "idle_grid_softmax": IDLE_GRID_SOFTMAX,
             "stores_past_the_end": STORES_PAST_THE_END, "lane_swap_softmax": LANE_SWAP_SOFTMAX,
             "misaligned_softmax": MISALIGNED_SOFTMAX, "one_slot_softmax": ONE_SLOT_SOFTMAX,
-            "zero_groups_softmax": ZERO_GROUPS_SOFTMAX, "reordered_softmax": REORDERED_SOFTMAX}
+            "zero_groups_softmax": ZERO_GROUPS_SOFTMAX, "reordered_softmax": REORDERED_SOFTMAX,
+            "lanes_add_softmax": LANES_ADD_SOFTMAX}
