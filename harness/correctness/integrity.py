@@ -110,12 +110,16 @@ class ComputeRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.allocations is not None and self.counting():
-            return self.allocations.adopt(op_base_name(func), self._record(func, args, kwargs))
-        return self._record(func, args, kwargs)
+        # the candidate's op: outside a launch, or inside one but called back from the candidate's
+        # code (a grid callable, a launch hook), not Triton's own; what it allocates there is guarded
+        # and filled as anywhere else
+        mine = self.monitor is None or not self.monitor.paused or (self.monitor.in_triton and not triton_own_op(0))
+        if self.allocations is not None and mine:
+            return self.allocations.adopt(op_base_name(func), self._record(func, args, kwargs, mine))
+        return self._record(func, args, kwargs, mine)
 
-    def _record(self, func, args, kwargs):
-        if self.monitor is None or not self.monitor.paused or (self.monitor.in_triton and not triton_own_op(1)):
+    def _record(self, func, args, kwargs, mine: bool):
+        if mine:
             # every timed call runs under this mode too: one name lookup per op keeps it to a few µs
             name = op_base_name(func)
             if name in HOST_READS:

@@ -146,13 +146,38 @@ def _sum_into(y_ptr, x_ptr, n, BLOCK: tl.constexpr):
 
 def test_a_kernel_that_takes_torch_empty_for_zeros_gets_a_dead_tensors_values():
     def kernel_fn(x):
-        # torch.zeros is what it needs; a buffer this large is a fresh mapping of the OS's zeros on the
-        # CPU, so the kernel was right here, where a GPU's allocator hands back a dead tensor's values
-        scratch = torch.empty(1 << 18, dtype=x.dtype, device=x.device)
+        # torch.zeros is what it needs; a buffer this large (64 MiB, past glibc's largest mmap
+        # threshold) is a fresh mapping of the OS's zeros on the CPU, so the kernel was right here,
+        # where a GPU's allocator hands back a dead tensor's values
+        scratch = torch.empty(1 << 24, dtype=x.dtype, device=x.device)
         _sum_into[(x.shape[0],)](scratch, x, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
         return scratch[:x.shape[0]].clone()
     res = _call(kernel_fn, Case.make("reduce", {"M": 6, "N": 100}, "float32", seed=3))
     x = registry.build_inputs(Case.make("reduce", {"M": 6, "N": 100}, "float32", seed=3), "cpu")[0][0]
+    assert res.error is None and not torch.allclose(res.output, x.sum(-1), atol=1e-3)
+
+
+@triton.jit
+def _idle(x_ptr):
+    tl.program_id(0)
+
+
+def test_what_a_grid_callable_allocates_is_filled_and_guarded_too():
+    """The launch monitor pauses the recorder inside a launch, and Triton calls a grid callable from
+    there: the candidate's code all the same, so its allocations are the judge's to fill."""
+    def kernel_fn(x):
+        out = {}
+
+        def grid(meta):
+            scratch = torch.empty(1 << 24, dtype=x.dtype, device=x.device)  # zeros from the OS on the CPU
+            _sum_into[(x.shape[0],)](scratch, x, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+            out["y"] = scratch[:x.shape[0]].clone()
+            return (1,)
+        _idle[grid](x)
+        return out["y"]
+    case = Case.make("reduce", {"M": 6, "N": 100}, "float32", seed=3)
+    res = _call(kernel_fn, case)
+    x = registry.build_inputs(case, "cpu")[0][0]
     assert res.error is None and not torch.allclose(res.output, x.sum(-1), atol=1e-3)
 
 
