@@ -47,7 +47,8 @@ ALIGNMENT = 16  # bytes: Triton specializes pointers and integers on divisibilit
 _perf_counter = time.perf_counter  # bound at import, before any kernel file: the judge's own clock
 # the interpreter's builder methods install() replaces (interpreter_numerics.py, program_order.py)
 INTERPRETER_HOOKS = ("create_dot", "set_grid_dim", "set_grid_idx", "create_masked_load", "create_masked_store",
-                     "create_idiv", "create_srem", "create_urem", "create_reshape", "create_cat",
+                     "create_idiv", "create_srem", "create_urem", "create_shl", "create_lshr", "create_ashr",
+                     "create_reshape", "create_cat", "cast_impl",
                      "create_atomic_rmw", "create_atomic_cas")
 
 

@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .shared_accesses import SharedAccesses
+from .shared_accesses import SharedAccesses, distinct
 from .unspecified import ATOMIC_LANES
 
 MAX_FINDINGS = 8  # a call's findings kept: the first names the launch; the rest are the same story
@@ -280,7 +280,7 @@ def _lane_order(monitor, ptr, mask) -> np.ndarray | None:
         return None
     lanes = np.asarray(ptr.data).ravel()
     active = lanes if mask is None else lanes[np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptr.data)).ravel()]
-    if active.size < 2 or np.all(active[1:] > active[:-1]) or np.unique(active).size == active.size:
+    if distinct(active):
         return None
     if monitor.unspecified is not None:  # a failing case says so
         monitor.unspecified.used(ATOMIC_LANES, 1)

@@ -272,11 +272,16 @@ def _other_program(w_units, w_programs, r_units, r_programs) -> tuple[int, int, 
     return int(r_units[i]), writer, int(r_programs[i])
 
 
+def distinct(addresses: np.ndarray) -> bool:
+    """Whether every address is its own (the usual access: each lane its own address, in order)."""
+    return bool(np.all(addresses[1:] > addresses[:-1])) or np.unique(addresses).size == addresses.size
+
+
 def _clash(addresses: np.ndarray, values, shape, kept, program: int) -> tuple[int, int, int] | None:
     """(address, program, lanes) where lanes of one store write different bytes to one address: on a
     GPU they are different threads and any may land last, where numpy's scatter keeps the last lane's.
     The same bytes from several lanes (a broadcast value) are one store's worth and pass."""
-    if np.all(addresses[1:] > addresses[:-1]):  # the usual store: each lane its own address, in order
+    if distinct(addresses):
         return None
     data = np.ascontiguousarray(np.broadcast_to(np.asarray(values.data), shape)).ravel()
     bits = data.view(np.dtype(f"u{data.dtype.itemsize}")) if data.dtype.itemsize in (1, 2, 4, 8) else data

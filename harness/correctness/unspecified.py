@@ -25,7 +25,7 @@ cat permutes its elements by a permutation keyed by the secret and the shapes, a
 argmax or argmin picks among the tied lanes by such a permutation, a reduce with a combine of the
 kernel's own combines the elements so permuted in pairs, level by level (a tree), and such a scan
 combines in the Hillis-Steele order a warp's shuffles use (each element with the one 1, 2, 4, ...
-places before it), both on whole blocks at once. Both are fixed within the process (the same
+places before it), both on whole blocks at once. All are fixed within the process (the same
 inputs give the same bits, as one compiled kernel does on a GPU), so an honest kernel's checks and
 timed calls agree with each other, and a kernel whose output depends on them fails its cases. A
 lane whose result is never used (a masked-off lane divided by the `other=0` its load gave it) costs
@@ -128,8 +128,6 @@ def _tie_break_fast(monitor, interpreter) -> None:
     import triton.language as tl
     ops = interpreter.ReduceOps
     original = ops.apply_impl
-    if getattr(original, "unspecified", False):
-        return
 
     def apply_impl(self, input):
         secret = monitor.unspecified
@@ -141,7 +139,8 @@ def _tie_break_fast(monitor, interpreter) -> None:
             value_of, index_of = np.nanmin, np.nanargmin
         else:
             return original(self, input)
-        data = np.asarray((input[0] if isinstance(input, tuple) else input).handle.data)
+        values_in = input[0] if isinstance(input, tuple) else input
+        data = np.asarray(values_in.handle.data)
         axis = self.axis if self.axis is not None else 0
         perm = secret.permutation(("tie", data.shape, axis), data.shape[axis])
         values = value_of(data, axis=axis, keepdims=True)
@@ -149,10 +148,8 @@ def _tie_break_fast(monitor, interpreter) -> None:
             secret.used(TIE, 1)
         index = perm[index_of(np.take(data, perm, axis=axis), axis=axis, keepdims=self.keep_dims)]
         value = values if self.keep_dims else np.squeeze(values, axis=axis)
-        dtype = (input[0] if isinstance(input, tuple) else input).dtype
-        return self.to_tensor(value, dtype), self.to_tensor(index.astype(np.int32), tl.int32)
+        return self.to_tensor(value, values_in.dtype), self.to_tensor(index.astype(np.int32), tl.int32)
 
-    apply_impl.unspecified = True
     ops.apply_impl = apply_impl
 
 
@@ -161,8 +158,6 @@ def _tree_combines(monitor, interpreter) -> None:
     tree, as a GPU combines (see the module's docstring), where the interpreter folds left to right."""
     import triton.language as tl
     reduce_ops, scan_ops = interpreter.ReduceOps, interpreter.ScanOps
-    if getattr(reduce_ops.generic_reduce, "unspecified", False):
-        return
     reduce, scan = reduce_ops.generic_reduce, scan_ops.generic_scan
 
     def combine(ops, earlier: list, later: list, dtypes: list) -> list:
@@ -216,13 +211,13 @@ def _tree_combines(monitor, interpreter) -> None:
             step *= 2
         return [self.to_tensor(np.moveaxis(p, 0, self.axis), dtype) for p, dtype in zip(parts, dtypes)]
 
-    generic_reduce.unspecified = generic_scan.unspecified = True
     reduce_ops.generic_reduce, scan_ops.generic_scan = generic_reduce, generic_scan
 
 
 def install(monitor) -> None:
-    """Route the interpreter's integer divisions, remainders, reshapes and cats through
-    `monitor.unspecified` where the judge's worker set one; once per process."""
+    """Route the interpreter's integer divisions, remainders and shifts, reshapes and cats, tie-break-fast
+    argmax/argmin and reduces and scans with a combine of the kernel's own through `monitor.unspecified`
+    where the judge's worker set one; once per process (the guard below covers every hook)."""
     from triton.runtime import interpreter
     builder = interpreter.InterpreterBuilder
     if getattr(builder.create_idiv, "unspecified", False):
@@ -285,5 +280,4 @@ def install(monitor) -> None:
         setattr(builder, name, undefined_where(getattr(builder, name), 2))
     _tie_break_fast(monitor, interpreter)
     _tree_combines(monitor, interpreter)
-    create_reshape.unspecified = create_cat.unspecified = True
     builder.create_reshape, builder.create_cat = create_reshape, create_cat
