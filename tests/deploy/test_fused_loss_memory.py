@@ -50,3 +50,37 @@ def test_measuring_a_step_prints_none_of_the_profilers_chatter_and_keeps_the_ste
     err = capfd.readouterr().err
     assert result.item() == 1024 and figures["memory_events"] > 0
     assert "the step's own warning" in err and "USDT" not in err and "profiler_start" not in err
+
+
+def test_on_a_gpu_the_step_reports_torch_cuda_max_memory_allocated_over_that_step_alone(monkeypatch):
+    """The GPU's figure beside the allocator's: its peak statistics reset once the queue is empty,
+    before the step, and read after the step's work has finished, then carried into verify.json's
+    ratio and report.md's sentence. torch.cuda stands in here (no GPU on this machine), recording
+    the order of the calls: a reset after the step, or a read before it, fails."""
+    import torch
+    from autokernel.deploy.step_memory import compared, measure_step
+    from autokernel.deploy.verify_report import memory_words
+
+    calls: list = []
+    peaks = iter([3 * 2**20, 2**20])  # eager's step, then the fused one
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("synchronize"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: calls.append("read") or next(peaks))
+
+    def step():
+        calls.append("step")
+        return torch.ones(256).sum()
+
+    _, eager = measure_step(step, held_before=10, on_gpu=True)
+    assert calls == ["synchronize", "reset", "step", "synchronize", "read"]
+    _, fused = measure_step(step, held_before=10, on_gpu=True)
+    assert (eager["cuda_max_memory_allocated"], fused["cuda_max_memory_allocated"]) == (3 * 2**20, 2**20)
+    memory = compared(eager, fused)
+    assert memory["patched_over_eager_cuda_peak"] == pytest.approx(1 / 3)
+    words = memory_words({"memory": memory})
+    assert ("torch.cuda.max_memory_allocated over the step: eager 3.00 MiB, with the winners 1.00 MiB, "
+            "0.333 of eager's") in words
+    # on the CPU no GPU figure, and no sentence for one
+    _, cpu = measure_step(step, held_before=10, on_gpu=False)
+    assert cpu["cuda_max_memory_allocated"] is None
+    assert "cuda" not in memory_words({"memory": compared(cpu, cpu)})
