@@ -109,10 +109,20 @@ def install(monitor=None) -> None:
 
 def to_bf16_bits(values: np.ndarray) -> np.ndarray:
     """Numbers rounded to bf16 to nearest even (a GPU's cvt.rn.bf16), as raw uint16 bits; past bf16's
-    largest finite value, inf; NaN stays NaN."""
-    import torch
-    wide = np.ascontiguousarray(values, dtype=np.float64 if np.asarray(values).dtype.itemsize > 4 else np.float32)
-    return torch.from_numpy(wide).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    largest finite value, inf; a NaN gives the canonical NaN (0x7fff, as cvt.rn.bf16.f32 does).
+
+    fp32 and narrower in numpy: bf16 is fp32's top half, so the bits rounded at bit 16 (ties to the
+    even half) are the answer, and a carry out of the largest finite value gives inf. Wider values
+    (fp64, integers as fp64: rare in a kernel) through PyTorch's conversion, as before."""
+    values = np.asarray(values)
+    if values.dtype.itemsize > 4:
+        import torch
+        wide = np.ascontiguousarray(values, dtype=np.float64)
+        return torch.from_numpy(wide).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    narrow = np.ascontiguousarray(values, dtype=np.float32)
+    bits = narrow.view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    return np.where(np.isnan(narrow), np.uint16(0x7FFF), rounded)
 
 
 def _bf16_casts(original, interpreter, tl):

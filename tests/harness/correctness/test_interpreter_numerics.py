@@ -142,3 +142,24 @@ def test_every_conversion_to_bf16_rounds_to_nearest_even_as_a_gpus_cvt_rn():
     assert torch.equal(h[real], x[real].to(torch.float16).to(torch.bfloat16))
     assert torch.equal(d[real], x[real].to(torch.bfloat16).double())  # bf16 widened by value
     assert z[0].item() == 1.9921875  # round toward zero where the kernel asks for it
+
+
+def test_fp32_to_bf16_bits_agree_with_pytorchs_rounding_on_every_kind_of_value():
+    """The judge's fp32 -> bf16 conversion is numpy bit arithmetic (a PyTorch conversion per cast
+    cost a dispatched op, watched, in every program): the same bits as PyTorch's round to nearest
+    even on a million random patterns and the edges (ties either way, the largest finite values of
+    both signs carrying into inf, subnormals, zeros); NaN gives the GPU's canonical NaN."""
+    from harness.correctness.interpreter_numerics import to_bf16_bits
+    edges = np.array([0, 0x80000000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F7FFF, 0x7F7F8000, 0x7F800000, 0xFF800000,
+                      0x3F808000, 0x3F818000, 0x3F807FFF, 0x00008000, 0x00018000, 0x00000001, 0x807FFFFF],
+                     dtype=np.uint32)
+    bits = np.concatenate([edges, np.random.default_rng(3).integers(0, 2**32, 1_000_000, dtype=np.uint64)
+                           .astype(np.uint32)])
+    values = bits.view(np.float32)
+    nan = np.isnan(values)
+    want = torch.from_numpy(values[~nan].copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    got = to_bf16_bits(values)
+    assert np.array_equal(got[~nan], want)
+    assert (got[nan] == 0x7FFF).all() and nan.sum() > 1000
+    assert to_bf16_bits(np.float32(1.999)) == 0x4000 and to_bf16_bits(np.float32(3.4e38)) == 0x7F80
+    assert to_bf16_bits(np.array([1.5, -65504.0], dtype=np.float16)).tolist() == [0x3FC0, 0xC780]  # fp16 in
