@@ -113,11 +113,19 @@ class WorldProposer:
         pass
 
 
-def world_judge(clock: Clock, luck: dict[str, random.Random], hidden: dict[str, Hidden], targets: list[TargetState]):
-    """The judge at its seam: a FAIL, or a PASS timed at the candidate's true speed with noise."""
+def world_judge(clock: Clock, luck: dict[str, random.Random], hidden: dict[str, Hidden], targets: list[TargetState],
+                came_back: dict | None = None):
+    """The judge at its seam: a FAIL, or a PASS timed at the candidate's true speed with noise.
+    `came_back`: each judged file's (folder, name) -> the simulated time its verdict came back."""
     by_folder = {t.slug: (hidden[t.name], luck[t.name]) for t in targets}
 
     def judge(kernel_file: Path, **_: object) -> dict:
+        verdict = _judge(kernel_file)
+        if came_back is not None:
+            came_back[(Path(kernel_file).parent.name, Path(kernel_file).name)] = clock.now
+        return verdict
+
+    def _judge(kernel_file: Path) -> dict:
         text = Path(kernel_file).read_text()
         speed = float(SPEED.search(text).group(1))
         world, rng = by_folder[Path(kernel_file).parent.name]
@@ -145,12 +153,22 @@ class Outcome:
     seed: int
 
 
-def true_e2e(run: RunDir, targets: list[TargetState]) -> float:
+def true_e2e(run: RunDir, targets: list[TargetState], came_back: dict, deadline_s: float) -> float:
+    """Amdahl over the winners' true speeds as they stood when the budget ended: a verdict that came
+    back after it (an experiment started in the last minutes and finished past the budget, as a
+    policy that does not look at the time left does) is not counted; what the run kept before
+    stands."""
     saved = 0.0
     for t in targets:
-        if t.best_experiment is None:
+        best = None
+        for h in t.history:
+            path = run.experiment_file(t, h["number"])
+            if h["decision"] in ("BASELINE", "KEEP") and h["verdict"] == "PASS" \
+                    and came_back.get((path.parent.name, path.name), math.inf) <= deadline_s:
+                best = path
+        if best is None:
             continue
-        speed = float(SPEED.search(run.experiment_file(t, t.best_experiment).read_text()).group(1))
+        speed = float(SPEED.search(best.read_text()).group(1))
         saved += t.share * (1 - 1 / max(speed, 1.0))  # a winner slower than eager is not plugged in
     return 1 / (1 - saved)
 
@@ -168,7 +186,8 @@ def night(family: str, seed: int, budget_s: float, policy: str, folder: Path) ->
     # the worlds are GPUs (their verdicts' times rank kernels): the scheduler's CPU rule, verdicts
     # first because the interpreter's times rank nothing, is not theirs
     settings = SearchSettings(plateau=8, clock=clock, device="cuda")
-    judge = world_judge(clock, luck, hidden, targets)
+    came_back: dict = {}  # each verdict's simulated time
+    judge = world_judge(clock, luck, hidden, targets, came_back)
     oracle = oracle_e2e(targets, hidden)
 
     def make(target: TargetState, starter: str) -> WorldProposer:
@@ -189,7 +208,8 @@ def night(family: str, seed: int, budget_s: float, policy: str, folder: Path) ->
         ended = "budget spent"
     experiments = sum(len(t.history) for t in targets)
     headroom = any(_true_best(run, t) < hidden[t.name].ceiling * 0.98 for t in targets)
-    return Outcome(state.elapsed_s / budget_s, experiments, true_e2e(run, targets), headroom, ended, oracle, seed)
+    e2e = true_e2e(run, targets, came_back, budget_s)
+    return Outcome(state.elapsed_s / budget_s, experiments, e2e, headroom, ended, oracle, seed)
 
 
 def _true_best(run: RunDir, t: TargetState) -> float:
