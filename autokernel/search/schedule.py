@@ -21,9 +21,9 @@ night ahead that is every target; with three minutes, the largest. A visit under
 plateau before a baseline the time left comes to pay back later. On the CPU (`cpu`) nothing pays
 back (the interpreter is hundreds of times slower than PyTorch), and the frame covers every target
 whose next verdict fits: a CPU run's budget returns verdicts, each starter judged, the largest
-first. In the last stretch, once the time left holds no more than PAYBACK_MAX of a target's
-experiments, its proposals build on the best alone (`explores_parents`): another elite's line would
-pay back only later.
+first. In the last stretch, once the time left holds no more than EXPLORE_AFTER of a target's
+experiments (twice what one target's payback may claim), its proposals build on the best alone
+(`explores_parents`): another elite's line would catch up with the best, and pay back, only later.
 
 Speeds count as served: a best slower than PyTorch's op is not served, so it counts as 1x.
 
@@ -49,6 +49,9 @@ MIN_NOISE = 0.03  # a best within 3% of the ceiling is at the ceiling, whatever 
 # experiments a target needs to pay back its baseline: the baseline, a plateau's 8 and a keep
 PAYBACK = 10
 PAYBACK_MAX = 30  # experiments: the most of the time left one target's payback may claim
+# experiments the time left must hold for a proposal to build on another elite than the best: its
+# line must catch up with the best (up to a payback's worth) and then pay back (as many again)
+EXPLORE_AFTER = 2 * PAYBACK_MAX
 
 LLM_STRATEGIES = ("refine", "next_tier", "different_algorithm", "ideas_first")
 TUNER_STRATEGIES = ("tune", "reseed")
@@ -266,11 +269,11 @@ def visit_experiments(targets: Sequence[TargetState], t: TargetState) -> float:
 
 def explores_parents(targets: Sequence[TargetState], t: TargetState, left_s: float) -> bool:
     """Whether a proposal's parent may be another elite than the best. A line of ideas from a
-    slower elite is an investment: it wins only once it overtakes the best, experiments later. Once
-    the time left holds no more than PAYBACK_MAX of the target's experiments at its pace (what one
-    target's payback may claim at most), it cannot be expected to pay back, and the best alone is
-    the parent."""
-    return left_s > PAYBACK_MAX * pace_s(targets, t)
+    slower elite is an investment: it wins only once it has caught up with the best, experiments
+    later, and pays back only over the experiments after that. Once the time left holds no more
+    than EXPLORE_AFTER of the target's experiments at its pace (a visit's worth to catch up and as
+    many to pay back), it cannot be expected to, and the best alone is the parent."""
+    return left_s > EXPLORE_AFTER * pace_s(targets, t)
 
 
 def _paid(targets: Sequence[TargetState], left: Sequence[int], scores: dict[int, float], left_s: float,

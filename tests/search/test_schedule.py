@@ -134,13 +134,14 @@ def test_a_parent_is_usually_the_best_and_inspirations_are_the_others():
 def test_with_little_time_left_the_parent_is_the_best():
     elites = [elite(4, 70), elite(1, 80), elite(2, 90)]
     assert {population.choose_parent(elites, 4, f"t:{n}", explore=False)["number"] for n in range(200)} == {4}
-    # another elite's line pays back only over the experiments after it: a night holds them, the last
-    # half hour of a run at a minute an experiment does not
+    # another elite's line must catch up with the best and then pay back, over the experiments after
+    # it (60 of them): a night holds them, the last hour of a run at a minute an experiment does not
     t = paced("t", share=0.5, seconds_per_experiment=60.0, experiments=5)
     assert schedule.explores_parents([t], t, 8 * 3600) and schedule.explores_parents([t], t, float("inf"))
-    assert not schedule.explores_parents([t], t, 30 * 60)
+    assert schedule.explores_parents([t], t, 61 * 60)
+    assert not schedule.explores_parents([t], t, 60 * 60) and not schedule.explores_parents([t], t, 30 * 60)
     slow = paced("slow", share=0.5, seconds_per_experiment=600.0, experiments=5)  # ten minutes a verdict
-    assert not schedule.explores_parents([slow], slow, 4 * 3600) and schedule.explores_parents([slow], slow, 6 * 3600)
+    assert not schedule.explores_parents([slow], slow, 8 * 3600) and schedule.explores_parents([slow], slow, 12 * 3600)
 
 
 def test_the_chosen_line_says_the_baseline_round_and_on_the_cpu_promises_no_ceiling():
