@@ -271,7 +271,7 @@ def explores_parents(targets: Sequence[TargetState], t: TargetState, left_s: flo
     """Whether a proposal's parent may be another elite than the best. A line of ideas from a
     slower elite is an investment: it wins only once it has caught up with the best, experiments
     later, and pays back only over the experiments after that. Once the time left holds no more
-    than EXPLORE_AFTER of the target's experiments at its pace (a visit's worth to catch up and as
+    than EXPLORE_AFTER of the target's experiments at its pace (a payback's worth to catch up and as
     many to pay back), it cannot be expected to, and the best alone is the parent."""
     return left_s > EXPLORE_AFTER * pace_s(targets, t)
 
