@@ -36,13 +36,18 @@ import numpy as np
 TF32_DROPPED_BITS = 13  # fp32 has 23 mantissa bits, TF32 keeps 10
 
 
+def _rounded_bits(bits: np.ndarray, dropped: int) -> np.ndarray:
+    """fp32 bits (uint32) rounded to nearest even at bit `dropped`, the bits below it cleared; a
+    carry out of the largest finite value gives inf. NaN is the caller's to handle."""
+    half = np.uint32((1 << (dropped - 1)) - 1) + ((bits >> np.uint32(dropped)) & np.uint32(1))
+    return (bits + half) & np.uint32(~((1 << dropped) - 1) & 0xFFFFFFFF)
+
+
 def round_to_tf32(values: np.ndarray) -> np.ndarray:
     """fp32 values rounded to TF32's 10 mantissa bits, to nearest even; Inf and NaN as they are."""
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
     special = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
-    half = np.uint32((1 << (TF32_DROPPED_BITS - 1)) - 1) + ((bits >> np.uint32(TF32_DROPPED_BITS)) & np.uint32(1))
-    rounded = (bits + half) & np.uint32(~((1 << TF32_DROPPED_BITS) - 1) & 0xFFFFFFFF)
-    return np.where(special, bits, rounded).view(np.float32)
+    return np.where(special, bits, _rounded_bits(bits, TF32_DROPPED_BITS)).view(np.float32)
 
 
 def bf16_to_fp32(raw: np.ndarray) -> np.ndarray:
@@ -112,7 +117,8 @@ def to_bf16_bits(values: np.ndarray) -> np.ndarray:
     largest finite value, inf; a NaN gives the canonical NaN (0x7fff, as cvt.rn.bf16.f32 does).
 
     fp32 and narrower in numpy: bf16 is fp32's top half, so the bits rounded at bit 16 (ties to the
-    even half) are the answer, and a carry out of the largest finite value gives inf. Wider values
+    even half, as TF32's at bit 13) are the answer, and a carry out of the largest finite value
+    gives inf. Wider values
     (fp64, integers as fp64: rare in a kernel) through PyTorch's conversion, as before."""
     values = np.asarray(values)
     if values.dtype.itemsize > 4:
@@ -120,8 +126,7 @@ def to_bf16_bits(values: np.ndarray) -> np.ndarray:
         wide = np.ascontiguousarray(values, dtype=np.float64)
         return torch.from_numpy(wide).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
     narrow = np.ascontiguousarray(values, dtype=np.float32)
-    bits = narrow.view(np.uint32)
-    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    rounded = (_rounded_bits(narrow.view(np.uint32), 16) >> np.uint32(16)).astype(np.uint16)
     return np.where(np.isnan(narrow), np.uint16(0x7FFF), rounded)
 
 
