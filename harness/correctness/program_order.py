@@ -357,7 +357,8 @@ def _describe_race(kernel, unordered, buffers) -> str:
     name = _kernel_name(kernel)
     return (f"program order: in the launch of {name}, {_where(unordered[0], buffers)} is written by one of its "
             "programs and read by another with a plain load, and no atomic orders the two (the writer's after "
-            "its write, the reader's before its read): on a GPU the programs run concurrently and the read "
+            "its write, with release semantics; the reader's before its read, with acquire semantics; the "
+            "default acq_rel has both): on a GPU the programs run concurrently and the read "
             "may see the value before or after the write, whatever order the interpreter ran them in (a "
             "counter kept with tl.load and tl.store, a flag stored without an atomic); take a ticket with "
             "tl.atomic_add after the writes and read the others' results only as its last holder, or pass "

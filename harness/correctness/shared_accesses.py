@@ -59,6 +59,8 @@ class SharedAccesses:
         self._epoch = 0  # the barriers the running program has passed
         self._chunks: list[tuple[np.ndarray, int, int, bool]] = []  # (addresses, program, bytes, write)
         self._atomic: list[bool] = []  # per chunk: an atomic's
+        # per chunk: (it releases the writes before it, it acquires for the reads after it), by its sem
+        self._sync: list[tuple[bool, bool]] = []
         self._lanes: list[tuple[np.ndarray, int]] = []  # per chunk: each address's lane (see access), barrier epoch
         self._shapes: dict[tuple, int] = {}  # a block shape's number, for the lanes
         self._spans_of: tuple[int, np.ndarray] | None = None  # (chunks then, their spans): both checks read them
@@ -108,6 +110,7 @@ class SharedAccesses:
                 self.clashing = _clash(addresses, values, shape, kept if mask is not None else None, self._program)
             self._chunks.append((addresses, self._program, width, write))
             self._atomic.append(atomic)
+            self._sync.append((atomic and sem.endswith("RELEASE"), atomic and sem.startswith("ACQUIRE")))
             self._lanes.append((lanes, self._epoch))
         if atomic and sem.startswith("ACQUIRE"):  # acq_rel or acquire: a barrier after it
             self._epoch += 1
@@ -125,15 +128,18 @@ class SharedAccesses:
 
     def first_unordered_read(self) -> tuple[int, int, int] | None:
         """(address, a program that writes it, another program that reads it with a plain load) where
-        no atomic orders the two (the writer's after its write, the reader's before its read); None
-        when every such read is ordered. Call only where first_shared() found a shared address."""
-        atomic_at = [i for i, a in enumerate(self._atomic) if a]
-        first_atomic: dict[int, int] = {}
-        last_atomic: dict[int, int] = {}
-        for i in atomic_at:
+        no atomic orders the two (the writer's after its write with release semantics, the reader's
+        before its read with acquire semantics: sem="acquire" alone releases nothing, as sm_90 puts
+        no barrier before it, and sem="release" acquires nothing); None when every such read is
+        ordered. Call only where first_shared() found a shared address."""
+        first_atomic: dict[int, int] = {}  # per program: its first acquiring atomic
+        last_atomic: dict[int, int] = {}  # per program: its last releasing atomic
+        for i, (releases, acquires) in enumerate(self._sync):
             program = self._chunks[i][1]
-            first_atomic.setdefault(program, i)
-            last_atomic[program] = i
+            if acquires:
+                first_atomic.setdefault(program, i)
+            if releases:
+                last_atomic[program] = i
         writes = [(c[0], c[1], c[2], i) for i, c in enumerate(self._chunks) if c[3]]
         reads = [(c[0], c[1], c[2], i) for i, c in enumerate(self._chunks) if not c[3] and not self._atomic[i]]
         if not writes or not reads:

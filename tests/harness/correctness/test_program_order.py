@@ -353,14 +353,32 @@ def test_unordered_reads_are_named_only_across_programs_and_where_no_atomic_orde
     log.program = 0
     log.access(_Handle([4000]), None, write=True)
     log.access(_Handle([4000]), None, write=False)  # its own write: no one else's
-    log.access(_Handle([6000]), None, write=True, atomic=True)  # the ticket, after its write
+    # the ticket, after its write (an atomic's default semantic: acq_rel)
+    log.access(_Handle([6000]), None, write=True, atomic=True, sem="ACQUIRE_RELEASE")
     log.program = 1
-    log.access(_Handle([6000]), None, write=True, atomic=True)  # the ticket, before its read
+    log.access(_Handle([6000]), None, write=True, atomic=True, sem="ACQUIRE_RELEASE")  # the ticket, before its read
     log.access(_Handle([4000]), None, write=False)
     assert log.first_shared() is not None and log.first_unordered_read() is None
     log.program = 2
     log.access(_Handle([4000]), None, write=False)  # no ticket first
     assert log.first_unordered_read() == (4000, 0, 2)
+
+
+@pytest.mark.parametrize("writer, reader, ordered", [
+    ("ACQUIRE_RELEASE", "ACQUIRE_RELEASE", True), ("RELEASE", "ACQUIRE", True),
+    ("ACQUIRE", "ACQUIRE_RELEASE", False),  # sm_90 puts no barrier before an acquire: the write is not released
+    ("ACQUIRE_RELEASE", "RELEASE", False),  # nor one after a release: the read may run before the ticket
+])
+def test_a_ticket_orders_a_write_and_a_read_only_with_release_and_acquire_semantics(writer, reader, ordered):
+    from harness.correctness.shared_accesses import SharedAccesses
+    log = SharedAccesses()
+    log.program = 0
+    log.access(_Handle([4000]), None, write=True)
+    log.access(_Handle([6000]), None, write=True, atomic=True, sem=writer)
+    log.program = 1
+    log.access(_Handle([6000]), None, write=True, atomic=True, sem=reader)
+    log.access(_Handle([4000]), None, write=False)
+    assert log.first_unordered_read() == (None if ordered else (4000, 0, 1))
 
 
 @pytest.mark.parametrize("barrier, reversed_, race", [(False, True, True), (True, True, False),
