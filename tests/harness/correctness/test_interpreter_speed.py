@@ -42,7 +42,7 @@ in_a_fresh_interpreter = pytest.mark.skipif(not os.environ.get(FRESH), reason="r
 def test_in_a_fresh_interpreter():
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", __file__],
                           env={**os.environ, FRESH: "1"}, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "8 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
+    assert proc.returncode == 0 and "10 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
 
 
 def _run(x, factor):
@@ -61,12 +61,15 @@ def as_shipped():
     launches.install()
     builder = _builder()
     options, patch_builtin, np_dtype = builder.options, interpreter._patch_builtin, interpreter._get_np_dtype
+    block_init, tensor_init = tl.core.block_type.__init__, tl.core.tensor.__init__
     builder.options = dataclasses.replace(options, sanitize_overflow=True)
     interpreter._patch_builtin, interpreter._get_np_dtype = patch_builtin.__wrapped__, np_dtype.__wrapped__
+    tl.core.block_type.__init__, tl.core.tensor.__init__ = block_init.__wrapped__, tensor_init.__wrapped__
     try:
         yield
     finally:
         builder.options, interpreter._patch_builtin, interpreter._get_np_dtype = options, patch_builtin, np_dtype
+        tl.core.block_type.__init__, tl.core.tensor.__init__ = block_init, tensor_init
 
 
 @in_a_fresh_interpreter
@@ -75,6 +78,7 @@ def test_installed_by_the_launch_monitor():
     assert _builder().options.sanitize_overflow is False and _builder().options.debug is False
     assert getattr(interpreter._patch_builtin, "lists_once", False)
     assert getattr(interpreter._get_np_dtype, "kept", False)
+    assert getattr(tl.core.block_type.__init__, "kept", False) and getattr(tl.core.tensor.__init__, "kept", False)
 
 
 @in_a_fresh_interpreter
@@ -199,3 +203,63 @@ def test_a_module_that_gains_a_builtin_is_listed_again(as_shipped):
         del tl.extra_builtin_for_test
     assert ("triton.language", "extra_builtin_for_test") in after and len(after) == len(before) + 1
     assert _patched(_int_arith.fn) == before
+
+
+def _described(value) -> tuple:
+    """Everything a block type or a tensor says of itself, by value and class."""
+    def shape(t):
+        return (type(t).__name__, type(t.values).__name__, [(type(v).__name__, getattr(v, "value", v)) for v in t.values],
+                type(t.type.types).__name__, [(type(c).__name__, c.value) for c in t.type.types], str(t.type),
+                [getattr(v, "type", None) is c for v, c in zip(t.values, t.type.types)])
+    if isinstance(value, tl.block_type):
+        return ("block", str(value.element_ty), shape(value.shape), value.numel, value.name, str(value))
+    return ("tensor", value.handle, str(value.type), str(value.dtype), shape(value.shape), value.numel.value)
+
+
+def _made(element, shapes: list) -> list:
+    made = []
+    for shape in shapes:
+        block = tl.block_type(element, shape)
+        made += [_described(block), _described(tl.core.tensor("handle", block))]
+    made.append(_described(tl.core.tensor("scalar", element)))  # a scalar: no block, shape ()
+    return made
+
+
+def _refusal(shape) -> str:
+    try:
+        tl.block_type(tl.float32, shape)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return "accepted"
+
+
+@in_a_fresh_interpreter
+def test_block_types_and_tensors_say_what_tritons_own_say(as_shipped):
+    import numpy as np
+    shapes = [[16], [4, 8], [tl.constexpr(32), 2], tl.core.tuple([1, 64]), [2, 1, 8]]
+    # refused by Triton (empty, not a power of two, a numpy int, a Python tuple, too many elements),
+    # and a bool it takes as a 1: the same outcome, after a plain [4] or [1] has been kept too
+    unusual = [[], [3, 8], [np.int64(4)], (4, 8), [2 ** 21], [True]]
+    shipped = [_made(element, shapes) for element in (tl.float32, tl.bfloat16, tl.pointer_type(tl.int8))]
+    shipped_refusals = [_refusal(shape) for shape in unusual]
+    assert [r == "accepted" for r in shipped_refusals] == [False] * 5 + [True]
+    interpreter_speed.install()
+    for _ in range(2):  # worked out, then kept
+        assert [_made(element, shapes) for element in (tl.float32, tl.bfloat16, tl.pointer_type(tl.int8))] == shipped
+        assert [_refusal(shape) for shape in [[4], [1]] + unusual][2:] == shipped_refusals
+
+
+@in_a_fresh_interpreter
+def test_each_value_gets_a_shape_of_its_own(as_shipped):
+    interpreter_speed.install()
+    a, b = tl.block_type(tl.float32, [4, 8]), tl.block_type(tl.float32, [4, 8])
+    assert a.shape is not b.shape and a.shape.values is not b.shape.values and a.shape.type is not b.shape.type
+    assert a.shape.type.types[0] is not b.shape.type.types[0]
+    a.shape._setitem(0, 2)  # what one value's shape is changed to stays with it
+    assert b.shape.values == [4, 8] and tl.block_type(tl.float32, [4, 8]).shape.values == [4, 8]
+    s, t = (tl.core.tensor(None, b) for _ in range(2))
+    assert s.shape is not t.shape and s.shape.values[0] is not t.shape.values[0]
+    s.shape.values[0].value = 99
+    assert t.shape.values[0].value == 4 and tl.core.tensor(None, b).shape.values[0].value == 4
+    x = torch.arange(8, dtype=torch.int32)
+    assert torch.equal(_run(x, 2), x * 2 + 7 - x)
