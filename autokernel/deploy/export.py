@@ -45,7 +45,7 @@ SURFACE = ("__init__.py", "static_check.py", "kernel_surface.py", "tensor_flow.p
 GUARD = ("audit_hook.py", "audit_policy.py")
 # ... and the judge's one launch monitor and op recorder, around every served call (served.py)
 MONITOR = ("launches.py", "integrity.py", "served.py", "interpreter_numerics.py", "interpreter_speed.py",
-           "program_order.py", "shared_accesses.py", "compiler_hints.py", "unspecified.py")
+           "program_order.py", "shared_accesses.py", "compiler_hints.py", "unspecified.py", "autotuning.py")
 GUARD_INIT = ('"""The judge\'s audit hook, launch monitor and op recorder, copied verbatim: what a served winner '
               'may not do (see ../__init__.py)."""\n')
 VENDOR_INIT = '"""The files of autokernel\'s judge a winner needs (its static check; a CUDA C++ winner\'s launcher), copied verbatim."""\n'

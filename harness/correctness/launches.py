@@ -232,8 +232,9 @@ def install() -> LaunchMonitor:
     if interpreter is not None:
         _wrap_run(monitor, interpreter.InterpretedFunction, interpreted=True)
         # relative: an exported kernel package carries this file beside launches.py in its guard/
-        from . import compiler_hints, interpreter_numerics, interpreter_speed, program_order, unspecified
+        from . import autotuning, compiler_hints, interpreter_numerics, interpreter_speed, program_order, unspecified
         interpreter_numerics.install(monitor)  # tl.dot and float-to-int conversions as a GPU computes them
+        autotuning.install()  # @triton.autotune benchmarks and picks its configs, as on a GPU
         interpreter_speed.install()  # without the work whose result it drops
         program_order.install_hooks(monitor)  # the grid seen, and run in the judge's orders
         compiler_hints.install(monitor)  # tl.multiple_of and tl.max_constancy held to their values
