@@ -36,6 +36,12 @@ them (tests/attacks/test_gpu_semantics.py). Each lie passes the static check: it
   stored at offsets reshaped in order: the interpreter keeps the order, the compiler may not.
 - lanes_add_softmax (softmax): every lane float-atomic_adds its exponential into the row's one
   slot: the interpreter adds in lane order, a GPU's lanes in no promised order (other bits each run).
+- autotune_accumulates_softmax (softmax): @triton.autotune over two configs, each program
+  tl.atomic_add's its row's softmax into an output of zeros: right when the kernel runs once per
+  launch; on a GPU the autotuner first benchmarks each config on that output, and every call adds
+  its softmax again. (Before, the interpreter could not run a multi-config autotune at all.)
+- autotune_softmax (softmax), honest: the same kernel storing its softmax (tl.store into an empty
+  output): every config right, whichever the GPU picks.
 - racy_block_sum (reduce, CUDA C++): the CUDA starter without the barrier between the warps'
   shared-memory writes and warp 0's reads (compute-sanitizer racecheck names it; on the CPU it is
   compiled only).
@@ -358,6 +364,32 @@ def racy_block_sum() -> str:
     return text.replace(barrier, "  if (lane == 0) warp_parts[warp] = v;\n")
 
 
+AUTOTUNE_ACCUMULATES_SOFTMAX = HEAD.format(kernel_type="softmax") + '''
+
+@triton.autotune(configs=[triton.Config({}, num_warps=2), triton.Config({}, num_warps=4)], key=["n_cols"])
+@triton.jit
+def _softmax_add(y_ptr, x_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * x_stride + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, 0))
+    tl.atomic_add(y_ptr + row * y_stride + cols, (e / tl.sum(e, 0)).to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+def kernel_fn(x):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1]).contiguous()
+    y = torch.zeros_like(x2)
+    if y.numel() == 0:
+        return y.view(shape)
+    _softmax_add[(x2.shape[0],)](y, x2, x2.shape[1], x2.stride(0), y.stride(0),
+                                 BLOCK=triton.next_power_of_2(x2.shape[1]))
+    return y.view(shape)
+'''
+AUTOTUNE_SOFTMAX = AUTOTUNE_ACCUMULATES_SOFTMAX.replace("tl.atomic_add(", "tl.store(").replace(
+    "torch.zeros_like(x2)", "torch.empty_like(x2)")
+
+
 def sources() -> dict[str, str]:
     return {"chained_mean": CHAINED_MEAN, "float_atomic_mean": FLOAT_ATOMIC_MEAN, "ticket_mean": TICKET_MEAN,
             "tf32_matmul": TF32_MATMUL, "bf16_drops_tail": BF16_DROPS_TAIL, "ieee_matmul": IEEE_MATMUL,
@@ -365,4 +397,5 @@ def sources() -> dict[str, str]:
             "stores_past_the_end": STORES_PAST_THE_END, "lane_swap_softmax": LANE_SWAP_SOFTMAX,
             "misaligned_softmax": MISALIGNED_SOFTMAX, "one_slot_softmax": ONE_SLOT_SOFTMAX,
             "zero_groups_softmax": ZERO_GROUPS_SOFTMAX, "reordered_softmax": REORDERED_SOFTMAX,
-            "lanes_add_softmax": LANES_ADD_SOFTMAX}
+            "lanes_add_softmax": LANES_ADD_SOFTMAX, "autotune_accumulates_softmax": AUTOTUNE_ACCUMULATES_SOFTMAX,
+            "autotune_softmax": AUTOTUNE_SOFTMAX}
