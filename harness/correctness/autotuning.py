@@ -1,24 +1,24 @@
-"""@triton.autotune in the Triton interpreter, run as a GPU runs it.
+"""@triton.autotune over several configs in the Triton interpreter: refused, saying why.
 
 On a GPU, an autotuned kernel's first launch with a key it has not seen benchmarks every config that
-survives pruning: each config's kernel runs many times (triton.testing.do_bench: calls to estimate,
-then about 25 ms of warm-up and 100 ms of timed calls) on the launch's own arguments, with the
-autotuner's hooks around each call (reset_to_zero zeroes its arguments, restore_value puts its
-arguments back), then the fastest config runs the launch itself, reset_to_zero's arguments zeroed
-once more. The interpreter has no benchmarker: Triton's autotuner asks the GPU driver for one, and
-every @triton.autotune kernel with more than one config failed at its first call on the CPU ("0
-active drivers"), a kernel the GPU runs. And a launch never ran a kernel more than once, so a kernel
-that accumulates into a buffer its autotuner does not reset (a tl.atomic_add into an output left
-out of reset_to_zero) computed the right sum here and, on the GPU, the sum over every benchmarking
-call as well.
+survives pruning (each config's kernel called many times on the launch's own arguments:
+triton.testing.do_bench's calls to estimate, then about 25 ms of warm-up and 100 ms of timed calls,
+a count that depends on the kernel's speed), and the fastest config runs the launch. The interpreter
+has no benchmarker: Triton's autotuner asks the GPU driver for one, and the kernel failed at its
+first call with "0 active drivers", a message that said nothing of the kernel.
 
-Now, in the interpreter, each config's benchmark calls its kernel BENCH_CALLS times, hooks
-included, as the GPU's does (a GPU calls it more often; two show what accumulates). Which config
-the GPU then picks, the fastest, the judge cannot know, so the pick turns: the k-th key an
-autotuner benchmarks takes the k-th of its configs (counted round, the next surviving one where
-that one was pruned), and over the judge's cases every config computes some of the outputs. A key
-seen before keeps its config, as on a GPU. A config that would not compile or launch on the GPU
-still runs here (the interpreter cannot tell); the judge's compile for the target reports it.
+Nor can the judge stand in for it. Which config a GPU finds fastest is not known on the CPU, and
+every config a GPU might pick would have to be right at every key; and what the benchmarking calls
+leave in the launch's arguments depends on how many there were. A red team showed both: with the
+benchmark emulated (each config called twice, the k-th key picking the k-th config), a kernel with a
+config that reads nothing, never picked here and the fastest on a GPU, passed; so did one whose
+result is right only after an odd number of launches, and one that counts its launches.
+
+So on the interpreter a launch that would benchmark (more than one config left after pruning)
+fails with what to do instead: give the kernel its one config from CONFIG, which the tuner searches
+(TUNABLES). An autotune over one config runs it as Triton does, with no benchmark; so does one pruned
+to a single config where Triton skips the benchmark for it (3.9 does; 3.6 benchmarks even that one,
+and there it is refused too). On a GPU Triton's autotuner runs as shipped.
 
 `install()` replaces the autotuner's benchmark once per process, from the launch monitor's
 install where the interpreter runs (harness/correctness/launches.py): the judge, verify's child and
@@ -26,14 +26,16 @@ an exported package on the CPU alike.
 """
 from __future__ import annotations
 
-BENCH_CALLS = 2
+
+class AutotuneNotJudged(RuntimeError):
+    """A multi-config @triton.autotune launch under the interpreter."""
 
 
-def _calls(kernel_call, quantiles=None, **_):
-    """A benchmark without a GPU: the kernel called as a benchmark calls it, no time measured."""
-    for _ in range(BENCH_CALLS):
-        kernel_call()
-    return [0.0, 0.0, 0.0]
+def refusal(name: str, configs: int) -> str:
+    return (f"@triton.autotune over {configs} configs ({name}): on the CPU the judge cannot know which config a "
+            "GPU's benchmark would pick, nor what its benchmarking calls would leave in the launch's arguments, "
+            "so it cannot judge the kernel a GPU would run. Give the kernel one config (CONFIG's values, read in "
+            "kernel_fn): the tuner searches TUNABLES across experiments, each one judged.")
 
 
 def install() -> None:
@@ -42,17 +44,11 @@ def install() -> None:
     except ImportError:
         return
     original = Autotuner._bench
-    if getattr(original, "turns", False):
+    if getattr(original, "refuses", False):
         return
 
     def _bench(self, *args, config, **meta):
-        self.__dict__["do_bench"] = _calls  # in place of the driver's benchmarker, which is not there
-        timing = original(self, *args, config=config, **meta)
-        if timing[0] == float("inf"):  # out of resources: never picked, as on a GPU
-            return timing
-        mine = next((i for i, c in enumerate(self.configs) if c is config), 0)
-        turn = (mine - len(self.cache)) % max(len(self.configs), 1)  # this key's pick: the turn's config
-        return [float(turn)] * 3
+        raise AutotuneNotJudged(refusal(getattr(self.base_fn, "__name__", "a kernel"), len(self.configs)))
 
-    _bench.turns, _bench.__wrapped__ = True, original
+    _bench.refuses, _bench.__wrapped__ = True, original
     Autotuner._bench = _bench

@@ -39,9 +39,8 @@ them (tests/attacks/test_gpu_semantics.py). Each lie passes the static check: it
 - autotune_accumulates_softmax (softmax): @triton.autotune over two configs, each program
   tl.atomic_add's its row's softmax into an output of zeros: right when the kernel runs once per
   launch; on a GPU the autotuner first benchmarks each config on that output, and every call adds
-  its softmax again. (Before, the interpreter could not run a multi-config autotune at all.)
-- autotune_softmax (softmax), honest: the same kernel storing its softmax (tl.store into an empty
-  output): every config right, whichever the GPU picks.
+  its softmax again. Refused on the CPU, as every launch that would benchmark several configs is
+  (harness/correctness/autotuning.py), saying what to do instead.
 - racy_block_sum (reduce, CUDA C++): the CUDA starter without the barrier between the warps'
   shared-memory writes and warp 0's reads (compute-sanitizer racecheck names it; on the CPU it is
   compiled only).
@@ -386,8 +385,6 @@ def kernel_fn(x):
                                  BLOCK=triton.next_power_of_2(x2.shape[1]))
     return y.view(shape)
 '''
-AUTOTUNE_SOFTMAX = AUTOTUNE_ACCUMULATES_SOFTMAX.replace("tl.atomic_add(", "tl.store(").replace(
-    "torch.zeros_like(x2)", "torch.empty_like(x2)")
 
 
 def sources() -> dict[str, str]:
@@ -397,5 +394,4 @@ def sources() -> dict[str, str]:
             "stores_past_the_end": STORES_PAST_THE_END, "lane_swap_softmax": LANE_SWAP_SOFTMAX,
             "misaligned_softmax": MISALIGNED_SOFTMAX, "one_slot_softmax": ONE_SLOT_SOFTMAX,
             "zero_groups_softmax": ZERO_GROUPS_SOFTMAX, "reordered_softmax": REORDERED_SOFTMAX,
-            "lanes_add_softmax": LANES_ADD_SOFTMAX, "autotune_accumulates_softmax": AUTOTUNE_ACCUMULATES_SOFTMAX,
-            "autotune_softmax": AUTOTUNE_SOFTMAX}
+            "lanes_add_softmax": LANES_ADD_SOFTMAX, "autotune_accumulates_softmax": AUTOTUNE_ACCUMULATES_SOFTMAX}
