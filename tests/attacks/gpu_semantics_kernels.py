@@ -363,28 +363,13 @@ def racy_block_sum() -> str:
     return text.replace(barrier, "  if (lane == 0) warp_parts[warp] = v;\n")
 
 
-AUTOTUNE_ACCUMULATES_SOFTMAX = HEAD.format(kernel_type="softmax") + '''
-
-@triton.autotune(configs=[triton.Config({}, num_warps=2), triton.Config({}, num_warps=4)], key=["n_cols"])
-@triton.jit
-def _softmax_add(y_ptr, x_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * x_stride + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
-    e = tl.exp(x - tl.max(x, 0))
-    tl.atomic_add(y_ptr + row * y_stride + cols, (e / tl.sum(e, 0)).to(y_ptr.dtype.element_ty), mask=cols < n_cols)
-
-
-def kernel_fn(x):
-    shape = x.shape
-    x2 = x.reshape(-1, shape[-1]).contiguous()
-    y = torch.zeros_like(x2)
-    if y.numel() == 0:
-        return y.view(shape)
-    _softmax_add[(x2.shape[0],)](y, x2, x2.shape[1], x2.stride(0), y.stride(0),
-                                 BLOCK=triton.next_power_of_2(x2.shape[1]))
-    return y.view(shape)
-'''
+# the row kernel above, one program per row, behind an autotune over two configs, adding its result
+AUTOTUNE_ACCUMULATES_SOFTMAX = (HEAD.format(kernel_type="softmax") + SOFTMAX_ROW).replace(
+    "@triton.jit\n", "@triton.autotune(configs=[triton.Config({}, num_warps=2), triton.Config({}, num_warps=4)], "
+    "key=[\"n_cols\"])\n@triton.jit\n").replace(
+    "range(first_row, n_rows, STEP)", "range(tl.program_id(0), tl.program_id(0) + 1)").replace(
+    "LIMIT", "n_cols").replace("GRID", "(x2.shape[0],)").replace("FIRST_ROW", "0").replace(
+    "tl.store(", "tl.atomic_add(").replace("torch.empty_like", "torch.zeros_like").replace("_softmax_rows", "_softmax_add")
 
 
 def sources() -> dict[str, str]:
