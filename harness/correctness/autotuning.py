@@ -14,13 +14,16 @@ benchmark emulated (each config called twice, the k-th key picking the k-th conf
 config that reads nothing, never picked here and the fastest on a GPU, passed; so did one whose
 result is right only after an odd number of launches, and one that counts its launches.
 
-So on the interpreter a launch that would benchmark (more than one config left after pruning)
-fails with what to do instead: give the kernel its one config from CONFIG, which the tuner searches
-(TUNABLES). An autotune over one config runs it as Triton does, with no benchmark; so does one pruned
-to a single config where Triton skips the benchmark for it (3.9 does; 3.6 benchmarks even that one,
-and there it is refused too). On a GPU Triton's autotuner runs as shipped.
+So on the interpreter a launch of an autotune over more than one config fails with what to do
+instead: give the kernel its one config from CONFIG, which the tuner searches (TUNABLES). Counted
+as declared, not as pruning leaves them: Triton 3.9 skips the benchmark for a sole survivor where
+3.6, a GPU image's, benchmarks it, and a pruning function may leave one config on the CPU and two on
+a GPU. The refusal stands once made: a kernel_fn that catches it and falls back to another kernel
+has its call fail all the same (`LaunchMonitor.refused`, read by every checked call and at every
+stage's end), or the fallback would be judged while a GPU runs the autotuned kernel. An autotune
+over one config runs it, as Triton does. On a GPU Triton's autotuner runs as shipped.
 
-`install()` replaces the autotuner's benchmark once per process, from the launch monitor's
+`install(monitor)` replaces the autotuner's launch once per process, from the launch monitor's
 install where the interpreter runs (harness/correctness/launches.py): the judge, verify's child and
 an exported package on the CPU alike.
 """
@@ -38,17 +41,21 @@ def refusal(name: str, configs: int) -> str:
             "kernel_fn): the tuner searches TUNABLES across experiments, each one judged.")
 
 
-def install() -> None:
+def install(monitor) -> None:
     try:
         from triton.runtime.autotuner import Autotuner
     except ImportError:
         return
-    original = Autotuner._bench
+    original = Autotuner.run
     if getattr(original, "refuses", False):
         return
 
-    def _bench(self, *args, config, **meta):
-        raise AutotuneNotJudged(refusal(getattr(self.base_fn, "__name__", "a kernel"), len(self.configs)))
+    def run(self, *args, **kwargs):
+        if len(self.configs) > 1:
+            monitor.refused = monitor.refused or refusal(getattr(self.base_fn, "__name__", "a kernel"),
+                                                         len(self.configs))
+            raise AutotuneNotJudged(monitor.refused)
+        return original(self, *args, **kwargs)
 
-    _bench.refuses, _bench.__wrapped__ = True, original
-    Autotuner._bench = _bench
+    run.refuses, run.__wrapped__ = True, original
+    Autotuner.run = run

@@ -190,6 +190,9 @@ def observed_call(fn, args: list, kwargs: dict, monitor: LaunchMonitor, placed: 
         if secret is not None:
             result.unspecified = {k: n - unspecified_before.get(k, 0) for k, n in secret.counts.items()
                                   if n > unspecified_before.get(k, 0)}
+    if getattr(monitor, "refused", None):  # a refused launch the candidate caught still fails the call
+        result.error = f"AutotuneNotJudged (caught by the candidate; it stands): {monitor.refused}"
+        return result
     result.seconds = time.perf_counter() - start
     if allocations is not None:  # a store past the output, or past scratch kernel_fn allocated
         result.strays = allocations.strays(out)

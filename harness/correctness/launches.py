@@ -172,6 +172,9 @@ class LaunchMonitor:
         self.program_place: tuple = (0, 0, 0)
         self.kernel_name = "?"  # the Triton kernel of the launch in progress (a finding names it)
         self.tf32_dots = 0  # interpreted dots whose fp32 operands were rounded to TF32, as a GPU rounds them
+        # the first launch the interpreter refused (an autotune over several configs: autotuning.py),
+        # caught by the candidate or not: it fails every checked call and stage after it
+        self.refused: str | None = None
 
     @property
     def launches(self) -> int:
@@ -234,7 +237,7 @@ def install() -> LaunchMonitor:
         # relative: an exported kernel package carries this file beside launches.py in its guard/
         from . import autotuning, compiler_hints, interpreter_numerics, interpreter_speed, program_order, unspecified
         interpreter_numerics.install(monitor)  # tl.dot and float-to-int conversions as a GPU computes them
-        autotuning.install()  # @triton.autotune benchmarks and picks its configs, as on a GPU
+        autotuning.install(monitor)  # an autotune over several configs refused: a GPU's pick is unknown here
         interpreter_speed.install()  # without the work whose result it drops
         program_order.install_hooks(monitor)  # the grid seen, and run in the judge's orders
         compiler_hints.install(monitor)  # tl.multiple_of and tl.max_constancy held to their values

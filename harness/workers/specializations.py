@@ -13,6 +13,8 @@ def new_specializations_problem(monitor, arch: str) -> str | None:
     first call's are not the only ones a GPU would compile: a kernel whose later launches take a
     branch only the interpreter accepts would PASS, "compiled for sm_90", and not compile there at
     the shape it is timed at. Each specialization once per judgement (keyed as Triton keys its cache)."""
+    if getattr(monitor, "refused", None):  # at a stage's end too: a timed call is not an observed one
+        return f"a launch the judge refused, caught by the candidate or not: {monitor.refused}"
     if monitor.overflow:
         return (f"more than {MAX_SPECIALIZATIONS} distinct Triton specializations were launched (argument "
                 f"dtypes, alignments, integer classes, constexprs and launch options); the judge compiles each "

@@ -39,8 +39,11 @@ them (tests/attacks/test_gpu_semantics.py). Each lie passes the static check: it
 - autotune_accumulates_softmax (softmax): @triton.autotune over two configs, each program
   tl.atomic_add's its row's softmax into an output of zeros: right when the kernel runs once per
   launch; on a GPU the autotuner first benchmarks each config on that output, and every call adds
-  its softmax again. Refused on the CPU, as every launch that would benchmark several configs is
+  its softmax again. Refused on the CPU, as every launch of an autotune over several configs is
   (harness/correctness/autotuning.py), saying what to do instead.
+- autotune_caught_softmax (softmax): the same autotuned kernel where it launches, a plain one where
+  the launch raises: on the CPU the refusal is caught and the plain kernel computes; on a GPU the
+  autotuned one runs. The refusal stands: its call fails all the same.
 - racy_block_sum (reduce, CUDA C++): the CUDA starter without the barrier between the warps'
   shared-memory writes and warp 0's reads (compute-sanitizer racecheck names it; on the CPU it is
   compiled only).
@@ -363,13 +366,24 @@ def racy_block_sum() -> str:
     return text.replace(barrier, "  if (lane == 0) warp_parts[warp] = v;\n")
 
 
-# the row kernel above, one program per row, behind an autotune over two configs, adding its result
-AUTOTUNE_ACCUMULATES_SOFTMAX = (HEAD.format(kernel_type="softmax") + SOFTMAX_ROW).replace(
+# the row kernel above, one program per row
+ROW_PER_PROGRAM = SOFTMAX_ROW.replace("range(first_row, n_rows, STEP)", "range(tl.program_id(0), tl.program_id(0) + 1)").replace(
+    "LIMIT", "n_cols").replace("GRID", "(x2.shape[0],)").replace("FIRST_ROW", "0")
+# ... behind an autotune over two configs, adding its result
+AUTOTUNE_ACCUMULATES_SOFTMAX = (HEAD.format(kernel_type="softmax") + ROW_PER_PROGRAM).replace(
     "@triton.jit\n", "@triton.autotune(configs=[triton.Config({}, num_warps=2), triton.Config({}, num_warps=4)], "
     "key=[\"n_cols\"])\n@triton.jit\n").replace(
-    "range(first_row, n_rows, STEP)", "range(tl.program_id(0), tl.program_id(0) + 1)").replace(
-    "LIMIT", "n_cols").replace("GRID", "(x2.shape[0],)").replace("FIRST_ROW", "0").replace(
     "tl.store(", "tl.atomic_add(").replace("torch.empty_like", "torch.zeros_like").replace("_softmax_rows", "_softmax_add")
+# ... launched where it runs (a GPU), and the plain row kernel where the launch is refused
+AUTOTUNE_CAUGHT_SOFTMAX = AUTOTUNE_ACCUMULATES_SOFTMAX.replace("def kernel_fn(x):", "def _tuned(x):") + \
+    ROW_PER_PROGRAM.replace("def kernel_fn(x):", "def _plain(x):") + '''
+
+def kernel_fn(x):
+    try:
+        return _tuned(x)
+    except RuntimeError:
+        return _plain(x)
+'''
 
 
 def sources() -> dict[str, str]:
@@ -379,4 +393,5 @@ def sources() -> dict[str, str]:
             "stores_past_the_end": STORES_PAST_THE_END, "lane_swap_softmax": LANE_SWAP_SOFTMAX,
             "misaligned_softmax": MISALIGNED_SOFTMAX, "one_slot_softmax": ONE_SLOT_SOFTMAX,
             "zero_groups_softmax": ZERO_GROUPS_SOFTMAX, "reordered_softmax": REORDERED_SOFTMAX,
-            "lanes_add_softmax": LANES_ADD_SOFTMAX, "autotune_accumulates_softmax": AUTOTUNE_ACCUMULATES_SOFTMAX}
+            "lanes_add_softmax": LANES_ADD_SOFTMAX, "autotune_accumulates_softmax": AUTOTUNE_ACCUMULATES_SOFTMAX,
+            "autotune_caught_softmax": AUTOTUNE_CAUGHT_SOFTMAX}
