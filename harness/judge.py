@@ -270,7 +270,7 @@ def _baselines(plan: Any, target: Case | None, device: str, visible_devices: str
     if compile_only:
         return Baselines([], [])
     jobs = baselines.needed(plan.timing, compile_baseline, _around_cases(plan, target) if around is not None else [],
-                            training)
+                            training, device)
     session = judge_session.active()
     # the judge's own work: a deadline of its own, not the candidate's (a hang's is a few seconds)
     deadline_s = max(timeout_s, DEFAULT_TIMEOUT_S[device])

@@ -63,6 +63,10 @@ def _witnessed(witnessed, phase: str, device: str) -> dict | None:
             "disagreement": None if check["agrees"] else disagreement_text(check)}
 
 
+NOT_COMPILED = ("not timed: torch.compile's joint graph is timed on a GPU, and on the CPU only on request "
+                "(the interpreter's time compares nothing with Inductor's C++)")
+
+
 def _against(median_us: float, figures: dict) -> dict:
     out = {}
     for how in ("eager", "compiled"):
@@ -72,6 +76,8 @@ def _against(median_us: float, figures: dict) -> dict:
         out[f"speedup_vs_{how}"] = (base / median_us) if base and median_us > 0 else None
         if figure is not None and figure.error:
             out[f"{how}_error"] = figure.error
+    if "compiled" not in figures:
+        out["compiled_note"] = NOT_COMPILED
     return out
 
 

@@ -61,14 +61,25 @@ def key(kind: str, case: Case, device: str, visible_devices: str | None) -> tupl
     return kind, json.dumps(case.to_json(), sort_keys=True), device, visible_devices
 
 
-def needed(target: Case, compile_baseline: bool, around: list[Case], training: bool = False) -> list[tuple[str, Case]]:
+def needed(target: Case, compile_baseline: bool, around: list[Case], training: bool = False,
+           device: str = "cuda") -> list[tuple[str, Case]]:
     """(kind, case) of every baseline one judgement compares with: eager at the target, torch.compile
     there on request, eager at each shape around it; for a file with a backward, eager autograd and
-    torch.compile's joint graph at the target, step by step (`train:<how>:<step>`)."""
+    torch.compile's joint graph at the target, step by step (`train:<how>:<step>`): the joint graph
+    on a GPU always, on the CPU on request (`compiled_training`)."""
     from harness.timing.backward_timing import STEPS
-    train = [(f"train:{how}:{step}", target) for how in ("eager", "compiled") for step in STEPS] if training else []
+    hows = ("eager", "compiled") if compiled_training(device, compile_baseline) else ("eager",)
+    train = [(f"train:{how}:{step}", target) for how in hows for step in STEPS] if training else []
     return ([("eager", target)] + ([("compiled", target)] if compile_baseline else []) + [("eager", c) for c in around]
             + train)
+
+
+def compiled_training(device: str, compile_baseline: bool) -> bool:
+    """Whether torch.compile's joint graph is timed for a training target. On the CPU the candidate
+    runs in the Triton interpreter, hundreds of times slower than Inductor's C++, so the figure
+    compares nothing and its cold compile costs seconds per kernel type: timed there only when asked
+    for, as the forward's torch.compile baseline is everywhere."""
+    return compile_baseline or device != "cpu"
 
 
 def obtain(jobs: list[tuple[str, Case]], device: str, visible_devices: str | None, timeout_s: float,
