@@ -31,6 +31,18 @@ the CPU alike). What a kernel computes, and every way it can fail, stay as they 
   checked and printed once, its element count and printed form kept, and each value still gets
   objects of its own (its shape's tuple, list, constants and types), equal to what Triton builds. Any other shape (a constant of another class, a numpy integer, a bool, a
   Python tuple where Triton asks for a list) goes the original way, and is refused as it was.
+- **The language patched again at every call of a @triton.jit helper.** A helper's call inside a
+  kernel (tl.sum, tl.max, a kernel's own @triton.jit function) patches triton.language again as a
+  launch does, and keeps nothing of it: a fresh closure for each of some twenty attributes (the
+  language's range, static_assert, reduce, a tensor's __bool__ and T...), each set anew, in every
+  program, where the same call has set them already. Now a helper's call whose previous call set
+  attributes that all still hold what it set (compared by identity), with the same language modules
+  in its globals, sets nothing: what it would set is a fresh copy of the same stateless functions.
+  The first call of each helper in each launch patches in full (a launch sets those attributes
+  anew, and its end undoes them), and a launch itself always patches in full. Which language
+  modules a helper's globals hold is looked up again when they change size or a name it was found
+  under is rebound; a builtin bound anew into the language in the middle of a launch is patched at
+  the next launch (a kernel that does so fails calling it unpatched, and would not compile for a GPU).
 """
 from __future__ import annotations
 
@@ -39,6 +51,7 @@ import inspect
 import itertools
 import math
 import operator
+import types
 from typing import Callable
 
 
@@ -53,6 +66,7 @@ def install() -> None:
     _list_builtins_once(interpreter, tl)
     _np_dtypes_once(interpreter, tl)
     _shapes_once(tl.core)
+    _helpers_patch_once(interpreter, tl)
 
 
 def _skip_dropped_overflow_checks(interpreter) -> None:
@@ -221,3 +235,91 @@ def _shapes_once(core) -> None:
     for patched, original in ((block_type_init, block_init), (tensor_type_init, tensor_init)):
         patched.kept, patched.__wrapped__ = True, original
     core.block_type.__init__, core.tensor.__init__ = block_type_init, tensor_type_init
+
+
+def _helpers_patch_once(interpreter, tl) -> None:
+    helper_cls = getattr(interpreter, "InterpretedFunction", None)
+    patch_lang = getattr(interpreter, "_patch_lang", None)
+    scope_cls = getattr(interpreter, "_LangPatchScope", None)
+    if helper_cls is None or patch_lang is None or scope_cls is None or getattr(patch_lang, "helpers_once", False):
+        return
+    if not isinstance(getattr(scope_cls(), "_changes", None), list):
+        return  # Triton's scope has moved: every call patches in full, as Triton does
+    helper_call, core, missing, module_type = helper_cls.__call__, tl.core, object(), types.ModuleType
+    in_helper_call = [False]  # set by a helper's call until the _patch_lang it starts with
+    # (id(obj), name) -> (obj, the value a helper's full patch last set there); and how many full
+    # patches helpers have made, so a helper's expectations are rebuilt only after one
+    set_by_helpers: dict[tuple[int, str], tuple[object, object]] = {}
+    full_patches = [0]
+    # per helper: [the language modules in its globals, where its last full patch set something,
+    # the full patches counted when its expectations were built, per object (obj, fetch, expected values)]
+    last: dict = {}
+
+    picked: dict[int, tuple[dict, int, list, list]] = {}  # id(globals) -> (globals, size, names, modules)
+
+    def languages(g: dict) -> list:
+        """Triton's own pick (a module of the helper's globals equal to tl or tl.core), kept while the
+        globals keep their size and the names it was found under hold it."""
+        kept = picked.get(id(g))
+        if kept is not None and kept[0] is g and kept[1] == len(g) and \
+                all(g.get(name, missing) is module for name, module in zip(kept[2], kept[3])):
+            return kept[3]
+        names, found = [], []
+        for name, value in g.items():  # inspect.ismodule is this isinstance; a plain module equals by identity
+            if value is tl or value is core or (isinstance(value, module_type) and type(value) is not module_type
+                                                and value in [tl, core]):
+                names.append(name)
+                found.append(value)
+        picked[id(g)] = (g, len(g), names, found)
+        return found
+
+    def expectations(places: list) -> list | None:
+        """Per object: its names' fetch and the values helpers' full patches last set there (None
+        where a place was last set by something else)."""
+        by_obj: dict[int, tuple[object, list, list]] = {}
+        for obj, name in places:
+            held = set_by_helpers.get((id(obj), name))
+            if held is None or held[0] is not obj:
+                return None
+            by_obj.setdefault(id(obj), (obj, [], []))
+            by_obj[id(obj)][1].append(name)
+            by_obj[id(obj)][2].append(held[1])
+        return [(obj, _values_of(names), tuple(values)) for obj, names, values in by_obj.values()]
+
+    def in_place(held: list) -> bool:
+        """Every place the helper's last full patch set still holds what helpers' patches set there."""
+        if held[2] != full_patches[0]:
+            held[2], held[3] = full_patches[0], expectations(held[1])
+        if held[3] is None:
+            return False
+        try:
+            return all(all(map(operator.is_, fetch(obj), values)) for obj, fetch, values in held[3])
+        except AttributeError:  # one deleted since
+            return False
+
+    def _patch_lang(fn):
+        if not in_helper_call[0]:
+            return patch_lang(fn)  # a launch: a scope of its own, undone at its end
+        in_helper_call[0] = False
+        langs = languages(fn.__globals__)
+        held = last.get(fn)
+        if held is not None and len(held[0]) == len(langs) and all(map(operator.is_, held[0], langs)) and in_place(held):
+            return scope_cls()  # all it would set holds what a helper's patch set: nothing to patch
+        scope = patch_lang(fn)
+        places = [(obj, name) for obj, name, _ in scope._changes]
+        for obj, name in places:
+            set_by_helpers[(id(obj), name)] = (obj, getattr(obj, name, missing))
+        full_patches[0] += 1
+        last[fn] = [langs, places, -1, None]
+        return scope
+
+    def __call__(self, *args, **kwargs):
+        in_helper_call[0] = True
+        try:
+            return helper_call(self, *args, **kwargs)
+        finally:
+            in_helper_call[0] = False
+
+    _patch_lang.helpers_once, _patch_lang.__wrapped__ = True, patch_lang
+    __call__.helpers_once, __call__.__wrapped__ = True, helper_call
+    interpreter._patch_lang, helper_cls.__call__ = _patch_lang, __call__

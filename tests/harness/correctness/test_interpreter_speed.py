@@ -42,7 +42,7 @@ in_a_fresh_interpreter = pytest.mark.skipif(not os.environ.get(FRESH), reason="r
 def test_in_a_fresh_interpreter():
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", __file__],
                           env={**os.environ, FRESH: "1"}, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "10 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
+    assert proc.returncode == 0 and "12 passed, 1 skipped" in proc.stdout, proc.stdout[-3000:]
 
 
 def _run(x, factor):
@@ -62,14 +62,17 @@ def as_shipped():
     builder = _builder()
     options, patch_builtin, np_dtype = builder.options, interpreter._patch_builtin, interpreter._get_np_dtype
     block_init, tensor_init = tl.core.block_type.__init__, tl.core.tensor.__init__
+    patch_lang, helper_call = interpreter._patch_lang, interpreter.InterpretedFunction.__call__
     builder.options = dataclasses.replace(options, sanitize_overflow=True)
     interpreter._patch_builtin, interpreter._get_np_dtype = patch_builtin.__wrapped__, np_dtype.__wrapped__
     tl.core.block_type.__init__, tl.core.tensor.__init__ = block_init.__wrapped__, tensor_init.__wrapped__
+    interpreter._patch_lang, interpreter.InterpretedFunction.__call__ = patch_lang.__wrapped__, helper_call.__wrapped__
     try:
         yield
     finally:
         builder.options, interpreter._patch_builtin, interpreter._get_np_dtype = options, patch_builtin, np_dtype
         tl.core.block_type.__init__, tl.core.tensor.__init__ = block_init, tensor_init
+        interpreter._patch_lang, interpreter.InterpretedFunction.__call__ = patch_lang, helper_call
 
 
 @in_a_fresh_interpreter
@@ -79,6 +82,8 @@ def test_installed_by_the_launch_monitor():
     assert getattr(interpreter._patch_builtin, "lists_once", False)
     assert getattr(interpreter._get_np_dtype, "kept", False)
     assert getattr(tl.core.block_type.__init__, "kept", False) and getattr(tl.core.tensor.__init__, "kept", False)
+    assert getattr(interpreter._patch_lang, "helpers_once", False)
+    assert getattr(interpreter.InterpretedFunction.__call__, "helpers_once", False)
 
 
 @in_a_fresh_interpreter
@@ -263,3 +268,88 @@ def test_each_value_gets_a_shape_of_its_own(as_shipped):
     assert t.shape.values[0].value == 4 and tl.core.tensor(None, b).shape.values[0].value == 4
     x = torch.arange(8, dtype=torch.int32)
     assert torch.equal(_run(x, 2), x * 2 + 7 - x)
+
+
+@triton.jit
+def _row_stats(x):
+    return tl.max(x, axis=0), tl.sum(x, axis=0)
+
+
+@triton.jit
+def _stats(out_ptr, x_ptr, N: tl.constexpr, REPEAT: tl.constexpr):
+    # helpers called over and over in every program: the kernel's own, and Triton's (tl.max, tl.sum)
+    pid = tl.program_id(0)
+    x = tl.load(x_ptr + pid * N + tl.arange(0, N))
+    acc = 0.0
+    for i in tl.static_range(REPEAT):
+        m, s = _row_stats(x + i)
+        acc += m * s
+    tl.store(out_ptr + pid, acc)
+
+
+def _stats_run(x, repeat=3):
+    out = torch.empty(x.shape[0], dtype=torch.float32)
+    _stats[(x.shape[0],)](out, x, N=x.shape[1], REPEAT=repeat)
+    return out
+
+
+def _full_patches(run) -> tuple[object, int]:
+    """run()'s result, and how many times the language was patched in full while it ran."""
+    full = []
+    patch_core = interpreter._patch_lang_core
+    interpreter._patch_lang_core = lambda lang, scope: (full.append(lang), patch_core(lang, scope))[1]
+    try:
+        return run(), len(full)
+    finally:
+        interpreter._patch_lang_core = patch_core
+
+
+def _language_state() -> dict:
+    """What each attribute the interpreter patches holds, by where it was made: Triton's language,
+    or the interpreter (its fresh closures of each call are alike)."""
+    def made(value):
+        inner = getattr(getattr(value, "fget", value), "func", getattr(value, "fget", value))
+        return getattr(inner, "__module__", None) or type(value).__name__
+    owners = (tl, tl.core, tl.math, tl.core.tensor, tl.core.dtype, tl.core.condition)
+    # (constructors aside: no launch patches them, and the install replaces the tensor's)
+    return {(getattr(o, "__name__", repr(o)), name): made(value) for o in owners for name, value in vars(o).items()
+            if (callable(value) or isinstance(value, property)) and name != "__init__"}
+
+
+@in_a_fresh_interpreter
+def test_helpers_called_again_in_a_launch_compute_the_same_bits_and_patch_once_per_launch(as_shipped):
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(0))
+    shipped, shipped_full = _full_patches(lambda: [_stats_run(x), _stats_run(x)])
+    shipped_state = _language_state()
+    interpreter_speed.install()
+    judged, full = _full_patches(lambda: [_stats_run(x), _stats_run(x)])
+    assert all(torch.equal(a, b) for a, b in zip(judged, shipped))
+    want = torch.stack([(x + i).max(1).values * (x + i).sum(1) for i in range(3)]).sum(0)
+    assert torch.allclose(judged[0], want, rtol=1e-5, atol=1e-5)
+    # each launch patches in full, and each helper once in it (the kernel's own, tl.max, tl.sum and
+    # what they call); shipped, every call of every helper in every program did
+    assert full < shipped_full / 4 and full <= 2 * 8, (full, shipped_full)
+    assert _language_state() == shipped_state  # each launch's end leaves the language as Triton's does
+
+
+@triton.jit
+def _noop():
+    pass
+
+
+@in_a_fresh_interpreter
+def test_a_helper_patches_in_full_again_once_what_it_set_has_changed(as_shipped):
+    interpreter_speed.install()
+    outer = interpreter._patch_lang(_int_arith.fn)  # a launch's own patch, as its grid makes it
+    try:
+        _, full = _full_patches(lambda: [_noop() for _ in range(3)])
+        assert full == 1  # the first call; the others found all it set in place
+        patched = tl.static_range
+        tl.static_range = lambda *args, **kwargs: patched(*args, **kwargs)  # changed since
+        _, full = _full_patches(lambda: [_noop() for _ in range(2)])
+        assert full == 1 and tl.static_range.__module__ == interpreter.__name__
+        del tl.core.tensor.__bool__  # one the launch set on a class, undone
+        _, full = _full_patches(_noop)
+        assert full == 1 and tl.core.tensor.__bool__.__module__ == interpreter.__name__
+    finally:
+        outer.restore()
