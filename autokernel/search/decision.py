@@ -35,8 +35,9 @@ def ranked(verdict: dict | None) -> dict | None:
     plus its backward's, so the kernel is timed by one forward plus backward against eager
     autograd's: `timing` becomes the judge's forward_backward figures (the forward's spread rule
     still applies). A kernel whose backward failed, or that gives none, serves inference alone,
-    which a training step cannot use: here a FAIL at `backward:<stage>`, untimed. The verdict on disk stays
-    the judge's own; this is the view the decision, the tuner, the leaderboard and the state see."""
+    which a training step cannot use: here a FAIL at `backward:<stage>`, untimed. The forward's grid
+    rule goes with it (`fills_target`). The verdict on disk stays the judge's own; this is the view
+    the decision, the tuner, the leaderboard and the state see."""
     if not verdict or verdict.get("verdict") != "PASS":
         return verdict
     back = verdict.get("backward")
@@ -57,7 +58,12 @@ def ranked(verdict: dict | None) -> dict | None:
               "reps": both.get("reps"), "baseline_median_us": both.get("eager_median_us"),
               "speedup_vs_eager": both.get("speedup_vs_eager"),
               "compiled_median_us": both.get("compiled_median_us"),
-              "spread_ok": forward.get("spread_ok"), "spread_note": forward.get("spread_note")}
+              "spread_ok": forward.get("spread_ok"), "spread_note": forward.get("spread_note"),
+              # a training step runs the forward too: a CPU time won by a forward grid a GPU would
+              # leave idle chooses nothing (fills_target), in training as in inference
+              "representative_of_gpu": (back.get("timing") or {}).get("representative_of_gpu",
+                                                                  forward.get("representative_of_gpu")),
+              "grid": forward.get("grid")}
     return {**verdict, "timing": {k: v for k, v in timing.items() if v is not None}}
 
 

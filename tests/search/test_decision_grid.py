@@ -26,6 +26,21 @@ def test_a_cpu_time_won_by_a_grid_the_gpu_would_leave_idle_is_not_kept():
     assert decision.decide(_cpu(10.0, programs=16), _target(best_median_us=1000.0, best_iqr_us=0.0, best_reps=25)) == "KEEP"
 
 
+def _trained(forward: dict) -> dict:
+    """A CPU verdict whose backward passed too, as the judge gives it for a training target."""
+    step = {"median_us": 30.0, "iqr_us": 0.0, "reps": 5, "eager_median_us": 60.0, "speedup_vs_eager": 2.0}
+    back = {"verdict": "PASS", "timing": {"forward_backward": step, "representative_of_gpu": False}}
+    return {**forward, "backward": back}
+
+
+def test_in_training_too_a_forward_grid_the_gpu_would_leave_idle_chooses_nothing():
+    # a training run ranks a kernel by forward+backward; the forward's grid rule still holds
+    idle, busy = (decision.ranked(_trained(_cpu(10.0, programs=n))) for n in (1, 16))
+    assert idle["timing"]["median_us"] == 30.0 and idle["timing"]["grid"]["fills_target"] is False
+    assert decision.decide(idle, _target()) == "REVERT"
+    assert decision.decide(busy, _target()) == "KEEP"
+
+
 def test_a_timing_without_a_grid_or_from_a_gpu_keeps_the_usual_rule():
     # a KernelBench module's CPU timing carries no grid (a ModelNew launches what it likes)
     bare = {"verdict": "PASS", "timing": {"median_us": 10.0, "iqr_us": 0.0, "reps": 25, "representative_of_gpu": False}}
