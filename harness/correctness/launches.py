@@ -234,6 +234,7 @@ def install() -> LaunchMonitor:
         interpreter = None
     if interpreter is not None:
         _wrap_run(monitor, interpreter.InterpretedFunction, interpreted=True)
+        _refuse_host_calls(monitor, interpreter.InterpretedFunction)  # tl.cdiv on the host raises on a GPU
         # relative: an exported kernel package carries this file beside launches.py in its guard/
         from . import autotuning, compiler_hints, interpreter_numerics, interpreter_speed, program_order, unspecified
         interpreter_numerics.install(monitor)  # tl.dot and float-to-int conversions as a GPU computes them
@@ -267,6 +268,7 @@ def entry_points() -> dict[str, object]:
     interpreter = sys.modules.get("triton.runtime.interpreter")
     if interpreter is not None:
         out["triton.runtime.interpreter.InterpretedFunction.run"] = interpreter.InterpretedFunction.run
+        out["triton.runtime.interpreter.InterpretedFunction.__call__"] = interpreter.InterpretedFunction.__call__
         # the interpreter made to run as a GPU does: its dot, its grid's order, its memory accesses
         for name in INTERPRETER_HOOKS:
             out[f"triton.runtime.interpreter.InterpreterBuilder.{name}"] = getattr(interpreter.InterpreterBuilder, name)
@@ -312,6 +314,28 @@ def _wrap_run(monitor: LaunchMonitor, cls: type, interpreted: bool = False) -> N
             monitor.working = None
 
     cls.run = run
+
+
+HOST_CALL = "Cannot call @triton.jit'd outside of the scope of a kernel"
+
+
+def _refuse_host_calls(monitor: LaunchMonitor, cls: type) -> None:
+    """A @triton.jit function called from host code (kernel_fn, a grid callable, a launch hook: before
+    a launch's programs run) raises on a GPU, where Triton's JITFunction refuses it; the interpreter
+    ran it on the host, so `tl.cdiv(n, BLOCK)` in a kernel_fn passed here and failed there. It raises
+    here too, with Triton's words; called from a launch's programs it is a device function, as before."""
+    original = cls.__call__
+    if getattr(original, "host_calls_refused", False):
+        return
+
+    def __call__(self, *args, **kwargs):
+        if not monitor.in_triton or monitor.grid_dims is None:  # no launch, or its programs not started
+            raise RuntimeError(f"{HOST_CALL} (on the host, call {getattr(self, '__name__', 'it')}'s plain Python "
+                               "counterpart, e.g. triton.cdiv for tl.cdiv)")
+        return original(self, *args, **kwargs)
+
+    __call__.host_calls_refused, __call__.__wrapped__ = True, original
+    cls.__call__ = __call__
 
 
 def _wrap_loader(monitor: LaunchMonitor, module, name: str) -> None:

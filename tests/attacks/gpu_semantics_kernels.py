@@ -44,6 +44,9 @@ them (tests/attacks/test_gpu_semantics.py). Each lie passes the static check: it
 - autotune_caught_softmax (softmax): the same autotuned kernel where it launches, a plain one where
   the launch raises: on the CPU the refusal is caught and the plain kernel computes; on a GPU the
   autotuned one runs. The refusal stands: its call fails all the same.
+- host_cdiv_softmax (softmax): the row kernel's grid worked out with tl.cdiv (a @triton.jit function)
+  in kernel_fn at the timed shape; the interpreter ran it on the host, where a GPU's Triton raises.
+  It raises on the CPU too, with Triton's words.
 - racy_block_sum (reduce, CUDA C++): the CUDA starter without the barrier between the warps'
   shared-memory writes and warp 0's reads (compute-sanitizer racecheck names it; on the CPU it is
   compiled only).
@@ -385,6 +388,13 @@ def kernel_fn(x):
         return _plain(x)
 '''
 
+# the row kernel's grid worked out with tl.cdiv on the host, at the timed shape only (the test's
+# softmax target): the interpreter runs Triton's @triton.jit cdiv there; on a GPU calling a
+# @triton.jit function outside a kernel raises (triton.cdiv is the host's), so the timed call fails
+HOST_CDIV_SOFTMAX = (HEAD.format(kernel_type="softmax") + ROW_PER_PROGRAM).replace(
+    "[(x2.shape[0],)]", "[(tl.cdiv(x2.shape[0], 1) if tuple(x2.shape) == (16, 256) else x2.shape[0],)]")
+assert "[(tl.cdiv(x2.shape[0], 1) if" in HOST_CDIV_SOFTMAX
+
 
 def sources() -> dict[str, str]:
     return {"chained_mean": CHAINED_MEAN, "float_atomic_mean": FLOAT_ATOMIC_MEAN, "ticket_mean": TICKET_MEAN,
@@ -394,4 +404,4 @@ def sources() -> dict[str, str]:
             "misaligned_softmax": MISALIGNED_SOFTMAX, "one_slot_softmax": ONE_SLOT_SOFTMAX,
             "zero_groups_softmax": ZERO_GROUPS_SOFTMAX, "reordered_softmax": REORDERED_SOFTMAX,
             "lanes_add_softmax": LANES_ADD_SOFTMAX, "autotune_accumulates_softmax": AUTOTUNE_ACCUMULATES_SOFTMAX,
-            "autotune_caught_softmax": AUTOTUNE_CAUGHT_SOFTMAX}
+            "autotune_caught_softmax": AUTOTUNE_CAUGHT_SOFTMAX, "host_cdiv_softmax": HOST_CDIV_SOFTMAX}

@@ -24,7 +24,7 @@ ATTACKS = {"cross_entropy": ("chained_mean", "float_atomic_mean", "ticket_mean")
            "matmul": ("tf32_matmul", "bf16_drops_tail", "ieee_matmul"),
            "softmax": ("one_program_softmax", "idle_grid_softmax", "lane_swap_softmax", "misaligned_softmax",
                        "one_slot_softmax", "zero_groups_softmax", "reordered_softmax", "lanes_add_softmax",
-                       "autotune_accumulates_softmax", "autotune_caught_softmax")}
+                       "autotune_accumulates_softmax", "autotune_caught_softmax", "host_cdiv_softmax")}
 HONEST = {"ticket_mean", "ieee_matmul", "one_program_softmax", "idle_grid_softmax"}
 
 # name -> (the stage that fails it, phrases its reason must hold)
@@ -47,6 +47,8 @@ EXPECTED = {
                                                  "Give the kernel one config (CONFIG's values")),
     "autotune_caught_softmax": ("compile", ("the first call failed", "AutotuneNotJudged (caught by the candidate; "
                                             "it stands): @triton.autotune over 2 configs (_softmax_add)")),
+    "host_cdiv_softmax": ("shape_sweep", ("softmax[16x256:float32]", "Cannot call @triton.jit'd outside of the scope "
+                                          "of a kernel", "triton.cdiv for tl.cdiv")),
     "lanes_add_softmax": ("determinism", ("repeated calls on identical inputs are not bitwise identical",
                                           "an atomic whose lanes aim at one address, run in no promised order")),
 }

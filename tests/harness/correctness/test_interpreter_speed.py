@@ -340,6 +340,8 @@ def _noop():
 @in_a_fresh_interpreter
 def test_a_helper_patches_in_full_again_once_what_it_set_has_changed(as_shipped):
     interpreter_speed.install()
+    monitor = launches.install()  # inside a launch's programs, where a helper's call is a device call
+    monitor.in_triton, monitor.grid_dims = monitor.in_triton + 1, (1, 1, 1)
     outer = interpreter._patch_lang(_int_arith.fn)  # a launch's own patch, as its grid makes it
     try:
         _, full = _full_patches(lambda: [_noop() for _ in range(3)])
@@ -353,3 +355,4 @@ def test_a_helper_patches_in_full_again_once_what_it_set_has_changed(as_shipped)
         assert full == 1 and tl.core.tensor.__bool__.__module__ == interpreter.__name__
     finally:
         outer.restore()
+        monitor.in_triton -= 1
