@@ -115,6 +115,15 @@ def compiled_mode(records):
     for name, mod in list(sys.modules.items()):
         if (name == "triton" or name.startswith("triton.")) and mod is not None:
             scan(vars(mod))
+    # a tensor's member functions (x.max(), x.sum()): on a GPU the class holds the JITFunction
+    # itself; under the interpreter, a wrapper holding the InterpretedFunction, which code
+    # generation would run on IR values. The JITFunction stands there for the compile.
+    tensor_cls = sys.modules["triton.language"].core.tensor
+    for key, value in list(vars(tensor_cls).items()):
+        held = _member_function_of(value, InterpretedFunction)
+        if held is not None:
+            setattr(tensor_cls, key, convert(held))
+            undo.append(lambda key=key, value=value: setattr(tensor_cls, key, value))
     for record in records:
         scan_function(record.fn)
     for namespace, key, original in _leaked_interpreter_patches():
@@ -126,6 +135,16 @@ def compiled_mode(records):
     finally:
         for restore in reversed(undo):
             restore()
+
+
+def _member_function_of(value, interpreted: type):
+    """The @triton.jit function a tensor member function forwards to, where Triton's
+    _tensor_member_fn made a wrapper for it (one free variable, `fn`, holding it); else None."""
+    code, cells = getattr(value, "__code__", None), getattr(value, "__closure__", None)
+    if code is None or not cells or code.co_freevars != ("fn",):
+        return None
+    held = cells[0].cell_contents
+    return held if isinstance(held, interpreted) else None
 
 
 # What triton.runtime.interpreter._patch_lang_core sets on a language module besides builtins.

@@ -30,7 +30,13 @@ os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 import torch, triton, triton.language as tl
 from harness.correctness import launches
 from harness.correctness.launches import LaunchRecord
-from harness.compiling.target_compile import compile_triton
+from harness.compiling.target_compile import compile_triton, lower_triton
+
+
+@triton.jit
+def member_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    v = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(y_ptr + tl.arange(0, BLOCK), v - v.max(axis=0) + v.sum(axis=0))  # tensor member functions
 
 
 @triton.jit
@@ -122,6 +128,13 @@ own = dict(triton_specialization._TRITONS_OWN)
 compile_triton(record(lambda: scale_kernel[(4,)](x, y, 1000, BLOCK=64)), "sm_90")
 out["stdlib_converted_once"] = bool(own) and all(triton_specialization._TRITONS_OWN[k][1] is v[1] for k, v in own.items())
 out["stdlib_put_back"] = all(isinstance(getattr(tl.standard, name), InterpretedFunction) for name in ("sum", "max"))
+# a tensor's member functions (x.max(), x.sum()) lowered as a GPU compiles them, and put back
+member_before = tl.core.tensor.max
+member = record(lambda: member_kernel[(1,)](x, y, BLOCK=64))
+out["member_runs"] = bool(torch.allclose(y[:64], x[:64] - x[:64].max() + x[:64].sum(), atol=1e-4))
+out["member_lowered"] = lower_triton(member, "sm_90").detail
+out["member_compiled"] = compile_triton(member, "sm_90").ok
+out["member_put_back"] = tl.core.tensor.max is member_before
 # one of them re-pointed at other code: what is lowered is that code, not the conversion kept
 
 
@@ -240,6 +253,14 @@ def test_autotune_configs_that_cannot_run_are_pruned_as_the_autotuner_does(trito
 def test_the_interpreter_still_runs_after_compiling(triton_results):
     assert triton_results["interpreter_after"]
     assert triton_results["stdlib_put_back"]  # tl.sum and tl.max are the interpreter's again
+
+
+def test_a_tensors_member_functions_compile_for_the_target_and_run_in_the_interpreter_after(triton_results):
+    # x.max(axis=0) is tl.max's JITFunction on a GPU; under the interpreter a wrapper of its
+    # InterpretedFunction, which code generation ran on IR values: an honest kernel refused at compile
+    assert triton_results["member_runs"] and triton_results["member_compiled"]
+    assert triton_results["member_lowered"] == "1 Triton specialization(s) lowered for sm_90"
+    assert triton_results["member_put_back"]
 
 
 def test_tritons_own_functions_are_converted_for_the_compiler_once_per_process(triton_results):
