@@ -26,6 +26,8 @@ collects (kernel, programs, seconds, programs that stored anything) of each laun
 and where the judge's worker sets `orders`, every launch runs its programs in a secret order, a
 checked one in two where its programs share memory; where it sets `unspecified`, an integer division
 by zero and a reorderable reshape or cat give the judge's secret answers (harness/correctness/unspecified.py).
+A @triton.jit function called from host code (kernel_fn, a grid callable) raises, as Triton's
+JITFunction does on a GPU (`_refuse_host_calls`); the interpreter alone would run it on the host.
 """
 from __future__ import annotations
 
