@@ -299,7 +299,9 @@ def _wrap_run(monitor: LaunchMonitor, cls: type, interpreted: bool = False) -> N
         was = monitor.paused
         monitor.paused = True
         monitor.in_triton += 1
-        start, monitor.grid_dims = _perf_counter(), None
+        # the enclosing launch's grid comes back at the end: a launch made from a grid callable
+        # (host code) must not leave that callable looking like a running program's code
+        start, outer_dims, monitor.grid_dims = _perf_counter(), monitor.grid_dims, None
         monitor.kernel_name = getattr(kernel, "__name__", "?")
         monitor.working = set() if monitor.grids is not None else None
         try:
@@ -314,6 +316,7 @@ def _wrap_run(monitor: LaunchMonitor, cls: type, interpreted: bool = False) -> N
                 monitor.grids.append((getattr(kernel, "__name__", "?"), math.prod(monitor.grid_dims),
                                       _perf_counter() - start, len(monitor.working or ())))
             monitor.working = None
+            monitor.grid_dims = outer_dims
 
     cls.run = run
 

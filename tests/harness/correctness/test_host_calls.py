@@ -41,6 +41,17 @@ def test_called_from_a_grid_callable_it_raises_too():
         _launch(x, lambda meta: (tl.cdiv(8, meta["N"]),))
 
 
+def test_a_launch_made_from_the_grid_callable_leaves_it_host_code():
+    # a red team launched a kernel inside the grid callable, then called tl.cdiv there: it passed
+    x = torch.arange(8, dtype=torch.int32)
+
+    def grid(meta):
+        _launch(x, (1,))
+        return (tl.cdiv(8, meta["N"]),)
+    with pytest.raises(RuntimeError, match="outside of the scope of a kernel"):
+        _launch(x, grid)
+
+
 def test_called_from_a_launchs_programs_it_is_a_device_function():
     x = torch.arange(8, dtype=torch.int32)
     assert torch.equal(_launch(x, (1,)), (x + 1) // 2)
